@@ -1,0 +1,49 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vmerge/input_file.h"
+#include "vmerge/rank_work.h"
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge {
+
+struct CopyStats {
+    uint64_t bytes_read = 0;
+    uint64_t bytes_written = 0;
+    uint64_t reads = 0;
+};
+
+// Receives assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
+using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row_end,
+                                   const unsigned char* data, size_t size)>;
+
+// Executes write tasks: reads exactly the source bytes each row block needs (one pread per
+// contiguous run), assembles blocks of rows that fit in `max_memory`, casts, hands them on.
+class CopyExecutor {
+public:
+    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory);
+
+    void run(const std::vector<WriteTask>& tasks, const RowSink& sink);
+    const CopyStats& stats() const { return stats_; }
+
+private:
+    const InputFile& open(const std::string& path);
+    void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
+    void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
+                  const Shape& block_shape, const Shape& dst_start, unsigned char* block);
+
+    const TensorMapping& mapping_;
+    uint64_t max_memory_;
+    std::map<std::string, std::unique_ptr<InputFile>> files_;
+    std::vector<unsigned char> block_;
+    std::vector<unsigned char> cast_;
+    std::vector<unsigned char> span_;
+    CopyStats stats_;
+};
+
+}  // namespace vmerge

@@ -1,0 +1,26 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge {
+
+// A verl FSDP actor folder: model_world_size_{W}_rank_{R}.pt, fsdp_config.json, huggingface/.
+struct FsdpCheckpoint {
+    std::string dir;
+    int world_size = 0;
+    bool world_size_inferred = false;  // no fsdp_config.json (older verl): taken from names
+    std::vector<std::string> rank_files;  // index = rank
+    std::vector<std::string> notes;       // what the user should know about the detection
+};
+
+bool looks_like_fsdp(const std::string& dir);
+// Lists the folder and checks that every rank file of the world size is there.
+FsdpCheckpoint discover_fsdp(const std::string& dir);
+
+// FSDP merge rules: each DTensor shard lands where its placements put it (replicas read
+// once), plain tensors are concatenated on dim 0 in rank order. `files[r]` is rank r's scan.
+TensorMapping map_fsdp(const std::vector<ScannedFile>& files);
+
+}  // namespace vmerge

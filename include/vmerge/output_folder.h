@@ -1,0 +1,51 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vmerge/output_layout.h"
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge {
+
+// The merge is written into a staging folder beside the target and renamed into place only
+// when every rank succeeded, so a failed run never leaves something that looks like a result.
+std::string staging_path(const std::string& target);
+
+// Rank 0: refuses an existing target without `force`, creates a fresh staging folder, and
+// creates every output file at its final size with its header written.
+void prepare_staging(const std::string& target, bool force, const OutputLayout& layout);
+
+// Writes row blocks at their planned offsets (pwrite); one per rank.
+class OutputWriter {
+public:
+    OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,
+                 const OutputLayout& layout);
+    ~OutputWriter();
+    OutputWriter(const OutputWriter&) = delete;
+    OutputWriter& operator=(const OutputWriter&) = delete;
+
+    void write(size_t tensor, int64_t row_begin, const unsigned char* data, size_t size);
+    // fsyncs and closes every file this writer opened.
+    void finish();
+
+private:
+    int fd_for(size_t file);
+    std::string staging_;
+    const std::vector<OutputTensor>& tensors_;
+    const OutputLayout& layout_;
+    std::vector<int> fds_;
+};
+
+// Rank 0, after all ranks wrote: copies every non-weight file of `hf_dir`, writes the index
+// when there are several shards, fsyncs, and renames the staging folder to `target`.
+void commit_staging(const std::string& target, bool force, const std::string& hf_dir,
+                    const std::vector<OutputTensor>& tensors, const OutputLayout& layout);
+
+// Removes the staging folder after a failure (best effort).
+void discard_staging(const std::string& target);
+
+// Files of an HF folder that a merge copies: everything but weights and weight indexes.
+std::vector<std::string> non_weight_files(const std::string& hf_dir);
+
+}  // namespace vmerge

@@ -1,0 +1,42 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge {
+
+struct OutputFile {
+    std::string name;           // model.safetensors or model-0000K-of-0000N.safetensors
+    std::string header;         // the 8-byte length + padded JSON, written by rank 0
+    std::vector<size_t> tensors;  // indices into the tensor list, in data-offset order
+    uint64_t size = 0;          // whole file size
+};
+
+struct TensorLocation {
+    size_t file = 0;
+    uint64_t offset = 0;  // absolute byte offset of the tensor's data in its file
+};
+
+// Where every byte of the output goes, decided before any byte is written.
+struct OutputLayout {
+    std::vector<OutputFile> files;
+    std::vector<TensorLocation> locations;  // by tensor index
+    uint64_t total_size = 0;                // sum of tensor bytes (index metadata.total_size)
+};
+
+// Splits the tensors into shards greedily in their order, as transformers does: a shard is
+// closed when the next tensor would push it past `max_shard_size`; a bigger tensor goes
+// alone. Within a file tensors are ordered by element size (descending) then name, so every
+// tensor starts aligned to its element size, as the safetensors writer does.
+OutputLayout plan_output_layout(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size);
+
+// The safetensors header for a list of (name, dtype, shape) in data order, with
+// {"format":"pt"} metadata, padded with spaces to a multiple of 8; includes the 8-byte length.
+std::string safetensors_header(const std::vector<const OutputTensor*>& tensors);
+
+// model.safetensors.index.json text (sorted keys, 2-space indent, trailing newline).
+std::string index_json(const std::vector<OutputTensor>& tensors, const OutputLayout& layout);
+
+}  // namespace vmerge

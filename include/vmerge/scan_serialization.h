@@ -1,0 +1,13 @@
+#pragma once
+#include <string>
+
+#include "vmerge/tensor_ref.h"
+
+namespace vmerge {
+
+// Scans are made on the rank that read the file and all-gathered as text, so every rank can
+// plan from the same metadata without reading every pickle itself.
+std::string serialize_scan(const ScannedFile& scanned);
+ScannedFile deserialize_scan(const std::string& text);
+
+}  // namespace vmerge

@@ -1,0 +1,68 @@
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vmerge/dtype.h"
+
+namespace vmerge {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& shape);
+std::string shape_to_string(const Shape& shape);
+
+// How one mesh dimension splits (or not) a DTensor (torch-formats.md §3.3, §4).
+struct Placement {
+    enum class Kind { Shard, StridedShard, Replicate, Partial };
+    Kind kind = Kind::Replicate;
+    int64_t dim = 0;
+    int64_t split_factor = 1;  // StridedShard only
+    std::string reduce_op;     // Partial only
+};
+std::string placement_to_string(const Placement& placement);
+
+struct DTensorLayout {
+    Shape global_shape;
+    Shape mesh_shape;
+    std::vector<std::string> mesh_dim_names;
+    Shape coordinates;  // the saving rank's coordinate on each mesh dim
+    std::vector<Placement> placements;
+};
+
+// The bytes of one torch storage: a record of a torch.save archive inside `file`.
+struct StorageRef {
+    std::string file;
+    std::string key;          // "data/<key>" record name
+    uint64_t byte_offset = 0; // absolute offset in `file`
+    uint64_t byte_size = 0;
+};
+
+// A tensor as it is stored: a strided view of a storage. Offsets and strides in elements.
+struct TensorRef {
+    DType dtype = DType::F32;
+    Shape shape;
+    Shape stride;
+    int64_t storage_offset = 0;
+    StorageRef storage;
+    std::optional<DTensorLayout> dtensor;
+
+    bool is_contiguous() const;
+    uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
+};
+
+struct StateDictEntry {
+    std::string key;
+    TensorRef tensor;
+};
+
+// What scanning one rank file yields: its tensors in state-dict order, and the keys that
+// hold something else (ints, strings, nested objects), which a merge ignores.
+struct ScannedFile {
+    std::string path;
+    std::vector<StateDictEntry> tensors;
+    std::vector<std::string> skipped_keys;
+};
+
+}  // namespace vmerge

@@ -1,0 +1,22 @@
+#pragma once
+#include <string>
+
+#include "vmerge/pickle.h"
+#include "vmerge/tensor_ref.h"
+#include "vmerge/zip_archive.h"
+
+namespace vmerge {
+
+// Scans a torch.save file: reads its ZIP directory and data.pkl only, never tensor bytes,
+// and returns every tensor of the saved (possibly nested under `model`) state dict.
+ScannedFile scan_torch_file(const std::string& path);
+
+// Same for an archive embedded at [base, base+length) of a bigger file (a DCP item).
+ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t length);
+
+// Interprets one pickled value as a tensor (plain, Parameter or DTensor). Storage records are
+// resolved against `archive`. Returns false for values that are not tensors.
+bool interpret_tensor(const pickle::Value& value, const ZipArchive& archive,
+                      const InputFile& file, TensorRef& out, const std::string& where);
+
+}  // namespace vmerge

@@ -1,0 +1,20 @@
+#pragma once
+#include <string>
+#include <vector>
+
+namespace vmerge {
+
+// The few collectives the driver needs. The MPI implementation lives in mpi_comm.cpp; the
+// one-rank implementation lets the whole driver run (and be tested) without MPI.
+class Comm {
+public:
+    virtual ~Comm() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    virtual std::string host() const = 0;
+    // Every rank contributes one string and receives all of them, in rank order.
+    virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+    virtual void barrier() = 0;
+};
+
+}  // namespace vmerge

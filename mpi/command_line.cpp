@@ -1,0 +1,116 @@
+#include "command_line.h"
+
+#include <cctype>
+#include <iostream>
+
+#include <boost/program_options.hpp>
+
+namespace vmerge {
+namespace po = boost::program_options;
+
+uint64_t parse_byte_size(const std::string& text) {
+    size_t pos = 0;
+    double value = 0;
+    try {
+        value = std::stod(text, &pos);
+    } catch (const std::exception&) {
+        throw UsageError("size '" + text + "': expected a number with an optional unit (5GB, 512MiB)");
+    }
+    std::string unit = text.substr(pos);
+    for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    double scale = 1;
+    if (unit.empty() || unit == "B") scale = 1;
+    else if (unit == "KB") scale = 1e3;
+    else if (unit == "MB") scale = 1e6;
+    else if (unit == "GB") scale = 1e9;
+    else if (unit == "TB") scale = 1e12;
+    else if (unit == "KIB") scale = 1024.0;
+    else if (unit == "MIB") scale = 1024.0 * 1024;
+    else if (unit == "GIB") scale = 1024.0 * 1024 * 1024;
+    else if (unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
+    else throw UsageError("size '" + text + "': unknown unit '" + unit + "'");
+    if (value <= 0) throw UsageError("size '" + text + "' must be positive");
+    return static_cast<uint64_t>(value * scale);
+}
+
+std::optional<Options> parse_command_line(int argc, const char* const* argv, bool print_help) {
+    // One spelling internally: --foo-bar and --foo_bar both become --foo_bar.
+    std::vector<std::string> args;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if (a.rfind("--", 0) == 0) {
+            const size_t end = std::min(a.find('='), a.size());
+            for (size_t k = 2; k < end; ++k)
+                if (a[k] == '-') a[k] = '_';
+        }
+        args.push_back(a);
+    }
+    Options o;
+    std::string max_shard = "5GB", max_memory = "1GiB";
+    int tp = 0, pp = 0, batch_size = 0;
+    bool low_cpu_mem_usage = false;
+    po::options_description visible(
+        "vmerge-mpi COMMAND [options]\n"
+        "  merge    checkpoint -> Hugging Face folder\n"
+        "  test     merge in memory and compare with --test_hf_dir\n"
+        "  inspect  print what was detected and the plan for --np N ranks\n"
+        "  verify   check an output folder (--target_dir) against the safetensors rules\n"
+        "Options");
+    visible.add_options()
+        ("help,h", "print this help")
+        ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp")
+        ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
+        ("target_dir", po::value(&o.target_dir), "output folder (merge) or folder to verify")
+        ("hf_config", po::value(&o.hf_config), "folder with config.json and tokenizer (default <local_dir>/huggingface)")
+        ("test_hf_dir", po::value(&o.test_hf_dir), "reference Hugging Face folder for test")
+        ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
+        ("max_shard_size", po::value(&max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
+        ("max_memory", po::value(&max_memory)->default_value("1GiB"), "buffer memory per rank")
+        ("force", po::bool_switch(&o.force), "replace an existing target folder")
+        ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied")
+        ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model head")
+        ("json", po::bool_switch(&o.json), "inspect: print JSON")
+        ("np", po::value(&o.np)->default_value(0), "inspect: plan for this many ranks")
+        ("atol", po::value(&o.atol)->default_value(0.0), "test: absolute tolerance")
+        ("rtol", po::value(&o.rtol)->default_value(0.0), "test: relative tolerance")
+        ("progress", po::value(&o.progress)->default_value(0), "progress report every N seconds (0: off)")
+        ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
+        ("tp_size", po::value(&tp), "expected tensor-parallel size (checked)")
+        ("pp_size", po::value(&pp), "expected pipeline-parallel size (checked)")
+        ("low_cpu_mem_usage", po::bool_switch(&low_cpu_mem_usage), "accepted for verl compatibility; memory is always bounded")
+        ("batch_size", po::value(&batch_size), "accepted for verl compatibility");
+    po::options_description hidden;
+    hidden.add_options()("command", po::value(&o.command));
+    po::options_description all;
+    all.add(visible).add(hidden);
+    po::positional_options_description positional;
+    positional.add("command", 1);
+    po::variables_map vm;
+    try {
+        po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+        po::notify(vm);
+    } catch (const po::error& e) {
+        throw UsageError(e.what());
+    }
+    if (vm.count("help") || o.command.empty()) {
+        if (print_help) std::cout << visible << "\n";
+        if (vm.count("help")) return std::nullopt;
+        throw UsageError("no command given (merge, test, inspect or verify)");
+    }
+    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
+        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
+    o.max_shard_size = parse_byte_size(max_shard);
+    o.max_memory = parse_byte_size(max_memory);
+    if (vm.count("tp_size")) o.tp_size = tp;
+    if (vm.count("pp_size")) o.pp_size = pp;
+    if (o.command != "verify" && o.local_dir.empty()) throw UsageError(o.command + " needs --local_dir");
+    if ((o.command == "merge" || o.command == "verify") && o.target_dir.empty())
+        throw UsageError(o.command + " needs --target_dir");
+    if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
+    if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp")
+        throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron or dcp");
+    if (o.hf_config.empty() && !o.local_dir.empty()) o.hf_config = o.local_dir + "/huggingface";
+    return o;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,48 @@
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vmerge {
+
+struct Options {
+    std::string command;          // merge | test | inspect | verify
+    std::string backend = "auto";
+    std::string local_dir;
+    std::string target_dir;
+    std::string hf_config;        // default <local_dir>/huggingface
+    std::string test_hf_dir;
+    std::string dtype = "auto";
+    uint64_t max_shard_size = 5'000'000'000;
+    uint64_t max_memory = 1ull << 30;
+    bool force = false;
+    bool tie_word_embedding = false;
+    bool is_value_model = false;
+    bool json = false;
+    bool quiet = false;
+    double atol = 0.0;
+    double rtol = 0.0;
+    int np = 0;                   // inspect: plan for this many ranks (0 = the running size)
+    int progress = 0;
+    std::optional<int> tp_size;
+    std::optional<int> pp_size;
+};
+
+// Parses argv. verl's spellings are accepted as they are, and every --long-option works with
+// dashes or underscores. Returns nullopt after printing help/version; throws UsageError.
+std::optional<Options> parse_command_line(int argc, const char* const* argv, bool print_help);
+
+// "5GB" (10^9), "5GiB" (2^30), "500MB", "1024": bytes.
+uint64_t parse_byte_size(const std::string& text);
+
+class UsageError : public std::exception {
+public:
+    explicit UsageError(std::string message) : message_(std::move(message)) {}
+    const char* what() const noexcept override { return message_.c_str(); }
+
+private:
+    std::string message_;
+};
+
+}  // namespace vmerge

@@ -1,0 +1,347 @@
+#include "driver.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "vmerge/copy_executor.h"
+#include "vmerge/dtype_cast.h"
+#include "vmerge/error.h"
+#include "vmerge/fsdp_backend.h"
+#include "vmerge/hf_config.h"
+#include "vmerge/input_file.h"
+#include "vmerge/output_folder.h"
+#include "vmerge/output_layout.h"
+#include "vmerge/output_rules.h"
+#include "vmerge/rank_work.h"
+#include "vmerge/safetensors_file.h"
+#include "vmerge/scan_serialization.h"
+#include "vmerge/torch_pickle.h"
+
+namespace vmerge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs `step` on every rank; afterwards all ranks know whether all succeeded. On any
+// failure every rank throws the same Error, naming the first failing rank and its host.
+void collective_step(Comm& comm, const std::function<void()>& step) {
+    std::string error;
+    try {
+        step();
+    } catch (const std::exception& e) {
+        error = e.what();
+        if (error.empty()) error = "unknown error";
+    }
+    const auto errors = comm.allgather(error);
+    for (int r = 0; r < comm.size(); ++r) {
+        if (errors[r].empty()) continue;
+        if (comm.size() == 1) throw Error(errors[r]);
+        const auto hosts = comm.allgather(comm.host());
+        throw Error("rank " + std::to_string(r) + " on " + hosts[r] + ": " + errors[r]);
+    }
+}
+
+struct MergeInputs {
+    FsdpCheckpoint checkpoint;
+    std::vector<ScannedFile> scans;
+    HfConfig config;
+    TensorMapping mapping;
+    std::vector<std::string> notes;
+};
+
+MergeInputs load_inputs(const Options& o, Comm& comm) {
+    MergeInputs in;
+    collective_step(comm, [&] {
+        std::string backend = o.backend;
+        if (backend == "auto") {
+            if (!looks_like_fsdp(o.local_dir))
+                throw Error(o.local_dir + ": cannot tell the checkpoint kind: no "
+                            "model_world_size_*_rank_*.pt files (FSDP). Megatron and DCP folders "
+                            "are not supported by this build yet");
+            backend = "fsdp";
+        }
+        if (backend != "fsdp")
+            throw Error("--backend " + backend + " is not supported by this build yet");
+        in.checkpoint = discover_fsdp(o.local_dir);
+        in.notes = in.checkpoint.notes;
+    });
+    // Scan: rank r parses files r, r+P, r+2P, ... and everyone receives every scan.
+    const auto& files = in.checkpoint.rank_files;
+    std::vector<std::string> mine;
+    collective_step(comm, [&] {
+        for (size_t i = comm.rank(); i < files.size(); i += comm.size())
+            mine.push_back(serialize_scan(scan_torch_file(files[i])));
+    });
+    nlohmann::json bundle = mine;
+    const auto gathered = comm.allgather(bundle.dump());
+    in.scans.resize(files.size());
+    for (int r = 0; r < comm.size(); ++r) {
+        const auto list = nlohmann::json::parse(gathered[r]);
+        for (size_t k = 0; k < list.size(); ++k)
+            in.scans[r + k * comm.size()] = deserialize_scan(list[k].get<std::string>());
+    }
+    collective_step(comm, [&] {
+        in.config = load_hf_config(o.hf_config);
+        in.mapping = map_fsdp(in.scans);
+        for (auto& note : apply_output_rules(in.mapping, in.config, parse_dtype_choice(o.dtype),
+                                             o.tie_word_embedding))
+            in.notes.push_back(note);
+    });
+    return in;
+}
+
+std::string human_bytes(uint64_t bytes) {
+    std::ostringstream s;
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        ++u;
+    }
+    s << std::fixed << std::setprecision(u ? 1 : 0) << v << " " << units[u];
+    return s.str();
+}
+
+int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
+    MergeInputs in = load_inputs(o, comm);
+    if (comm.rank() != 0) return 0;
+    const int ranks = o.np > 0 ? o.np : comm.size();
+    const auto& tensors = in.mapping.tensors;
+    const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
+    const auto work = plan_rank_work(tensors, layout, ranks);
+    nlohmann::ordered_json j;
+    j["backend"] = "fsdp";
+    j["local_dir"] = o.local_dir;
+    j["world_size"] = in.checkpoint.world_size;
+    j["world_size_inferred"] = in.checkpoint.world_size_inferred;
+    j["rank_files"] = in.checkpoint.rank_files;
+    j["architectures"] = in.config.architectures;
+    j["notes"] = in.notes;
+    // One example per distinct sharding, so a user sees mesh and placements at a glance.
+    nlohmann::ordered_json meshes = nlohmann::ordered_json::object();
+    for (const auto& e : in.scans[0].tensors) {
+        std::string key = "plain tensor (concatenated on dim 0)";
+        if (e.tensor.dtensor) {
+            const auto& d = *e.tensor.dtensor;
+            key = "mesh " + shape_to_string(d.mesh_shape) + " (";
+            for (size_t i = 0; i < d.mesh_dim_names.size(); ++i) key += (i ? "," : "") + d.mesh_dim_names[i];
+            key += ") placements (";
+            for (size_t i = 0; i < d.placements.size(); ++i) key += (i ? ", " : "") + placement_to_string(d.placements[i]);
+            key += ")";
+        }
+        if (!meshes.contains(key)) meshes[key] = nlohmann::ordered_json::array();
+        meshes[key].push_back(e.key);
+    }
+    j["shardings"] = meshes;
+    nlohmann::ordered_json tensor_list = nlohmann::ordered_json::array();
+    for (const auto& t : tensors)
+        tensor_list.push_back({{"name", t.name}, {"shape", t.shape},
+                               {"stored_dtype", std::string(torch_name(t.source_dtype))},
+                               {"dtype", std::string(torch_name(t.dtype))}, {"bytes", t.nbytes()},
+                               {"pieces", t.copies.size()}});
+    j["tensors"] = tensor_list;
+    j["total_bytes"] = layout.total_size;
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    for (const auto& f : layout.files) files.push_back({{"name", f.name}, {"bytes", f.size}, {"tensors", f.tensors.size()}});
+    j["output_files"] = files;
+    nlohmann::ordered_json plan = nlohmann::ordered_json::array();
+    for (int r = 0; r < ranks; ++r) {
+        uint64_t bytes = 0;
+        for (const auto& task : work[r]) bytes += (task.row_end - task.row_begin) * row_bytes(tensors[task.tensor]);
+        plan.push_back({{"rank", r}, {"bytes", bytes}, {"tasks", work[r].size()}});
+    }
+    j["plan"] = {{"ranks", ranks}, {"per_rank", plan}};
+    if (o.json) {
+        out << j.dump(2) << "\n";
+        return 0;
+    }
+    out << "backend      fsdp (verl layout)\n"
+        << "local_dir    " << o.local_dir << "\n"
+        << "world size   " << in.checkpoint.world_size << (in.checkpoint.world_size_inferred ? " (from file names)" : "") << "\n"
+        << "architecture " << (in.config.architectures.empty() ? "?" : in.config.architectures[0]) << "\n";
+    for (const auto& note : in.notes) out << "note         " << note << "\n";
+    for (auto it = meshes.begin(); it != meshes.end(); ++it)
+        out << "sharding     " << it.key() << ": " << it->size() << " tensors\n";
+    out << "tensors      " << tensors.size() << ", " << human_bytes(layout.total_size) << "\n";
+    for (const auto& f : layout.files)
+        out << "output       " << f.name << "  " << human_bytes(f.size) << ", " << f.tensors.size() << " tensors\n";
+    out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ":\n";
+    for (const auto& p : plan)
+        out << "  rank " << p["rank"].get<int>() << ": " << human_bytes(p["bytes"].get<uint64_t>()) << " in "
+            << p["tasks"].get<size_t>() << " row ranges\n";
+    return 0;
+}
+
+int run_merge(const Options& o, Comm& comm, std::ostream& out) {
+    const auto start = Clock::now();
+    MergeInputs in = load_inputs(o, comm);
+    const auto& tensors = in.mapping.tensors;
+    const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
+    const auto work = plan_rank_work(tensors, layout, comm.size());
+    if (comm.rank() == 0 && !o.quiet)
+        for (const auto& note : in.notes) out << "vmerge: " << note << "\n";
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) prepare_staging(o.target_dir, o.force, layout);
+    });
+    CopyStats stats;
+    try {
+        collective_step(comm, [&] {
+            OutputWriter writer(staging_path(o.target_dir), tensors, layout);
+            CopyExecutor executor(in.mapping, o.max_memory);
+            executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t, const unsigned char* data, size_t size) {
+                writer.write(t, row, data, size);
+            });
+            writer.finish();
+            stats = executor.stats();
+        });
+        collective_step(comm, [&] {
+            if (comm.rank() == 0) commit_staging(o.target_dir, o.force, o.hf_config, tensors, layout);
+        });
+    } catch (...) {
+        if (comm.rank() == 0) discard_staging(o.target_dir);
+        throw;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (comm.rank() == 0 && !o.quiet)
+        out << "vmerge: merged " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
+            << in.checkpoint.world_size << " rank files into " << o.target_dir << " (" << layout.files.size()
+            << " file" << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank"
+            << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s\n";
+    return 0;
+}
+
+// Values equal within tolerance; NaN equals NaN. Exact byte equality when both are zero.
+bool values_match(const unsigned char* a, const unsigned char* b, DType dtype, size_t count,
+                  double atol, double rtol, size_t* first_bad) {
+    const size_t esize = element_size(dtype);
+    for (size_t i = 0; i < count; ++i) {
+        if (std::memcmp(a + i * esize, b + i * esize, esize) == 0) continue;
+        if ((atol > 0 || rtol > 0) && is_floating(dtype) && can_cast(dtype, DType::F64)) {
+            double x, y;
+            cast_elements(a + i * esize, dtype, &x, DType::F64, 1);
+            cast_elements(b + i * esize, dtype, &y, DType::F64, 1);
+            if ((std::isnan(x) && std::isnan(y)) || std::fabs(x - y) <= atol + rtol * std::fabs(y)) continue;
+        }
+        *first_bad = i;
+        return false;
+    }
+    return true;
+}
+
+int run_test(const Options& o, Comm& comm, std::ostream& out) {
+    MergeInputs in = load_inputs(o, comm);
+    const auto& tensors = in.mapping.tensors;
+    HfWeights reference;
+    std::vector<std::string> problems;
+    collective_step(comm, [&] { reference = read_hf_weights(o.test_hf_dir); });
+    std::vector<bool> comparable(tensors.size(), false);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        const auto& t = tensors[i];
+        auto it = reference.by_name.find(t.name);
+        if (it == reference.by_name.end()) {
+            problems.push_back(t.name + ": in the merge, not in the reference");
+            continue;
+        }
+        const auto& e = reference.files[it->second.first].entries[it->second.second];
+        if (e.shape != t.shape) {
+            problems.push_back(t.name + ": shape " + shape_to_string(t.shape) + ", reference " + shape_to_string(e.shape));
+            continue;
+        }
+        if (e.dtype != t.dtype) {
+            problems.push_back(t.name + ": dtype " + std::string(torch_name(t.dtype)) + ", reference " +
+                               std::string(torch_name(e.dtype)));
+            continue;
+        }
+        comparable[i] = true;
+    }
+    for (const auto& [name, _] : reference.by_name) {
+        bool found = false;
+        for (const auto& t : tensors) found = found || t.name == name;
+        if (!found) problems.push_back(name + ": in the reference, not in the merge");
+    }
+    if (comm.rank() != 0) problems.clear();
+    const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
+    const auto work = plan_rank_work(tensors, layout, comm.size());
+    std::vector<std::string> value_problems;
+    collective_step(comm, [&] {
+        CopyExecutor executor(in.mapping, o.max_memory);
+        std::map<std::string, std::unique_ptr<InputFile>> files;
+        std::vector<unsigned char> expected;
+        executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
+            if (!comparable[t] || value_problems.size() >= 10) return;
+            const auto [f, e] = reference.by_name.at(tensors[t].name);
+            const auto& entry = reference.files[f].entries[e];
+            auto& file = files[reference.files[f].path];
+            if (!file) file = std::make_unique<InputFile>(reference.files[f].path);
+            expected.resize(size);
+            file->read_exact(entry.begin + row * row_bytes(tensors[t]), expected.data(), size, "reference tensor");
+            size_t bad = 0;
+            const size_t count = size / element_size(tensors[t].dtype);
+            if (!values_match(data, expected.data(), tensors[t].dtype, count, o.atol, o.rtol, &bad)) {
+                const size_t row_elems = row_bytes(tensors[t]) / element_size(tensors[t].dtype);
+                value_problems.push_back(tensors[t].name + ": values differ first at row " +
+                                         std::to_string(row + static_cast<int64_t>(bad / std::max<size_t>(row_elems, 1))) +
+                                         " (rows " + std::to_string(row) + ".." + std::to_string(row_end) + " checked)");
+            }
+        });
+    });
+    nlohmann::json mine = value_problems;
+    const auto gathered = comm.allgather(mine.dump());
+    for (const auto& g : gathered)
+        for (const auto& p : nlohmann::json::parse(g)) problems.push_back(p.get<std::string>());
+    if (comm.rank() != 0) return problems.empty() ? 0 : 1;
+    if (problems.empty()) {
+        out << "vmerge test: OK, " << tensors.size() << " tensors match " << o.test_hf_dir
+            << (o.atol > 0 || o.rtol > 0 ? " within tolerance" : " bit for bit") << "\n";
+        return 0;
+    }
+    out << "vmerge test: " << problems.size() << " difference" << (problems.size() > 1 ? "s" : "")
+        << " against " << o.test_hf_dir << ":\n";
+    for (size_t i = 0; i < problems.size() && i < 20; ++i) out << "  " << problems[i] << "\n";
+    return 1;
+}
+
+int run_verify(const Options& o, Comm& comm, std::ostream& out) {
+    std::vector<std::string> warnings;
+    HfWeights weights;
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        weights = read_hf_weights(o.target_dir);
+        for (const auto& f : weights.files) {
+            for (const auto& w : f.convention_warnings) warnings.push_back(f.path + ": " + w);
+            auto it = f.metadata.find("format");
+            if (it == f.metadata.end() || it->second != "pt")
+                warnings.push_back(f.path + ": __metadata__ lacks {\"format\":\"pt\"} (transformers < 4.4x fails on it)");
+        }
+    });
+    if (comm.rank() != 0) return 0;
+    for (const auto& w : warnings) out << "warning: " << w << "\n";
+    out << "vmerge verify: OK, " << weights.by_name.size() << " tensors in " << weights.files.size() << " file"
+        << (weights.files.size() > 1 ? "s" : "") << " follow the safetensors rules\n";
+    return 0;
+}
+
+}  // namespace
+
+int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
+    try {
+        if (o.command == "inspect") return run_inspect(o, comm, out);
+        if (o.command == "merge") return run_merge(o, comm, out);
+        if (o.command == "test") return run_test(o, comm, out);
+        if (o.command == "verify") return run_verify(o, comm, out);
+        throw Error("unknown command " + o.command);
+    } catch (const std::exception& e) {
+        if (comm.rank() == 0) err << "vmerge-mpi: error: " << e.what() << "\n";
+        return 1;
+    }
+}
+
+}  // namespace vmerge

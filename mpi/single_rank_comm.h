@@ -1,0 +1,15 @@
+#pragma once
+#include "comm.h"
+
+namespace vmerge {
+
+class SingleRankComm : public Comm {
+public:
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    std::string host() const override;
+    std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
+    void barrier() override {}
+};
+
+}  // namespace vmerge

@@ -1,0 +1,149 @@
+#include "vmerge/copy_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "vmerge/dtype_cast.h"
+#include "vmerge/error.h"
+
+namespace vmerge {
+namespace {
+
+// Row-major strides (elements) of a shape.
+Shape contiguous_strides(const Shape& shape) {
+    Shape strides(shape.size(), 1);
+    for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
+    return strides;
+}
+
+}  // namespace
+
+CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory)
+    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)) {}
+
+const InputFile& CopyExecutor::open(const std::string& path) {
+    auto& slot = files_[path];
+    if (!slot) slot = std::make_unique<InputFile>(path);
+    return *slot;
+}
+
+void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink) {
+    for (const WriteTask& task : tasks) {
+        const OutputTensor& t = mapping_.tensors.at(task.tensor);
+        const uint64_t out_row = row_bytes(t);
+        const uint64_t src_row = out_row / element_size(t.dtype) * element_size(t.source_dtype);
+        const uint64_t per_row = src_row + (t.dtype != t.source_dtype ? out_row : 0);
+        const int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(max_memory_ / 2 / std::max<uint64_t>(per_row, 1)));
+        for (int64_t row = task.row_begin; row < task.row_end; row += block_rows) {
+            const int64_t end = std::min(task.row_end, row + block_rows);
+            const size_t rows = static_cast<size_t>(end - row);
+            block_.resize(rows * src_row);
+            assemble(t, row, end, block_.data());
+            const unsigned char* data = block_.data();
+            if (t.dtype != t.source_dtype) {
+                cast_.resize(rows * out_row);
+                cast_elements(block_.data(), t.source_dtype, cast_.data(), t.dtype,
+                              rows * out_row / element_size(t.dtype));
+                data = cast_.data();
+            }
+            sink(task.tensor, row, end, data, rows * out_row);
+            stats_.bytes_written += rows * out_row;
+        }
+    }
+}
+
+void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
+                            unsigned char* block) {
+    Shape block_shape = t.shape;
+    if (block_shape.empty()) {
+        block_shape = {};
+    } else {
+        block_shape[0] = row_end - row_begin;
+    }
+    for (const BoxCopy& copy : t.copies) {
+        Shape src_start = copy.src_start, dst_start = copy.dst_start, extent = copy.extent;
+        if (!t.shape.empty()) {
+            const int64_t lo = std::max(row_begin, copy.dst_start[0]);
+            const int64_t hi = std::min(row_end, copy.dst_start[0] + copy.extent[0]);
+            if (lo >= hi) continue;
+            src_start[0] += lo - copy.dst_start[0];
+            dst_start[0] = lo - row_begin;
+            extent[0] = hi - lo;
+        }
+        copy_box(mapping_.sources[copy.source], src_start, extent, block_shape, dst_start, block);
+    }
+}
+
+void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
+                            const Shape& block_shape, const Shape& dst_start, unsigned char* block) {
+    const size_t esize = element_size(src.dtype);
+    const size_t ndim = extent.size();
+    if (numel(extent) == 0) return;
+    const Shape dst_strides = contiguous_strides(block_shape);
+    int64_t first_src = src.storage_offset, first_dst = 0, last_src = src.storage_offset;
+    for (size_t d = 0; d < ndim; ++d) {
+        first_src += src_start[d] * src.stride[d];
+        last_src += (src_start[d] + extent[d] - 1) * src.stride[d];
+        first_dst += dst_start[d] * dst_strides[d];
+    }
+    const InputFile& file = open(src.storage.file);
+    const uint64_t file_offset = src.storage.byte_offset + static_cast<uint64_t>(first_src) * esize;
+    const uint64_t span = static_cast<uint64_t>(last_src - first_src + 1) * esize;
+
+    // The box is one contiguous run in both source and destination when, past its first
+    // dim, it spans whole rows of a contiguous source and of the block.
+    bool one_run = src.is_contiguous();
+    for (size_t d = 1; d < ndim && one_run; ++d)
+        one_run = extent[d] == src.shape[d] && extent[d] == block_shape[d];
+    if (one_run) {
+        file.read_exact(file_offset, block + first_dst * esize, span, "tensor data");
+        stats_.bytes_read += span;
+        ++stats_.reads;
+        return;
+    }
+    // General case: read the covering span once, then gather row by row along the last dim.
+    if (span > max_memory_ && ndim > 0 && extent[0] > 1) {
+        // Split along dim 0 so the span stays bounded.
+        const int64_t half = extent[0] / 2;
+        Shape s2 = src_start, d2 = dst_start, e1 = extent, e2 = extent;
+        e1[0] = half;
+        e2[0] = extent[0] - half;
+        s2[0] += half;
+        d2[0] += half;
+        copy_box(src, src_start, e1, block_shape, dst_start, block);
+        copy_box(src, s2, e2, block_shape, d2, block);
+        return;
+    }
+    span_.resize(span);
+    file.read_exact(file_offset, span_.data(), span, "tensor data");
+    stats_.bytes_read += span;
+    ++stats_.reads;
+    const int64_t inner = ndim ? extent[ndim - 1] : 1;
+    const int64_t inner_src_stride = ndim ? src.stride[ndim - 1] : 1;
+    std::vector<int64_t> index(ndim > 0 ? ndim - 1 : 0, 0);
+    while (true) {
+        int64_t s = 0, t = first_dst;
+        for (size_t d = 0; d + 1 < ndim; ++d) {
+            s += index[d] * src.stride[d];
+            t += index[d] * dst_strides[d];
+        }
+        const unsigned char* from = span_.data() + s * esize;
+        unsigned char* to = block + t * esize;
+        if (inner_src_stride == 1) {
+            std::memcpy(to, from, inner * esize);
+        } else {
+            for (int64_t k = 0; k < inner; ++k)
+                std::memcpy(to + k * esize, from + k * inner_src_stride * esize, esize);
+        }
+        size_t d = index.size();
+        while (d > 0) {
+            --d;
+            if (++index[d] < extent[d]) break;
+            index[d] = 0;
+            if (d == 0) return;
+        }
+        if (index.empty()) return;
+    }
+}
+
+}  // namespace vmerge

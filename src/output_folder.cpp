@@ -1,0 +1,167 @@
+#include "vmerge/output_folder.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "vmerge/error.h"
+#include "vmerge/rank_work.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+void pwrite_all(int fd, const unsigned char* data, size_t size, uint64_t offset, const std::string& path) {
+    while (size > 0) {
+        ssize_t n = ::pwrite(fd, data, size, static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0)
+            throw Error(path + ": write of " + std::to_string(size) + " bytes at offset " +
+                        std::to_string(offset) + " failed: " + errno_text());
+        data += n;
+        size -= static_cast<size_t>(n);
+        offset += static_cast<uint64_t>(n);
+    }
+}
+
+void fsync_path(const std::string& path, bool directory) {
+    int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
+}
+
+bool is_weight_file(const std::string& name) {
+    auto ends_with = [&](const char* suffix) { return name.ends_with(suffix); };
+    return ends_with(".safetensors") || ends_with(".bin") || ends_with(".pt") || ends_with(".pth") ||
+           name == "model.safetensors.index.json" || name == "pytorch_model.bin.index.json";
+}
+
+}  // namespace
+
+std::string staging_path(const std::string& target) {
+    fs::path t = fs::path(target).lexically_normal();
+    if (t.filename().empty()) t = t.parent_path();
+    return (t.parent_path() / ("." + t.filename().string() + ".vmerge-staging")).string();
+}
+
+void prepare_staging(const std::string& target, bool force, const OutputLayout& layout) {
+    std::error_code ec;
+    if (fs::exists(target, ec) && !force)
+        throw Error(target + ": already exists; pass --force to replace it");
+    const std::string staging = staging_path(target);
+    fs::remove_all(staging, ec);
+    fs::create_directories(staging, ec);
+    if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
+    for (const OutputFile& file : layout.files) {
+        const std::string path = staging + "/" + file.name;
+        int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) throw Error(path + ": cannot create: " + errno_text());
+        try {
+            pwrite_all(fd, reinterpret_cast<const unsigned char*>(file.header.data()), file.header.size(), 0, path);
+            if (::ftruncate(fd, static_cast<off_t>(file.size)) != 0)
+                throw Error(path + ": cannot size to " + std::to_string(file.size) + " bytes: " + errno_text());
+        } catch (...) {
+            ::close(fd);
+            throw;
+        }
+        ::close(fd);
+    }
+}
+
+OutputWriter::OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,
+                           const OutputLayout& layout)
+    : staging_(staging), tensors_(tensors), layout_(layout), fds_(layout.files.size(), -1) {}
+
+OutputWriter::~OutputWriter() {
+    for (int fd : fds_)
+        if (fd >= 0) ::close(fd);
+}
+
+int OutputWriter::fd_for(size_t file) {
+    if (fds_[file] < 0) {
+        const std::string path = staging_ + "/" + layout_.files[file].name;
+        fds_[file] = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fds_[file] < 0) throw Error(path + ": cannot open for writing: " + errno_text());
+    }
+    return fds_[file];
+}
+
+void OutputWriter::write(size_t tensor, int64_t row_begin, const unsigned char* data, size_t size) {
+    const TensorLocation& where = layout_.locations[tensor];
+    const uint64_t offset = where.offset + static_cast<uint64_t>(row_begin) * row_bytes(tensors_[tensor]);
+    pwrite_all(fd_for(where.file), data, size, offset, staging_ + "/" + layout_.files[where.file].name);
+}
+
+void OutputWriter::finish() {
+    for (size_t f = 0; f < fds_.size(); ++f) {
+        if (fds_[f] < 0) continue;
+        if (::fsync(fds_[f]) != 0)
+            throw Error(staging_ + "/" + layout_.files[f].name + ": fsync failed: " + errno_text());
+        ::close(fds_[f]);
+        fds_[f] = -1;
+    }
+}
+
+std::vector<std::string> non_weight_files(const std::string& hf_dir) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    if (!fs::is_directory(hf_dir, ec)) return out;
+    for (auto it = fs::recursive_directory_iterator(hf_dir); it != fs::recursive_directory_iterator(); ++it) {
+        if (!it->is_regular_file()) continue;
+        const std::string name = it->path().filename().string();
+        if (is_weight_file(name)) continue;
+        out.push_back(fs::relative(it->path(), hf_dir).string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+void commit_staging(const std::string& target, bool force, const std::string& hf_dir,
+                    const std::vector<OutputTensor>& tensors, const OutputLayout& layout) {
+    const std::string staging = staging_path(target);
+    for (const std::string& rel : non_weight_files(hf_dir)) {
+        const fs::path to = fs::path(staging) / rel;
+        fs::create_directories(to.parent_path());
+        std::error_code ec;
+        fs::copy_file(fs::path(hf_dir) / rel, to, fs::copy_options::overwrite_existing, ec);
+        if (ec) throw Error(hf_dir + "/" + rel + ": cannot copy: " + ec.message());
+        fsync_path(to.string(), false);
+    }
+    if (layout.files.size() > 1) {
+        const std::string path = staging + "/model.safetensors.index.json";
+        std::ofstream out(path, std::ios::binary);
+        out << index_json(tensors, layout);
+        out.close();
+        if (!out) throw Error(path + ": cannot write the index");
+        fsync_path(path, false);
+    }
+    fsync_path(staging, true);
+    std::error_code ec;
+    std::string old;
+    if (fs::exists(target, ec)) {
+        if (!force) throw Error(target + ": appeared during the merge; pass --force to replace it");
+        old = staging + ".old";
+        fs::remove_all(old, ec);
+        fs::rename(target, old, ec);
+        if (ec) throw Error(target + ": cannot move the old folder aside: " + ec.message());
+    }
+    fs::rename(staging, target, ec);
+    if (ec) throw Error(target + ": cannot move the merged folder into place: " + ec.message());
+    fsync_path(fs::path(target).lexically_normal().parent_path().string(), true);
+    if (!old.empty()) fs::remove_all(old, ec);
+}
+
+void discard_staging(const std::string& target) {
+    std::error_code ec;
+    fs::remove_all(staging_path(target), ec);
+}
+
+}  // namespace vmerge

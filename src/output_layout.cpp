@@ -1,0 +1,93 @@
+#include "vmerge/output_layout.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "vmerge/error.h"
+
+namespace vmerge {
+
+std::string safetensors_header(const std::vector<const OutputTensor*>& tensors) {
+    // Built by hand to keep the safetensors writer's order: __metadata__ first, then the
+    // tensors in offset order (nlohmann's object would sort the keys).
+    std::string json = R"({"__metadata__":{"format":"pt"})";
+    uint64_t offset = 0;
+    for (const OutputTensor* t : tensors) {
+        json += "," + nlohmann::json(t->name).dump() + ":{\"dtype\":\"" +
+                std::string(safetensors_name(t->dtype)) + "\",\"shape\":[";
+        for (size_t d = 0; d < t->shape.size(); ++d)
+            json += (d ? "," : "") + std::to_string(t->shape[d]);
+        const uint64_t end = offset + t->nbytes();
+        json += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+        offset = end;
+    }
+    json += "}";
+    json.append((8 - json.size() % 8) % 8, ' ');
+    if (json.size() > 100'000'000)
+        throw Error("safetensors header of " + std::to_string(json.size()) +
+                    " bytes exceeds the 100,000,000-byte limit readers accept; lower --max-shard-size");
+    std::string header(8, '\0');
+    uint64_t n = json.size();
+    for (int i = 0; i < 8; ++i) header[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+    return header + json;
+}
+
+OutputLayout plan_output_layout(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size) {
+    OutputLayout layout;
+    std::vector<std::vector<size_t>> groups;
+    uint64_t current = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        const uint64_t bytes = tensors[i].nbytes();
+        if (groups.empty() || (current > 0 && current + bytes > max_shard_size)) {
+            groups.emplace_back();
+            current = 0;
+        }
+        groups.back().push_back(i);
+        current += bytes;
+        layout.total_size += bytes;
+    }
+    if (groups.empty()) groups.emplace_back();
+    layout.locations.resize(tensors.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+        OutputFile file;
+        if (groups.size() == 1) {
+            file.name = "model.safetensors";
+        } else {
+            char name[64];
+            std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
+            file.name = name;
+        }
+        file.tensors = groups[g];
+        std::stable_sort(file.tensors.begin(), file.tensors.end(), [&](size_t a, size_t b) {
+            const size_t ea = element_size(tensors[a].dtype), eb = element_size(tensors[b].dtype);
+            if (ea != eb) return ea > eb;
+            return tensors[a].name < tensors[b].name;
+        });
+        std::vector<const OutputTensor*> ordered;
+        for (size_t i : file.tensors) ordered.push_back(&tensors[i]);
+        file.header = safetensors_header(ordered);
+        uint64_t offset = file.header.size();
+        for (size_t i : file.tensors) {
+            layout.locations[i] = {g, offset};
+            offset += tensors[i].nbytes();
+        }
+        file.size = offset;
+        layout.files.push_back(std::move(file));
+    }
+    return layout;
+}
+
+std::string index_json(const std::vector<OutputTensor>& tensors, const OutputLayout& layout) {
+    nlohmann::json index;
+    uint64_t parameters = 0;
+    for (const auto& t : tensors) parameters += static_cast<uint64_t>(numel(t.shape));
+    index["metadata"] = {{"total_size", layout.total_size}, {"total_parameters", parameters}};
+    index["weight_map"] = nlohmann::json::object();
+    for (size_t i = 0; i < tensors.size(); ++i)
+        index["weight_map"][tensors[i].name] = layout.files[layout.locations[i].file].name;
+    return index.dump(2) + "\n";
+}
+
+}  // namespace vmerge
