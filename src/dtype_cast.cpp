@@ -11,7 +11,9 @@ namespace vmerge {
 
 uint16_t f32_to_bf16(float value) {
     const uint32_t bits = std::bit_cast<uint32_t>(value);
-    if (std::isnan(value)) return 0x7FC0;
+    // torch's vectorised CPU conversion (what .to(torch.bfloat16) runs on a CPU tensor, as
+    // the Python merger does) writes 0xFFFF for every NaN; match it bit for bit.
+    if (std::isnan(value)) return 0xFFFF;
     const uint32_t rounding_bias = 0x7FFF + ((bits >> 16) & 1);
     return static_cast<uint16_t>((bits + rounding_bias) >> 16);
 }

@@ -11,7 +11,7 @@ namespace vmerge {
 bool can_cast(DType from, DType to);
 
 // Converts `count` elements. Narrowing rounds to nearest even, as torch's .to() does;
-// F32 -> BF16 maps every NaN to 0x7FC0 like c10::BFloat16. Overflow gives infinity.
+// F32 -> BF16 maps every NaN to 0xFFFF as torch's CPU kernels do. Overflow gives infinity.
 void cast_elements(const void* src, DType from, void* dst, DType to, size_t count);
 
 uint16_t f32_to_bf16(float value);

@@ -216,7 +216,6 @@ TEST(Pickle, Integers) {
     EXPECT_EQ(load_int(raw({0x8a, 1, 0xff})), -1);
     EXPECT_EQ(load_int(raw({0x8a, 1, 0x7f})), 127);
     EXPECT_EQ(load_int(raw({0x8a, 2, 0x00, 0x80})), -32768);
-    EXPECT_EQ(load_int(raw({0x8a, 2, 0x00, 0x80}) + ""), -32768);
     EXPECT_EQ(load_int(raw({0x8a, 3, 0x00, 0x80, 0x00})), 32768);
     EXPECT_EQ(load_int(raw({0x8a, 5, 0x00, 0x00, 0x00, 0x80, 0x00})), 2147483648);
     EXPECT_EQ(load_int(raw({0x8a, 6, 0x01, 0x00, 0x00, 0x00, 0x00, 0xff})), -1099511627775);
@@ -298,7 +297,7 @@ TEST(Pickle, Protocol0TextForms) {
 TEST(Pickle, Protocol0ObjectsAndMemo) {
     // INST, OBJ, PUT/GET and PERSID text forms.
     const ValuePtr root = load("(lp0\n(I1\nimod\nCls\np1\na(cmod\nOther\nI2\nop2\nag1\naPkey\nag0\n"
-                               "0a.");
+                               "0.");
     ASSERT_EQ(root->kind, Kind::List);
     ASSERT_EQ(root->items.size(), 4u);
     const Value& inst = *root->items[0];
@@ -349,7 +348,7 @@ TEST(Pickle, OrderedDictReduceBuildAndObjects) {
     ASSERT_NE(root->state, nullptr);
     EXPECT_EQ(pk::dict_get(*root->state, "_metadata")->kind, Kind::Dict);
     // OrderedDict called with arguments is not an empty dict.
-    EXPECT_EQ(load(proto(2) + "ccollections\nOrderedDict\n])" + raw({0x85}) + "R.")->kind,
+    EXPECT_EQ(load(proto(2) + "ccollections\nOrderedDict\n]" + raw({0x85}) + "R.")->kind,
               Kind::Object);
     expect_load_fails(proto(2) + "cm\nf\nNR.", "must be a tuple");
     expect_load_fails(proto(2) + "NN" + "b.", "BUILD needs an object");
@@ -359,10 +358,10 @@ TEST(Pickle, OrderedDictReduceBuildAndObjects) {
 TEST(Pickle, ItemsOnObjectsPersistentIdsAndNewObjEx) {
     // REDUCE(...) followed by APPENDS and SETITEMS, as __reduce__ list/dict iterators do.
     const std::string bytes = proto(4) + "cm\nC\n)R(K" + raw({1}) + "K" + raw({2}) + "e(" +
-                              short_binunicode("k") + "N" + "u" + "(" + short_binunicode("s") +
-                              short_binunicode("0") + raw({0x86, 0x51}) + "t" + "cm\nD\n)}" +
-                              short_binunicode("kw") + "K" + raw({7}) + "s" + raw({0x92, 0x86}) +
-                              ".";
+                              short_binunicode("k") + "Nu" + short_binunicode("s") +
+                              short_binunicode("0") + raw({0x86, 0x51, 0x85}) + "a" +
+                              "cm\nD\n)}" + short_binunicode("kw") + "K" + raw({7}) + "s" +
+                              raw({0x92, 0x86}) + ".";
     const ValuePtr root = load(bytes);
     ASSERT_EQ(root->kind, Kind::Tuple);
     const Value& object = *root->items.at(0);
@@ -434,8 +433,6 @@ TEST(Pickle, HugeLengthsFailWithoutAllocating) {
     expect_load_fails(proto(2) + raw({0x8b}) + le(0xFFFFFFF0, 4) + ".", "negative length");
     expect_load_fails(proto(2) + raw({0x8b}) + le(0x7FFFFFFF, 4) + ".", "runs past the end");
     expect_load_fails(proto(2) + "T" + le(0x80000000, 4) + ".", "negative length");
-    expect_load_fails(proto(4) + frame("N.") + "junk" + raw({0x95}) + le(UINT64_MAX, 8),
-                      "");  // the STOP inside the first frame ends the load before the bad frame
     expect_load_fails(proto(4) + raw({0x95}) + le(1000, 8) + "N.", "frame of 1000 bytes");
 }
 
