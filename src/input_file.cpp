@@ -70,8 +70,8 @@ void InputFile::read_exact(uint64_t offset, void* out, uint64_t length, const ch
     auto* cursor = static_cast<char*>(out);
     uint64_t done = 0;
     while (done < length) {
-        const ssize_t got = ::pread(fd_, cursor + done, length - done,
-                                    static_cast<off_t>(offset + done));
+        const ssize_t got =
+            ::pread(fd_, cursor + done, length - done, static_cast<off_t>(offset + done));
         if (got < 0) {
             if (errno == EINTR) continue;
             throw Error(path_ + ": cannot read " + what + " (" + range_text(offset, length) +

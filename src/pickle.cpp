@@ -4,7 +4,6 @@
 #include <bit>
 #include <charconv>
 #include <cstdio>
-#include <initializer_list>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -232,7 +231,8 @@ private:
         stack_.push_back(std::move(value));
     }
     const ValuePtr& top(const char* expected) {
-        if (stack_.size() <= frame_start()) fail(std::string("stack underflow: expected ") + expected);
+        if (stack_.size() <= frame_start())
+            fail(std::string("stack underflow: expected ") + expected);
         return stack_.back();
     }
     ValuePtr pop(const char* expected) {
@@ -293,9 +293,10 @@ ValuePtr Interpreter::make_integer_from_le(std::string_view twos_complement) {
 ValuePtr Interpreter::make_integer_from_decimal(std::string_view text) {
     const bool negative = !text.empty() && text.front() == '-';
     std::string_view digits = text;
-    if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) digits.remove_prefix(1);
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
-                                       [](char c) { return c >= '0' && c <= '9'; })) {
+    if (!digits.empty() && (digits.front() == '-' || digits.front() == '+'))
+        digits.remove_prefix(1);
+    if (digits.empty() ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
         fail("'" + std::string(text.substr(0, 40)) + "' is not a decimal integer");
     }
     if (digits.size() > kMaxDecimalDigits) {
@@ -436,7 +437,9 @@ std::string Interpreter::decode_string_literal(std::string_view line) {
             case 'n': out.push_back('\n'); break;
             case 'r': out.push_back('\r'); break;
             case 't': out.push_back('\t'); break;
-            case '\\': case '\'': case '"': out.push_back(escaped); break;
+            case '\\':
+            case '\'':
+            case '"': out.push_back(escaped); break;
             case 'x': {
                 const bool has_two_digits = i + 2 < body.size();
                 const int high = has_two_digits ? hex_digit(body[i + 1]) : -1;
@@ -458,9 +461,10 @@ std::string Interpreter::decode_string_literal(std::string_view line) {
 std::string Interpreter::decode_raw_unicode_escape(std::string_view line) {
     std::string out;
     for (size_t i = 0; i < line.size(); ++i) {
-        const size_t digits = (line[i] == '\\' && i + 1 < line.size())
-                                  ? (line[i + 1] == 'u' ? 4 : line[i + 1] == 'U' ? 8 : 0)
-                                  : 0;
+        const size_t digits = (line[i] == '\\' && i + 1 < line.size()) ? (line[i + 1] == 'u'   ? 4
+                                                                          : line[i + 1] == 'U' ? 8
+                                                                                               : 0)
+                                                                       : 0;
         if (digits == 0) {
             append_utf8(out, static_cast<uint8_t>(line[i]));
             continue;
@@ -573,7 +577,8 @@ ValuePtr Interpreter::run() {
             }
             case kBinFloat: {
                 uint64_t bits = 0;  // big-endian, unlike every other binary field
-                for (const char byte : take(8, "BINFLOAT")) bits = (bits << 8) | static_cast<uint8_t>(byte);
+                for (const char byte : take(8, "BINFLOAT"))
+                    bits = (bits << 8) | static_cast<uint8_t>(byte);
                 push(make_float(std::bit_cast<double>(bits)));
                 break;
             }
@@ -592,7 +597,9 @@ ValuePtr Interpreter::run() {
             case kShortBinUnicode:
                 push(make_text(Kind::String, read_counted(1, "SHORT_BINUNICODE text")));
                 break;
-            case kBinUnicode: push(make_text(Kind::String, read_counted(4, "BINUNICODE text"))); break;
+            case kBinUnicode:
+                push(make_text(Kind::String, read_counted(4, "BINUNICODE text")));
+                break;
             case kBinUnicode8:
                 push(make_text(Kind::String, read_counted(8, "BINUNICODE8 text")));
                 break;
@@ -618,8 +625,7 @@ ValuePtr Interpreter::run() {
                 push(make_text(Kind::Bytes, read_counted(8, "BYTEARRAY8 data")));
                 break;
             case kNextBuffer:
-            case kReadOnlyBuffer:
-                fail("out-of-band buffers (pickle protocol 5) are not supported");
+            case kReadOnlyBuffer: fail("out-of-band buffers (pickle protocol 5) are not supported");
 
             case kEmptyTuple: push(make(Kind::Tuple)); break;
             case kTuple1:

@@ -49,8 +49,8 @@ public:
     [[noreturn]] void fail(uint64_t offset, const std::string& what) const {
         std::string where = file_.path() + ": ZIP archive";
         if (base_ != 0) where += " at offset " + std::to_string(base_);
-        throw Error(where + ", byte " + std::to_string(offset) + " of " +
-                    std::to_string(length_) + ": " + what);
+        throw Error(where + ", byte " + std::to_string(offset) + " of " + std::to_string(length_) +
+                    ": " + what);
     }
 
     bool contains(uint64_t offset, uint64_t size) const {
@@ -89,8 +89,7 @@ CentralDirLocation locate_central_dir(const ArchiveReader& archive) {
     if (archive.length() < kEndOfCentralDirSize) {
         archive.fail(0, "too short for a ZIP end-of-central-directory record");
     }
-    const uint64_t tail_size =
-        std::min(archive.length(), kEndOfCentralDirSize + kMaxCommentSize);
+    const uint64_t tail_size = std::min(archive.length(), kEndOfCentralDirSize + kMaxCommentSize);
     const uint64_t tail_start = archive.length() - tail_size;
     const std::string tail = archive.read(tail_start, tail_size, "ZIP archive tail");
     const unsigned char* t = bytes_of(tail);
@@ -115,8 +114,8 @@ CentralDirLocation locate_central_dir(const ArchiveReader& archive) {
     // torch always writes a ZIP64 locator right before the classic record; when present its
     // values replace the clamped 16/32-bit ones.
     if (eocd_offset >= kZip64LocatorSize) {
-        const std::string locator = archive.read(eocd_offset - kZip64LocatorSize,
-                                                 kZip64LocatorSize, "ZIP64 locator");
+        const std::string locator =
+            archive.read(eocd_offset - kZip64LocatorSize, kZip64LocatorSize, "ZIP64 locator");
         if (le32(bytes_of(locator)) == kZip64LocatorSignature) {
             const uint64_t zip64_offset = le64(bytes_of(locator) + 8);
             const uint64_t zip64_limit = eocd_offset - kZip64LocatorSize;
@@ -130,8 +129,9 @@ CentralDirLocation locate_central_dir(const ArchiveReader& archive) {
                                                     "ZIP64 end-of-central-directory record");
             const unsigned char* z = bytes_of(record);
             if (le32(z) != kZip64EndOfCentralDirSignature) {
-                archive.fail(zip64_offset, "no ZIP64 end-of-central-directory signature where "
-                                           "the ZIP64 locator points");
+                archive.fail(zip64_offset,
+                             "no ZIP64 end-of-central-directory signature where "
+                             "the ZIP64 locator points");
             }
             location = {le64(z + 48), le64(z + 40), le64(z + 32), zip64_offset};
         }
@@ -157,9 +157,9 @@ CentralDirLocation locate_central_dir(const ArchiveReader& archive) {
 }
 
 // Replaces the 32-bit fields marked 0xFFFFFFFF by the u64 values of the ZIP64 extra block.
-void apply_zip64_extra(const ArchiveReader& archive, uint64_t entry_offset,
-                       const std::string& name, const unsigned char* extra, uint64_t extra_size,
-                       uint64_t& uncompressed, uint64_t& compressed, uint64_t& local_offset) {
+void apply_zip64_extra(const ArchiveReader& archive, uint64_t entry_offset, const std::string& name,
+                       const unsigned char* extra, uint64_t extra_size, uint64_t& uncompressed,
+                       uint64_t& compressed, uint64_t& local_offset) {
     uint64_t* fields[] = {&uncompressed, &compressed, &local_offset};
     uint64_t pos = 0;
     while (pos + 4 <= extra_size) {
@@ -218,8 +218,8 @@ ZipArchive ZipArchive::open(const InputFile& file, uint64_t base, uint64_t lengt
         }
         const unsigned char* entry = cd + pos;
         if (le32(entry) != kCentralHeaderSignature) {
-            archive.fail(entry_offset, "no central directory signature for entry #" +
-                                           std::to_string(index));
+            archive.fail(entry_offset,
+                         "no central directory signature for entry #" + std::to_string(index));
         }
         const uint16_t method = le16(entry + 10);
         uint64_t compressed = le32(entry + 20);
@@ -246,19 +246,18 @@ ZipArchive ZipArchive::open(const InputFile& file, uint64_t base, uint64_t lengt
         }
         if (compressed != uncompressed) {
             archive.fail(entry_offset, "stored record '" + name + "' has compressed size " +
-                                           std::to_string(compressed) +
-                                           " != uncompressed size " +
+                                           std::to_string(compressed) + " != uncompressed size " +
                                            std::to_string(uncompressed));
         }
         // The local extra field differs from the central one (torch pads it for alignment),
         // so the data offset needs the local header itself.
-        const std::string local = archive.read(local_offset, kLocalHeaderSize,
-                                               "local header of record '" + name + "'");
+        const std::string local =
+            archive.read(local_offset, kLocalHeaderSize, "local header of record '" + name + "'");
         if (le32(bytes_of(local)) != kLocalHeaderSignature) {
             archive.fail(local_offset, "no local header signature for record '" + name + "'");
         }
-        const uint64_t data_offset = local_offset + kLocalHeaderSize +
-                                     le16(bytes_of(local) + 26) + le16(bytes_of(local) + 28);
+        const uint64_t data_offset = local_offset + kLocalHeaderSize + le16(bytes_of(local) + 26) +
+                                     le16(bytes_of(local) + 28);
         if (!archive.contains(data_offset, uncompressed)) {
             archive.fail(local_offset, "data of record '" + name + "' (" +
                                            std::to_string(uncompressed) + " bytes at offset " +
@@ -269,8 +268,8 @@ ZipArchive ZipArchive::open(const InputFile& file, uint64_t base, uint64_t lengt
         if (index == 0) {
             const size_t slash = name.find('/');
             if (slash == std::string::npos) {
-                archive.fail(entry_offset, "first record '" + name +
-                                               "' has no '/' so the archive has no prefix");
+                archive.fail(entry_offset,
+                             "first record '" + name + "' has no '/' so the archive has no prefix");
             }
             result.prefix_ = name.substr(0, slash);
         }

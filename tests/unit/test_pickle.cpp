@@ -41,7 +41,9 @@ std::string le(uint64_t value, int width) {
     for (int i = 0; i < width; ++i) out.push_back(static_cast<char>(value >> (8 * i)));
     return out;
 }
-std::string binunicode(std::string_view text) { return "X" + le(text.size(), 4) + std::string(text); }
+std::string binunicode(std::string_view text) {
+    return "X" + le(text.size(), 4) + std::string(text);
+}
 std::string short_binunicode(std::string_view text) {
     return raw({0x8c}) + le(text.size(), 1) + std::string(text);
 }
@@ -150,8 +152,8 @@ TEST(Pickle, RealDcpMetadataProtocol4) {
 
 TEST(Pickle, Protocol2Containers) {
     // {'a': [1, (None, True, False)], 'b': <the same list>} with memo sharing.
-    const std::string bytes = proto(2) + "}q" + raw({0}) + "(" + binunicode("a") + "]q" +
-                              raw({1}) + "(K" + raw({1}) + "N" + raw({0x88, 0x89, 0x87}) + "e" +
+    const std::string bytes = proto(2) + "}q" + raw({0}) + "(" + binunicode("a") + "]q" + raw({1}) +
+                              "(K" + raw({1}) + "N" + raw({0x88, 0x89, 0x87}) + "e" +
                               binunicode("b") + "h" + raw({1}) + "u.";
     const ValuePtr root = load(bytes);
     ASSERT_EQ(root->kind, Kind::Dict);
@@ -172,10 +174,10 @@ TEST(Pickle, Protocol2Containers) {
 }
 
 TEST(Pickle, Protocol4FrameStackGlobalMemoize) {
-    const std::string body = short_binunicode("pkg.mod") + raw({0x94}) +
-                             short_binunicode("Thing") + raw({0x94, 0x93, 0x94}) + ")" +
-                             raw({0x81, 0x94}) + "}" + short_binunicode("x") + "K" + raw({5}) +
-                             "s" + short_binunicode("again") + "h" + raw({2}) + "sb.";
+    const std::string body = short_binunicode("pkg.mod") + raw({0x94}) + short_binunicode("Thing") +
+                             raw({0x94, 0x93, 0x94}) + ")" + raw({0x81, 0x94}) + "}" +
+                             short_binunicode("x") + "K" + raw({5}) + "s" +
+                             short_binunicode("again") + "h" + raw({2}) + "sb.";
     const ValuePtr root = load(proto(4) + frame(body));
     ASSERT_EQ(root->kind, Kind::Object);
     EXPECT_TRUE(root->from_newobj);
@@ -189,9 +191,9 @@ TEST(Pickle, Protocol4FrameStackGlobalMemoize) {
 }
 
 TEST(Pickle, Protocol5BytesAndStrings) {
-    const std::string bytes = proto(5) + "](" + raw({0x96}) + le(3, 8) + "ab" + raw({0}) +
-                              "C" + le(2, 1) + "xy" + "B" + le(1, 4) + "z" + raw({0x8e}) +
-                              le(0, 8) + raw({0x8d}) + le(4, 8) + "\xc3\xa9\xc3\xa9" + "e.";
+    const std::string bytes = proto(5) + "](" + raw({0x96}) + le(3, 8) + "ab" + raw({0}) + "C" +
+                              le(2, 1) + "xy" + "B" + le(1, 4) + "z" + raw({0x8e}) + le(0, 8) +
+                              raw({0x8d}) + le(4, 8) + "\xc3\xa9\xc3\xa9" + "e.";
     const ValuePtr root = load(bytes);
     ASSERT_EQ(root->kind, Kind::List);
     ASSERT_EQ(root->items.size(), 5u);
@@ -273,10 +275,10 @@ TEST(Pickle, Protocol0TextForms) {
     const Value& b = *pk::dict_get(*root, "b");
     ASSERT_EQ(b.kind, Kind::Tuple);
     ASSERT_EQ(b.items[0]->kind, Kind::BigInt);
-    EXPECT_EQ(b.items[0]->text, raw({0x00, 0x00, 0x00, 0x40, 0xea, 0xed, 0x74, 0x46, 0xd0, 0x9c,
-                                     0x2c, 0x9f, 0x0c}));
-    EXPECT_EQ(b.items[1]->text, raw({0x00, 0x00, 0x00, 0xc0, 0x15, 0x12, 0x8b, 0xb9, 0x2f, 0x63,
-                                     0xd3, 0x60, 0xf3}));
+    EXPECT_EQ(b.items[0]->text,
+              raw({0x00, 0x00, 0x00, 0x40, 0xea, 0xed, 0x74, 0x46, 0xd0, 0x9c, 0x2c, 0x9f, 0x0c}));
+    EXPECT_EQ(b.items[1]->text,
+              raw({0x00, 0x00, 0x00, 0xc0, 0x15, 0x12, 0x8b, 0xb9, 0x2f, 0x63, 0xd3, 0x60, 0xf3}));
     EXPECT_EQ(b.items[2]->text, "q's\n");
 
     EXPECT_EQ(load("S'a\\x41\\n\\'b'\n.")->text, "aA\n'b");
@@ -296,8 +298,9 @@ TEST(Pickle, Protocol0TextForms) {
 
 TEST(Pickle, Protocol0ObjectsAndMemo) {
     // INST, OBJ, PUT/GET and PERSID text forms.
-    const ValuePtr root = load("(lp0\n(I1\nimod\nCls\np1\na(cmod\nOther\nI2\nop2\nag1\naPkey\nag0\n"
-                               "0.");
+    const ValuePtr root = load(
+        "(lp0\n(I1\nimod\nCls\np1\na(cmod\nOther\nI2\nop2\nag1\naPkey\nag0\n"
+        "0.");
     ASSERT_EQ(root->kind, Kind::List);
     ASSERT_EQ(root->items.size(), 4u);
     const Value& inst = *root->items[0];
@@ -357,11 +360,10 @@ TEST(Pickle, OrderedDictReduceBuildAndObjects) {
 
 TEST(Pickle, ItemsOnObjectsPersistentIdsAndNewObjEx) {
     // REDUCE(...) followed by APPENDS and SETITEMS, as __reduce__ list/dict iterators do.
-    const std::string bytes = proto(4) + "cm\nC\n)R(K" + raw({1}) + "K" + raw({2}) + "e(" +
-                              short_binunicode("k") + "Nu" + short_binunicode("s") +
-                              short_binunicode("0") + raw({0x86, 0x51, 0x85}) + "a" +
-                              "cm\nD\n)}" + short_binunicode("kw") + "K" + raw({7}) + "s" +
-                              raw({0x92, 0x86}) + ".";
+    const std::string bytes =
+        proto(4) + "cm\nC\n)R(K" + raw({1}) + "K" + raw({2}) + "e(" + short_binunicode("k") + "Nu" +
+        short_binunicode("s") + short_binunicode("0") + raw({0x86, 0x51, 0x85}) + "a" +
+        "cm\nD\n)}" + short_binunicode("kw") + "K" + raw({7}) + "s" + raw({0x92, 0x86}) + ".";
     const ValuePtr root = load(bytes);
     ASSERT_EQ(root->kind, Kind::Tuple);
     const Value& object = *root->items.at(0);
@@ -383,8 +385,8 @@ TEST(Pickle, ItemsOnObjectsPersistentIdsAndNewObjEx) {
 }
 
 TEST(Pickle, SetsBecomeLists) {
-    const ValuePtr set = load(proto(4) + frame(raw({0x8f, 0x94}) + "(K" + raw({1}) + "K" +
-                                               raw({2, 0x90}) + "."));
+    const ValuePtr set =
+        load(proto(4) + frame(raw({0x8f, 0x94}) + "(K" + raw({1}) + "K" + raw({2, 0x90}) + "."));
     ASSERT_EQ(set->kind, Kind::List);
     EXPECT_EQ(set->items.size(), 2u);
     const ValuePtr frozen = load(proto(4) + frame("(K" + raw({3, 0x91, 0x94}) + "."));
@@ -394,8 +396,8 @@ TEST(Pickle, SetsBecomeLists) {
 
 TEST(Pickle, StackOpcodes) {
     // DUP, POP, POP_MARK, and POP of an empty frame discarding its MARK.
-    const ValuePtr root = load(proto(2) + "K" + raw({1}) + "2" + raw({0x86}) + "(K" + raw({9}) +
-                               "1" + "(0" + "N0.");
+    const ValuePtr root =
+        load(proto(2) + "K" + raw({1}) + "2" + raw({0x86}) + "(K" + raw({9}) + "1" + "(0" + "N0.");
     ASSERT_EQ(root->kind, Kind::Tuple);
     EXPECT_EQ(root->items[0], root->items[1]);
     EXPECT_EQ(root->items[0]->integer, 1);
@@ -413,7 +415,8 @@ TEST(Pickle, ErrorMessageNamesOpcodeAndOffset) {
         pk::load(proto(2) + "N" + raw({0xff}) + ".", "ckpt/x.pt:data.pkl");
         FAIL() << "unknown opcode accepted";
     } catch (const Error& error) {
-        EXPECT_STREQ(error.what(), "ckpt/x.pt:data.pkl: pickle opcode 0xff at byte 3: unknown opcode");
+        EXPECT_STREQ(error.what(),
+                     "ckpt/x.pt:data.pkl: pickle opcode 0xff at byte 3: unknown opcode");
     }
     expect_load_fails(proto(2) + "R.", "pickle opcode 0x52 at byte 2: stack underflow");
     expect_load_fails(proto(2) + "j" + le(5, 4) + ".", "memo index 5 was never stored");
@@ -470,7 +473,8 @@ TEST(Pickle, PlacedValuesCannotChange) {
 TEST(Pickle, CountLimits) {
     pk::Limits limits;
     limits.max_memo = 2;
-    EXPECT_NO_THROW(load(proto(2) + "Nq" + raw({0}) + "q" + raw({1}) + "q" + raw({1}) + ".", limits));
+    EXPECT_NO_THROW(
+        load(proto(2) + "Nq" + raw({0}) + "q" + raw({1}) + "q" + raw({1}) + ".", limits));
     expect_load_fails(proto(2) + "Nq" + raw({0}) + "q" + raw({1}) + "q" + raw({2}) + ".",
                       "more than 2 memo entries", limits);
     limits = {};
@@ -485,10 +489,10 @@ TEST(Pickle, CountLimits) {
 
 TEST(Pickle, EveryTruncationFails) {
     const std::string real = data_pkl(kFixtures + "/fsdp2_w3/model_world_size_3_rank_2.pt");
-    const std::string small = proto(4) + frame(short_binunicode("m") + raw({0x94}) +
-                                               short_binunicode("n") + raw({0x94, 0x93}) + ")" +
-                                               raw({0x81}) + "}" + short_binunicode("x") + "G" +
-                                               le(0, 8) + "sb.");
+    const std::string small =
+        proto(4) +
+        frame(short_binunicode("m") + raw({0x94}) + short_binunicode("n") + raw({0x94, 0x93}) +
+              ")" + raw({0x81}) + "}" + short_binunicode("x") + "G" + le(0, 8) + "sb.");
     ASSERT_NO_THROW(load(small));
     for (const std::string* bytes : {&real, &small}) {
         for (size_t cut = 0; cut < bytes->size(); ++cut) {
@@ -548,8 +552,15 @@ TEST(Pickle, Accessors) {
                                binunicode("k") + "K" + raw({2}) + "u.");
     EXPECT_EQ(pk::dict_get(*dict, "k")->integer, 2);
     for (const auto& [bytes, name] : std::initializer_list<std::pair<std::string, std::string>>{
-             {"N.", "None"}, {"I01\n.", "bool"}, {"F1\n.", "float"}, {"S'a'\n.", "str"},
-             {proto(3) + "C" + raw({0}) + ".", "bytes"}, {")" ".", "tuple"}, {"}.", "dict"}}) {
+             {"N.", "None"},
+             {"I01\n.", "bool"},
+             {"F1\n.", "float"},
+             {"S'a'\n.", "str"},
+             {proto(3) + "C" + raw({0}) + ".", "bytes"},
+             {")"
+              ".",
+              "tuple"},
+             {"}.", "dict"}}) {
         EXPECT_EQ(pk::describe(*load(bytes)), name);
     }
 }

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "vmerge/error.h"
 #include "vmerge/input_file.h"
+#include "vmerge/pickle.h"
 #include "vmerge/zip_archive.h"
 
 namespace {
@@ -27,12 +29,17 @@ std::string read_whole_file(const std::string& path) {
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::string write_temp_file(const std::string& name, const std::string& bytes) {
-    const std::string path =
-        testing::TempDir() + "vmerge_zip_" + std::to_string(::getpid()) + "_" + name;
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-    return path;
-}
+// A file under the test temp directory, removed when the test is done with it.
+struct TempFile {
+    TempFile(const std::string& name, const std::string& bytes)
+        : path(testing::TempDir() + "vmerge_zip_" + std::to_string(::getpid()) + "_" + name) {
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    }
+    ~TempFile() { std::remove(path.c_str()); }
+    TempFile(const TempFile&) = delete;
+    TempFile& operator=(const TempFile&) = delete;
+    const std::string path;
+};
 
 void put16(std::string& out, uint16_t v) {
     for (int i = 0; i < 2; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
@@ -57,7 +64,7 @@ struct TestRecord {
 };
 
 struct ZipLayout {
-    bool zip64_end_records = true;    // torch always writes them
+    bool zip64_end_records = true;     // torch always writes them
     bool zip64_central_extra = false;  // sizes and offset only in the ZIP64 extra
 };
 
@@ -102,8 +109,8 @@ std::string build_zip(const std::vector<TestRecord>& records, ZipLayout layout =
         put16(zip, 0);
         put16(zip, 0);
         put32(zip, 0);
-        put32(zip, layout.zip64_central_extra ? 0xFFFFFFFF
-                                              : static_cast<uint32_t>(local_offsets[i]));
+        put32(zip,
+              layout.zip64_central_extra ? 0xFFFFFFFF : static_cast<uint32_t>(local_offsets[i]));
         zip += record.name;
         if (layout.zip64_central_extra) {
             put16(zip, 0x0001);
@@ -145,7 +152,8 @@ std::string build_zip(const std::vector<TestRecord>& records, ZipLayout layout =
 // Opening `bytes` as an archive must fail with an Error that names the file.
 void expect_open_fails(const std::string& name, const std::string& bytes,
                        const std::string& message_part = "") {
-    const std::string path = write_temp_file(name, bytes);
+    const TempFile temp(name, bytes);
+    const std::string& path = temp.path;
     const InputFile file(path);
     try {
         ZipArchive::open(file);
@@ -237,7 +245,9 @@ TEST(ZipArchive, RealTorchFsdp2File) {
     EXPECT_EQ(archive.get("data.pkl").size, 9243u);
 }
 
-TEST(ZipArchive, RealTorchHsdpFile) { expect_torch_layout(kHsdpRank1, "model_world_size_4_rank_1"); }
+TEST(ZipArchive, RealTorchHsdpFile) {
+    expect_torch_layout(kHsdpRank1, "model_world_size_4_rank_1");
+}
 
 TEST(ZipArchive, MissingRecordNamesTheFile) {
     const InputFile file(kFsdp2Rank2);
@@ -254,9 +264,8 @@ TEST(ZipArchive, MissingRecordNamesTheFile) {
 
 TEST(ZipArchive, ArchiveEmbeddedAtNonZeroBase) {
     const std::string real = read_whole_file(kFsdp2Rank2);
-    const std::string path =
-        write_temp_file("embedded.bin", std::string(100, 'j') + real + std::string(50, 'k'));
-    const InputFile file(path);
+    const TempFile temp("embedded.bin", std::string(100, 'j') + real + std::string(50, 'k'));
+    const InputFile file(temp.path);
     const InputFile original_file(kFsdp2Rank2);
     const ZipArchive original = ZipArchive::open(original_file);
     const ZipArchive embedded = ZipArchive::open(file, 100, real.size());
@@ -276,6 +285,37 @@ TEST(ZipArchive, ArchiveEmbeddedAtNonZeroBase) {
               embedded.get("data/3").data_offset);
     EXPECT_THROW(ZipArchive::open(file, file.size() + 1), Error);
     EXPECT_THROW(ZipArchive::open(file, 100, file.size()), Error);
+}
+
+// Every tensor item of a real DCP file is a whole torch.save archive at an offset that
+// .metadata gives: the same reader must open each one in place.
+TEST(ZipArchive, RealDcpItemsAtTheirOffsets) {
+    namespace pk = vmerge::pickle;
+    const std::string dcp = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2/fsdp2_w2_dcp";
+    const pk::ValuePtr metadata = pk::load(read_whole_file(dcp + "/.metadata"), ".metadata");
+    const pk::Value* storage_data = pk::dict_get(*metadata->state, "storage_data");
+    ASSERT_NE(storage_data, nullptr);
+    const InputFile file(dcp + "/__0_0.distcp");
+    size_t opened = 0;
+    size_t at_non_zero_offset = 0;
+    for (const auto& [index, info] : storage_data->entries) {
+        const pk::Value& fields = *info->state;
+        if (pk::dict_get(fields, "relative_path")->text != "__0_0.distcp") continue;
+        const auto offset = static_cast<uint64_t>(pk::dict_get(fields, "offset")->integer);
+        const auto length = static_cast<uint64_t>(pk::dict_get(fields, "length")->integer);
+        const ZipArchive item = ZipArchive::open(file, offset, length);
+        EXPECT_EQ(item.prefix(), "archive");
+        for (const vmerge::ZipRecord& record : item.records()) {
+            EXPECT_EQ((record.data_offset - offset) % 64, 0u) << record.name;
+            EXPECT_LE(record.data_offset + record.size, offset + length) << record.name;
+        }
+        EXPECT_EQ(item.read(file, item.get("byteorder")), "little");
+        EXPECT_NO_THROW(pk::load(item.read(file, item.get("data.pkl")), "item"));
+        ++opened;
+        if (offset != 0) ++at_non_zero_offset;
+    }
+    EXPECT_GT(opened, 10u);
+    EXPECT_EQ(at_non_zero_offset, opened - 1);
 }
 
 TEST(ZipArchive, TruncatedFilesFail) {
@@ -323,11 +363,13 @@ TEST(ZipArchive, CorruptedEndRecordsFail) {
 
 TEST(ZipArchive, CorruptedCentralDirectoryFails) {
     const std::string real = read_whole_file(kFsdp2Rank2);
-    const InputFile file(kFsdp2Rank2);
-    const ZipArchive archive = ZipArchive::open(file);
-    // Entry #0 is data.pkl, whose local header is at 0; find its central entry by signature.
-    const size_t first_entry = real.find("PK\x01\x02");
-    ASSERT_NE(first_entry, std::string::npos);
+    // Entry #0 (data.pkl) starts the central directory; the last entry is the last signature.
+    size_t first_entry = 0;
+    for (int i = 7; i >= 0; --i) {
+        first_entry = (first_entry << 8) |
+                      static_cast<uint8_t>(real[real.size() - kZip64EocdFromEnd + 48 + i]);
+    }
+    ASSERT_EQ(real.substr(first_entry, 4), "PK\x01\x02");
     const size_t last_entry = real.rfind("PK\x01\x02");
 
     std::string bytes = real;
@@ -358,13 +400,13 @@ TEST(ZipArchive, CorruptedCentralDirectoryFails) {
 }
 
 TEST(ZipArchive, BuiltArchiveWithZip64ExtraAndEmptyRecord) {
-    const std::vector<TestRecord> records = {
-        {"archive/data.pkl", "\x80\x02}.", 0}, {"archive/data/0", "", 0},
-        {"archive/byteorder", "little", 0}};
+    const std::vector<TestRecord> records = {{"archive/data.pkl", "\x80\x02}.", 0},
+                                             {"archive/data/0", "", 0},
+                                             {"archive/byteorder", "little", 0}};
     for (const bool zip64_extra : {false, true}) {
-        const std::string path = write_temp_file(
-            zip64_extra ? "built_zip64.zip" : "built.zip", build_zip(records, {true, zip64_extra}));
-        const InputFile file(path);
+        const TempFile temp(zip64_extra ? "built_zip64.zip" : "built.zip",
+                            build_zip(records, {true, zip64_extra}));
+        const InputFile file(temp.path);
         const ZipArchive archive = ZipArchive::open(file);
         EXPECT_EQ(archive.prefix(), "archive");
         ASSERT_EQ(archive.records().size(), 3u);
@@ -376,9 +418,8 @@ TEST(ZipArchive, BuiltArchiveWithZip64ExtraAndEmptyRecord) {
 }
 
 TEST(ZipArchive, ClassicEndRecordWithoutZip64IsRead) {
-    const std::string path = write_temp_file(
-        "classic.zip", build_zip({{"x/data.pkl", "abc", 0}}, {false, false}));
-    const InputFile file(path);
+    const TempFile temp("classic.zip", build_zip({{"x/data.pkl", "abc", 0}}, {false, false}));
+    const InputFile file(temp.path);
     const ZipArchive archive = ZipArchive::open(file);
     EXPECT_EQ(archive.prefix(), "x");
     EXPECT_EQ(archive.read(file, archive.get("data.pkl")), "abc");
@@ -395,9 +436,9 @@ TEST(ZipArchive, FirstRecordWithoutSlashFails) {
 }
 
 TEST(ZipArchive, DuplicateRecordFails) {
-    expect_open_fails("duplicate.zip",
-                      build_zip({{"a/data.pkl", "1", 0}, {"a/data/0", "2", 0}, {"a/data/0", "3", 0}}),
-                      "twice");
+    expect_open_fails(
+        "duplicate.zip",
+        build_zip({{"a/data.pkl", "1", 0}, {"a/data/0", "2", 0}, {"a/data/0", "3", 0}}), "twice");
 }
 
 TEST(ZipArchive, EntryCountBeyondCentralDirectoryFails) {

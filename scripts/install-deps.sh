@@ -1,0 +1,17 @@
+#!/bin/bash
+# Installs the Debian 12 packages vmerge needs: `install-deps.sh` for building and running,
+# `install-deps.sh --tests` adds what the tests use (torch 1.13 for the fixture generator).
+set -euo pipefail
+packages=(cmake g++ make libopenmpi-dev openmpi-bin nlohmann-json3-dev libboost-program-options-dev)
+if [[ ${1:-} == --tests ]]; then
+    packages+=(libgtest-dev python3-torch python3-numpy)
+fi
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
