@@ -461,10 +461,11 @@ std::string Interpreter::decode_string_literal(std::string_view line) {
 std::string Interpreter::decode_raw_unicode_escape(std::string_view line) {
     std::string out;
     for (size_t i = 0; i < line.size(); ++i) {
-        const size_t digits = (line[i] == '\\' && i + 1 < line.size()) ? (line[i + 1] == 'u'   ? 4
-                                                                          : line[i + 1] == 'U' ? 8
-                                                                                               : 0)
-                                                                       : 0;
+        size_t digits = 0;  // hex digits of a \u or \U escape starting here
+        if (line[i] == '\\' && i + 1 < line.size()) {
+            if (line[i + 1] == 'u') digits = 4;
+            if (line[i + 1] == 'U') digits = 8;
+        }
         if (digits == 0) {
             append_utf8(out, static_cast<uint8_t>(line[i]));
             continue;
