@@ -1,0 +1,202 @@
+// End-to-end tests: real torch 2.11 FSDP2 files (tests/fixtures/torch2) through the driver's
+// run_command with a one-rank Comm, compared with the Hugging Face references saved by torch.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "command_line.h"
+#include "driver.h"
+#include "single_rank_comm.h"
+#include "vmerge/input_file.h"
+#include "vmerge/safetensors_file.h"
+
+namespace vmerge {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kFixtures = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2";
+
+class TempDir {
+public:
+    TempDir() {
+        std::string tmpl = (fs::temp_directory_path() / "vmerge_e2e_test_XXXXXX").string();
+        char* made = mkdtemp(tmpl.data());
+        if (!made) throw std::runtime_error("mkdtemp failed");
+        path_ = made;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path_, ec);
+    }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+Options parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "vmerge-mpi");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    auto o = parse_command_line(static_cast<int>(argv.size()), argv.data(), false);
+    if (!o) throw std::runtime_error("parse_command_line returned no options");
+    return *o;
+}
+
+struct Result {
+    int code;
+    std::string out;
+    std::string err;
+};
+
+Result run(const std::vector<std::string>& args) {
+    const Options o = parse(args);
+    SingleRankComm comm;
+    std::ostringstream out, err;
+    const int code = run_command(o, comm, out, err);
+    return {code, out.str(), err.str()};
+}
+
+std::vector<unsigned char> read_entry(const SafetensorsFile& f, const SafetensorsEntry& e) {
+    InputFile in(f.path);
+    std::vector<unsigned char> bytes(e.end - e.begin);
+    in.read_exact(e.begin, bytes.data(), bytes.size(), "test");
+    return bytes;
+}
+
+// Every file under `dir` with its bytes.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        std::ifstream in(e.path(), std::ios::binary);
+        std::stringstream s;
+        s << in.rdbuf();
+        files[fs::relative(e.path(), dir).string()] = s.str();
+    }
+    return files;
+}
+
+std::string staging_of(const std::string& target) {
+    const fs::path t(target);
+    return (t.parent_path() / ("." + t.filename().string() + ".vmerge-staging")).string();
+}
+
+TEST(EndToEnd, MergeFsdp2W3MatchesReferenceByteForByte) {
+    TempDir tmp;
+    const std::string target = tmp.path() + "/merged";
+    const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_FALSE(fs::exists(staging_of(target)));
+
+    const HfWeights got = read_hf_weights(target);
+    const HfWeights want = read_hf_weights(kFixtures + "/reference_fp32");
+    ASSERT_FALSE(want.by_name.empty());
+    ASSERT_EQ(got.by_name.size(), want.by_name.size());
+    for (const auto& [name, where] : want.by_name) {
+        SCOPED_TRACE(name);
+        auto it = got.by_name.find(name);
+        ASSERT_NE(it, got.by_name.end()) << "missing from the merge";
+        const SafetensorsFile& wf = want.files[where.first];
+        const SafetensorsEntry& we = wf.entries[where.second];
+        const SafetensorsFile& gf = got.files[it->second.first];
+        const SafetensorsEntry& ge = gf.entries[it->second.second];
+        EXPECT_EQ(ge.dtype, we.dtype);
+        EXPECT_EQ(ge.shape, we.shape);
+        EXPECT_EQ(read_entry(gf, ge), read_entry(wf, we));
+    }
+    // The non-weight files of huggingface/ come along.
+    EXPECT_TRUE(fs::exists(target + "/config.json"));
+}
+
+TEST(EndToEnd, TestCommandAgainstReferences) {
+    const Result ok = run({"test", "--local_dir", kFixtures + "/fsdp2_w3", "--test_hf_dir",
+                           kFixtures + "/reference_fp32", "--dtype", "keep"});
+    EXPECT_EQ(ok.code, 0) << ok.out << ok.err;
+    const Result bad = run({"test", "--local_dir", kFixtures + "/fsdp2_w3", "--test_hf_dir",
+                            kFixtures + "/reference_tied_fp32", "--dtype", "keep"});
+    EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
+}
+
+TEST(EndToEnd, ExistingTargetWithoutForceIsLeftAlone) {
+    TempDir tmp;
+    const std::string target = tmp.path() + "/existing";
+    fs::create_directories(target + "/sub");
+    std::ofstream(target + "/model.safetensors") << "not really a model";
+    std::ofstream(target + "/sub/notes.txt") << "keep me";
+    const auto before = snapshot(target);
+    const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_FALSE(r.err.empty());
+    EXPECT_EQ(snapshot(target), before);
+    EXPECT_FALSE(fs::exists(staging_of(target)));
+}
+
+TEST(EndToEnd, StagingIsRemovedAfterAFailedMerge) {
+    TempDir tmp;
+    const std::string input = tmp.path() + "/fsdp2_w2";
+    fs::copy(kFixtures + "/fsdp2_w2", input, fs::copy_options::recursive);
+    const std::string rank1 = input + "/model_world_size_2_rank_1.pt";
+    fs::resize_file(rank1, fs::file_size(rank1) / 2);
+    const std::string target = tmp.path() + "/out";
+    const Result r = run({"merge", "--local_dir", input, "--target_dir", target, "--dtype", "keep"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("model_world_size_2_rank_1.pt"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(target));
+    EXPECT_FALSE(fs::exists(staging_of(target)));
+    // Nothing else was left beside the target either.
+    for (const auto& e : fs::directory_iterator(tmp.path()))
+        EXPECT_EQ(e.path().filename().string(), "fsdp2_w2") << e.path();
+}
+
+// --- command line ----------------------------------------------------------------------------
+
+TEST(CommandLine, DashesAndUnderscoresBothWork) {
+    const Options a = parse({"merge", "--local-dir", "/in", "--target-dir", "/out", "--max-shard-size", "2GiB"});
+    EXPECT_EQ(a.command, "merge");
+    EXPECT_EQ(a.local_dir, "/in");
+    EXPECT_EQ(a.target_dir, "/out");
+    EXPECT_EQ(a.max_shard_size, 1ull << 31);
+    const Options b = parse({"merge", "--local_dir", "/in", "--target_dir", "/out"});
+    EXPECT_EQ(b.local_dir, "/in");
+    EXPECT_EQ(b.target_dir, "/out");
+    EXPECT_EQ(b.max_shard_size, 5'000'000'000ull);
+    EXPECT_EQ(b.hf_config, "/in/huggingface");
+    const Options c = parse({"merge", "--local-dir=/x", "--target_dir=/y", "--force"});
+    EXPECT_EQ(c.local_dir, "/x");
+    EXPECT_EQ(c.target_dir, "/y");
+    EXPECT_TRUE(c.force);
+}
+
+TEST(CommandLine, UnknownCommandOrMissingArgumentsAreUsageErrors) {
+    EXPECT_THROW(parse({"frobnicate", "--local_dir", "/in", "--target_dir", "/out"}), UsageError);
+    EXPECT_THROW(parse({}), UsageError);
+    EXPECT_THROW(parse({"merge", "--target_dir", "/out"}), UsageError);
+    EXPECT_THROW(parse({"merge", "--local_dir", "/in"}), UsageError);
+    EXPECT_THROW(parse({"test", "--local_dir", "/in"}), UsageError);
+    EXPECT_THROW(parse({"merge", "--local_dir", "/in", "--target_dir", "/out", "--no_such_option", "1"}), UsageError);
+    EXPECT_THROW(parse({"merge", "--local_dir", "/in", "--target_dir", "/out", "--backend", "xyz"}), UsageError);
+}
+
+TEST(CommandLine, ParseByteSize) {
+    EXPECT_EQ(parse_byte_size("5GB"), 5'000'000'000ull);
+    EXPECT_EQ(parse_byte_size("2GiB"), 1ull << 31);
+    EXPECT_EQ(parse_byte_size("500MB"), 500'000'000ull);
+    EXPECT_EQ(parse_byte_size("512MiB"), 512ull << 20);
+    EXPECT_EQ(parse_byte_size("1024"), 1024ull);
+    EXPECT_EQ(parse_byte_size("3kb"), 3000ull);
+    EXPECT_THROW(parse_byte_size("5XB"), UsageError);
+    EXPECT_THROW(parse_byte_size("GB"), UsageError);
+    EXPECT_THROW(parse_byte_size("0"), UsageError);
+    EXPECT_THROW(parse_byte_size("-5GB"), UsageError);
+}
+
+}  // namespace
+}  // namespace vmerge

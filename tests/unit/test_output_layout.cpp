@@ -1,0 +1,300 @@
+// Unit tests for include/vmerge/output_layout.h: safetensors headers, shard planning as
+// transformers / huggingface_hub does it (greedy in order), and the index JSON.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "vmerge/output_layout.h"
+
+namespace vmerge {
+namespace {
+
+OutputTensor tensor(std::string name, DType dtype, Shape shape) {
+    OutputTensor t;
+    t.name = std::move(name);
+    t.source_dtype = dtype;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    return t;
+}
+
+uint64_t le64(const std::string& bytes) {
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+    return n;
+}
+
+// --- safetensors_header ------------------------------------------------------------------
+
+TEST(SafetensorsHeader, LengthPrefixMetadataAndPadding) {
+    const OutputTensor a = tensor("a", DType::F32, {2, 3});   // 24 bytes
+    const OutputTensor b = tensor("b.weight", DType::BF16, {5});  // 10 bytes
+    const std::string h = safetensors_header({&a, &b});
+    ASSERT_GE(h.size(), 8u);
+    const uint64_t n = le64(h);
+    EXPECT_EQ(n, h.size() - 8);
+    EXPECT_EQ(n % 8, 0u);
+    const std::string json = h.substr(8);
+    EXPECT_EQ(json.rfind(R"({"__metadata__":{"format":"pt"})", 0), 0u) << json;
+    // Padding is spaces only, after the closing brace.
+    const size_t close = json.find_last_of('}');
+    ASSERT_NE(close, std::string::npos);
+    EXPECT_EQ(json.find_first_not_of(' ', close + 1), std::string::npos);
+    EXPECT_LT(json.size() - close - 1, 8u);
+
+    const auto parsed = nlohmann::json::parse(json);
+    EXPECT_EQ(parsed["__metadata__"], nlohmann::json({{"format", "pt"}}));
+    EXPECT_EQ(parsed["a"]["dtype"], "F32");
+    EXPECT_EQ(parsed["a"]["shape"], nlohmann::json({2, 3}));
+    EXPECT_EQ(parsed["a"]["data_offsets"], nlohmann::json({0, 24}));
+    EXPECT_EQ(parsed["b.weight"]["dtype"], "BF16");
+    EXPECT_EQ(parsed["b.weight"]["shape"], nlohmann::json({5}));
+    EXPECT_EQ(parsed["b.weight"]["data_offsets"], nlohmann::json({24, 34}));
+    EXPECT_EQ(parsed.size(), 3u);
+    // Tensors appear in data order in the text.
+    EXPECT_LT(json.find("\"a\""), json.find("\"b.weight\""));
+}
+
+TEST(SafetensorsHeader, ExactBytesForOneTensor) {
+    const OutputTensor a = tensor("w", DType::F16, {3, 1});
+    const std::string body =
+        R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F16","shape":[3,1],"data_offsets":[0,6]}})";
+    std::string padded = body;
+    while (padded.size() % 8) padded += ' ';
+    std::string expected(8, '\0');
+    for (int i = 0; i < 8; ++i) expected[i] = static_cast<char>((padded.size() >> (8 * i)) & 0xFF);
+    expected += padded;
+    EXPECT_EQ(safetensors_header({&a}), expected);
+}
+
+TEST(SafetensorsHeader, ScalarsEmptyTensorsAndEscapedNames) {
+    const OutputTensor s = tensor("scalar", DType::F64, {});        // 8 bytes
+    const OutputTensor e = tensor("empty", DType::F32, {0, 4});     // 0 bytes
+    const OutputTensor q = tensor("we\"ird\\name", DType::I64, {1}); // 8 bytes
+    const std::string h = safetensors_header({&s, &e, &q});
+    const auto parsed = nlohmann::json::parse(h.substr(8));
+    EXPECT_EQ(parsed["scalar"]["shape"], nlohmann::json::array());
+    EXPECT_EQ(parsed["scalar"]["data_offsets"], nlohmann::json({0, 8}));
+    EXPECT_EQ(parsed["empty"]["shape"], nlohmann::json({0, 4}));
+    EXPECT_EQ(parsed["empty"]["data_offsets"], nlohmann::json({8, 8}));
+    EXPECT_EQ(parsed["we\"ird\\name"]["dtype"], "I64");
+    EXPECT_EQ(parsed["we\"ird\\name"]["data_offsets"], nlohmann::json({8, 16}));
+    EXPECT_EQ((h.size() - 8) % 8, 0u);
+}
+
+TEST(SafetensorsHeader, PaddingForEveryRemainder) {
+    // Names of growing length hit every remainder mod 8.
+    for (int len = 1; len <= 16; ++len) {
+        const OutputTensor t = tensor(std::string(len, 'x'), DType::U8, {1});
+        const std::string h = safetensors_header({&t});
+        EXPECT_EQ(le64(h), h.size() - 8);
+        EXPECT_EQ((h.size() - 8) % 8, 0u);
+        const std::string json = h.substr(8);
+        const size_t close = json.find_last_of('}');
+        EXPECT_LT(json.size() - close - 1, 8u);
+        EXPECT_NO_THROW(nlohmann::json::parse(json));
+    }
+}
+
+// --- plan_output_layout -------------------------------------------------------------------
+
+std::vector<OutputTensor> bytes_tensors(const std::vector<int64_t>& sizes) {
+    std::vector<OutputTensor> v;
+    for (size_t i = 0; i < sizes.size(); ++i)
+        v.push_back(tensor("t" + std::to_string(i), DType::U8, {sizes[i]}));
+    return v;
+}
+
+std::vector<std::set<size_t>> groups(const OutputLayout& layout) {
+    std::vector<std::set<size_t>> g;
+    for (const auto& f : layout.files) g.emplace_back(f.tensors.begin(), f.tensors.end());
+    return g;
+}
+
+TEST(PlanOutputLayout, GreedyLikeTransformersDocstring) {
+    // [6,6,2,6,2,2] with a limit of 10 -> [6], [6+2], [6+2+2].
+    const auto tensors = bytes_tensors({6, 6, 2, 6, 2, 2});
+    const OutputLayout layout = plan_output_layout(tensors, 10);
+    ASSERT_EQ(layout.files.size(), 3u);
+    EXPECT_EQ(groups(layout), (std::vector<std::set<size_t>>{{0}, {1, 2}, {3, 4, 5}}));
+    EXPECT_EQ(layout.files[0].name, "model-00001-of-00003.safetensors");
+    EXPECT_EQ(layout.files[1].name, "model-00002-of-00003.safetensors");
+    EXPECT_EQ(layout.files[2].name, "model-00003-of-00003.safetensors");
+    EXPECT_EQ(layout.total_size, 24u);
+}
+
+TEST(PlanOutputLayout, ExactlyAtTheLimitStaysInOneShard) {
+    const auto tensors = bytes_tensors({4, 6});
+    const OutputLayout layout = plan_output_layout(tensors, 10);
+    ASSERT_EQ(layout.files.size(), 1u);
+    EXPECT_EQ(layout.files[0].name, "model.safetensors");
+}
+
+TEST(PlanOutputLayout, TensorLargerThanTheLimitGoesAlone) {
+    {
+        const auto tensors = bytes_tensors({20, 1});
+        const OutputLayout layout = plan_output_layout(tensors, 10);
+        ASSERT_EQ(layout.files.size(), 2u);
+        EXPECT_EQ(groups(layout), (std::vector<std::set<size_t>>{{0}, {1}}));
+    }
+    {
+        // Whatever happens to its neighbours, the big tensor's file holds it alone.
+        const auto tensors = bytes_tensors({3, 20, 3});
+        const OutputLayout layout = plan_output_layout(tensors, 10);
+        const size_t f = layout.locations[1].file;
+        EXPECT_EQ(layout.files[f].tensors, (std::vector<size_t>{1}));
+        std::set<size_t> all;
+        for (const auto& g : groups(layout)) all.insert(g.begin(), g.end());
+        EXPECT_EQ(all, (std::set<size_t>{0, 1, 2}));
+    }
+}
+
+TEST(PlanOutputLayout, SingleFileIsModelSafetensors) {
+    const std::vector<OutputTensor> tensors = {tensor("a", DType::F32, {4, 4}), tensor("b", DType::F32, {4})};
+    const OutputLayout layout = plan_output_layout(tensors, 5'000'000'000ull);
+    ASSERT_EQ(layout.files.size(), 1u);
+    const OutputFile& f = layout.files[0];
+    EXPECT_EQ(f.name, "model.safetensors");
+    EXPECT_EQ(layout.total_size, 80u);
+    EXPECT_EQ(f.size, f.header.size() + 80);
+    // The header is the one safetensors_header makes for the file's tensors in data order.
+    std::vector<const OutputTensor*> ordered;
+    for (size_t i : f.tensors) ordered.push_back(&tensors[i]);
+    EXPECT_EQ(f.header, safetensors_header(ordered));
+    EXPECT_EQ(layout.locations[0].offset, f.header.size());       // "a" first by name
+    EXPECT_EQ(layout.locations[1].offset, f.header.size() + 64);
+}
+
+TEST(PlanOutputLayout, ElevenShardsNamesArePaddedToFiveDigits) {
+    const auto tensors = bytes_tensors(std::vector<int64_t>(11, 7));
+    const OutputLayout layout = plan_output_layout(tensors, 10);
+    ASSERT_EQ(layout.files.size(), 11u);
+    EXPECT_EQ(layout.files[0].name, "model-00001-of-00011.safetensors");
+    EXPECT_EQ(layout.files[10].name, "model-00011-of-00011.safetensors");
+}
+
+TEST(PlanOutputLayout, LargerElementSizeFirstThenName) {
+    const std::vector<OutputTensor> tensors = {
+        tensor("b", DType::F16, {3}),      // 6 bytes
+        tensor("a", DType::F32, {1}),      // 4
+        tensor("z", DType::F64, {1}),      // 8
+        tensor("c", DType::F32, {2}),      // 8
+        tensor("m", DType::U8, {5}),       // 5
+        tensor("a16", DType::F16, {1}),    // 2
+        tensor("k", DType::I64, {2}),      // 16
+    };
+    const OutputLayout layout = plan_output_layout(tensors, 1'000'000);
+    ASSERT_EQ(layout.files.size(), 1u);
+    const OutputFile& f = layout.files[0];
+    // 8-byte: k, z; 4-byte: a, c; 2-byte: a16, b; 1-byte: m.
+    EXPECT_EQ(f.tensors, (std::vector<size_t>{6, 2, 1, 3, 5, 0, 4}));
+    const uint64_t h = f.header.size();
+    EXPECT_EQ(layout.locations[6].offset, h);
+    EXPECT_EQ(layout.locations[2].offset, h + 16);
+    EXPECT_EQ(layout.locations[1].offset, h + 24);
+    EXPECT_EQ(layout.locations[3].offset, h + 28);
+    EXPECT_EQ(layout.locations[5].offset, h + 36);
+    EXPECT_EQ(layout.locations[0].offset, h + 38);
+    EXPECT_EQ(layout.locations[4].offset, h + 44);
+    EXPECT_EQ(f.size, h + 49);
+    EXPECT_EQ(layout.total_size, 49u);
+}
+
+TEST(PlanOutputLayout, OffsetsAreAlignedContiguousAndMatchTheHeader) {
+    std::vector<OutputTensor> tensors;
+    const DType types[] = {DType::BF16, DType::F32, DType::U8, DType::F64, DType::F16, DType::I32};
+    for (int i = 0; i < 30; ++i)
+        tensors.push_back(tensor("layer." + std::to_string(i), types[i % 6], {i % 7 + 1, 3}));
+    const OutputLayout layout = plan_output_layout(tensors, 100);
+    ASSERT_GT(layout.files.size(), 2u);
+    uint64_t total = 0;
+    std::set<size_t> seen;
+    for (size_t fi = 0; fi < layout.files.size(); ++fi) {
+        const OutputFile& f = layout.files[fi];
+        const uint64_t header = f.header.size();
+        EXPECT_EQ(header % 8, 0u);
+        const auto parsed = nlohmann::json::parse(f.header.substr(8));
+        uint64_t offset = header;
+        size_t prev_esize = SIZE_MAX;
+        for (size_t i : f.tensors) {
+            EXPECT_TRUE(seen.insert(i).second);
+            const OutputTensor& t = tensors[i];
+            const size_t esize = element_size(t.dtype);
+            EXPECT_LE(esize, prev_esize);
+            prev_esize = esize;
+            EXPECT_EQ(layout.locations[i].file, fi);
+            EXPECT_EQ(layout.locations[i].offset, offset);
+            EXPECT_EQ(layout.locations[i].offset % esize, 0u) << t.name;
+            EXPECT_EQ(parsed[t.name]["data_offsets"], nlohmann::json({offset - header, offset - header + t.nbytes()}));
+            offset += t.nbytes();
+            total += t.nbytes();
+        }
+        EXPECT_EQ(f.size, offset);
+    }
+    EXPECT_EQ(seen.size(), tensors.size());
+    EXPECT_EQ(layout.total_size, total);
+}
+
+TEST(PlanOutputLayout, FilesKeepTheStateDictOrder) {
+    // Greedy in order: the tensor indices of file k all come before those of file k+1.
+    const auto tensors = bytes_tensors({3, 4, 5, 6, 7, 1, 2, 9, 9, 1});
+    const OutputLayout layout = plan_output_layout(tensors, 10);
+    size_t last = 0;
+    bool first = true;
+    for (const auto& f : layout.files) {
+        std::set<size_t> s(f.tensors.begin(), f.tensors.end());
+        ASSERT_FALSE(s.empty());
+        if (!first) EXPECT_GT(*s.begin(), last);
+        last = *s.rbegin();
+        first = false;
+        uint64_t bytes = 0;
+        for (size_t i : f.tensors) bytes += tensors[i].nbytes();
+        EXPECT_TRUE(bytes <= 10 || f.tensors.size() == 1);
+    }
+}
+
+TEST(PlanOutputLayout, EmptyTensorListGivesOneEmptyFile) {
+    const OutputLayout layout = plan_output_layout({}, 10);
+    ASSERT_EQ(layout.files.size(), 1u);
+    EXPECT_EQ(layout.files[0].name, "model.safetensors");
+    EXPECT_EQ(layout.total_size, 0u);
+    EXPECT_EQ(layout.files[0].size, layout.files[0].header.size());
+}
+
+// --- index_json ---------------------------------------------------------------------------
+
+TEST(IndexJson, SortedCompleteWithTotalSize) {
+    const std::vector<OutputTensor> tensors = {
+        tensor("model.layers.1.w", DType::F32, {2}),  // 8 bytes
+        tensor("lm_head.weight", DType::BF16, {5}),   // 10
+        tensor("model.embed.weight", DType::F32, {3}),// 12
+    };
+    const OutputLayout layout = plan_output_layout(tensors, 10);
+    ASSERT_EQ(layout.files.size(), 3u);
+    const std::string text = index_json(tensors, layout);
+    ASSERT_FALSE(text.empty());
+    EXPECT_EQ(text.back(), '\n');
+    EXPECT_NE(text[text.size() - 2], '\n');
+    const auto j = nlohmann::json::parse(text);
+    EXPECT_EQ(j["metadata"]["total_size"], 30);
+    EXPECT_EQ(j["weight_map"].size(), 3u);
+    EXPECT_EQ(j["weight_map"]["model.layers.1.w"], "model-00001-of-00003.safetensors");
+    EXPECT_EQ(j["weight_map"]["lm_head.weight"], "model-00002-of-00003.safetensors");
+    EXPECT_EQ(j["weight_map"]["model.embed.weight"], "model-00003-of-00003.safetensors");
+    // Sorted keys, 2-space indent: "metadata" before "weight_map", and the names in order.
+    EXPECT_LT(text.find("\"metadata\""), text.find("\"weight_map\""));
+    EXPECT_LT(text.find("\"lm_head.weight\""), text.find("\"model.embed.weight\""));
+    EXPECT_LT(text.find("\"model.embed.weight\""), text.find("\"model.layers.1.w\""));
+    EXPECT_EQ(text.rfind("{\n  \"metadata\": {\n    ", 0), 0u) << text;
+    // Text is exactly what a sorted-key dump would give.
+    EXPECT_EQ(text, j.dump(2) + "\n");
+}
+
+}  // namespace
+}  // namespace vmerge
