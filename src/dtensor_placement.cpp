@@ -62,13 +62,15 @@ std::vector<std::vector<DimRun>> dtensor_runs(const DTensorLayout& layout,
             auto [start, len] = chunk_range(length, ranks, coord);
             runs = take_positions(runs, start, len);
         } else {
-            // torch's _StridedShard split: chunk into ranks*split_factor pieces and give
-            // this rank pieces coord, coord+ranks, coord+2*ranks, ...
-            const int64_t pieces = ranks * p.split_factor;
+            // torch's _StridedShard split (placement_types.py, torch >= 2.8): chunk into
+            // split_factor pieces, chunk each piece into `ranks`, and give this rank its chunk
+            // of every piece. Older torch chunked into ranks*split_factor pieces, which agrees
+            // for the even sizes it accepted.
             Runs gathered;
             for (int64_t k = 0; k < p.split_factor; ++k) {
-                auto [start, len] = chunk_range(length, pieces, coord + k * ranks);
-                for (const DimRun& r : take_positions(runs, start, len)) gathered.push_back(r);
+                auto [piece_start, piece_len] = chunk_range(length, p.split_factor, k);
+                auto [start, len] = chunk_range(piece_len, ranks, coord);
+                for (const DimRun& r : take_positions(runs, piece_start + start, len)) gathered.push_back(r);
             }
             runs = std::move(gathered);
         }

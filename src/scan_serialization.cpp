@@ -30,7 +30,7 @@ std::string serialize_scan(const ScannedFile& scanned) {
         const TensorRef& t = e.tensor;
         json j = {{"k", e.key}, {"d", static_cast<int>(t.dtype)}, {"s", t.shape}, {"st", t.stride},
                   {"o", t.storage_offset}, {"f", t.storage.file}, {"r", t.storage.key},
-                  {"b", t.storage.byte_offset}, {"n", t.storage.byte_size}};
+                  {"b", t.storage.byte_offset}, {"n", t.storage.byte_size}, {"c", e.chunk}};
         if (t.dtensor) {
             json placements = json::array();
             for (const auto& p : t.dtensor->placements) placements.push_back(placement_json(p));
@@ -40,7 +40,7 @@ std::string serialize_scan(const ScannedFile& scanned) {
         }
         tensors.push_back(std::move(j));
     }
-    return json{{"path", scanned.path}, {"tensors", tensors}, {"skipped", scanned.skipped_keys}}.dump();
+    return json{{"path", scanned.path}, {"tensors", tensors}, {"skipped", scanned.skipped_keys}, {"chunks", scanned.chunks}}.dump();
 }
 
 ScannedFile deserialize_scan(const std::string& text) {
@@ -49,9 +49,11 @@ ScannedFile deserialize_scan(const std::string& text) {
         ScannedFile scanned;
         scanned.path = j.at("path").get<std::string>();
         scanned.skipped_keys = j.at("skipped").get<std::vector<std::string>>();
+        scanned.chunks = j.at("chunks").get<int>();
         for (const auto& e : j.at("tensors")) {
             StateDictEntry entry;
             entry.key = e.at("k").get<std::string>();
+            entry.chunk = e.at("c").get<int>();
             TensorRef& t = entry.tensor;
             t.dtype = static_cast<DType>(e.at("d").get<int>());
             t.shape = e.at("s").get<Shape>();

@@ -29,6 +29,15 @@ std::string placement_to_string(const Placement& p) {
     return "?";
 }
 
+TensorRef select_dim(const TensorRef& t, size_t dim, int64_t index) {
+    TensorRef view = t;
+    view.storage_offset += index * t.stride[dim];
+    view.shape.erase(view.shape.begin() + static_cast<std::ptrdiff_t>(dim));
+    view.stride.erase(view.stride.begin() + static_cast<std::ptrdiff_t>(dim));
+    view.dtensor.reset();
+    return view;
+}
+
 bool TensorRef::is_contiguous() const {
     int64_t expected = 1;
     for (size_t i = shape.size(); i-- > 0;) {

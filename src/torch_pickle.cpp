@@ -276,30 +276,52 @@ ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t le
     pickle::ValuePtr root = pickle::load(archive.read(file, archive.get("data.pkl")), where);
     ScannedFile scanned;
     scanned.path = file.path();
-    const Value* dict = root.get();
-    // A bare tensor, or a state dict possibly nested under "model"/"state_dict"/"module".
+    const Value* top = root.get();
+    // A bare tensor (a DCP item), a state dict, or a container of model chunks: verl's
+    // Megatron model.pt is a list of state dicts, Megatron-LM's file has model / model0..N.
     TensorRef single;
-    if (interpret_tensor(*dict, archive, file, single, where)) {
-        scanned.tensors.push_back({"", std::move(single)});
+    if (interpret_tensor(*top, archive, file, single, where)) {
+        scanned.tensors.push_back({"", std::move(single), 0});
         return scanned;
     }
-    if (dict->kind != Kind::Dict)
-        throw Error(where + ": expected a state dict, found " + pickle::describe(*dict));
-    for (const char* nest : {"model", "state_dict", "module"}) {
-        const Value* inner = pickle::dict_get(*dict, nest);
-        if (inner && inner->kind == Kind::Dict) {
-            dict = inner;
-            break;
+    std::vector<const Value*> chunks;
+    if (top->kind == Kind::List) {
+        for (const auto& item : top->items) chunks.push_back(item.get());
+    } else if (top->kind == Kind::Dict) {
+        if (pickle::dict_get(*top, "model0")) {
+            for (int v = 0;; ++v) {
+                const Value* chunk = pickle::dict_get(*top, "model" + std::to_string(v));
+                if (!chunk) break;
+                chunks.push_back(chunk);
+            }
+        } else {
+            chunks.push_back(top);
+            for (const char* nest : {"model", "state_dict", "module"}) {
+                const Value* inner = pickle::dict_get(*top, nest);
+                if (inner && inner->kind == Kind::Dict) {
+                    chunks.back() = inner;
+                    break;
+                }
+            }
         }
     }
-    for (const auto& [key, value] : dict->entries) {
-        if (key->kind != Kind::String)
-            throw Error(where + ": state dict key is not a string: " + pickle::describe(*key));
-        TensorRef t;
-        if (interpret_tensor(*value, archive, file, t, where + " key '" + key->text + "'"))
-            scanned.tensors.push_back({key->text, std::move(t)});
-        else
-            scanned.skipped_keys.push_back(key->text);
+    if (chunks.empty())
+        throw Error(where + ": expected a state dict, found " + pickle::describe(*top));
+    scanned.chunks = static_cast<int>(chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) {
+        const Value* dict = chunks[c];
+        if (dict->kind != Kind::Dict)
+            throw Error(where + ": model chunk " + std::to_string(c) + " is not a state dict but " +
+                        pickle::describe(*dict));
+        for (const auto& [key, value] : dict->entries) {
+            if (key->kind != Kind::String)
+                throw Error(where + ": state dict key is not a string: " + pickle::describe(*key));
+            TensorRef t;
+            if (interpret_tensor(*value, archive, file, t, where + " key '" + key->text + "'"))
+                scanned.tensors.push_back({key->text, std::move(t), static_cast<int>(c)});
+            else
+                scanned.skipped_keys.push_back(key->text);
+        }
     }
     return scanned;
 }

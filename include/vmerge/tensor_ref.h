@@ -55,6 +55,7 @@ struct TensorRef {
 struct StateDictEntry {
     std::string key;
     TensorRef tensor;
+    int chunk = 0;  // model chunk: verl's list index or Megatron-LM's modelN (virtual pipeline)
 };
 
 // What scanning one rank file yields: its tensors in state-dict order, and the keys that
@@ -63,6 +64,10 @@ struct ScannedFile {
     std::string path;
     std::vector<StateDictEntry> tensors;
     std::vector<std::string> skipped_keys;
+    int chunks = 1;
 };
+
+// A view of `t` with dimension `dim` fixed at `index` (the dimension disappears).
+TensorRef select_dim(const TensorRef& t, size_t dim, int64_t index);
 
 }  // namespace vmerge

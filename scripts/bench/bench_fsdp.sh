@@ -5,10 +5,13 @@
 #   bash scripts/bench/bench_fsdp.sh [SIZE_GB] [WORLD]      (defaults: 2 GB, W=8)
 #
 # Environment: BENCH_DIR (default /tmp/vmerge-bench; needs about 3*SIZE_GB of disk, removed at
-# the end unless KEEP=1), NP (MPI ranks for the parallel row, default 2).
+# the end unless KEEP=1), NP (MPI ranks for the parallel row, default 2), REPS (runs per row,
+# default 3; the median wall time is reported).
+# The default run (2 GB, W=8, REPS=3) takes about 2.5 minutes on 2 cores.
 # Every timed step runs under /usr/bin/time -v (wall clock, max RSS). Before each timed step
 # the page cache is flushed (sync) and, if permitted, dropped (echo 3 > drop_caches), so each
-# step reads its input from disk. vmerge fsyncs what it writes, so the cp and Python rows end
+# step reads its input from disk; the previous run's output is deleted before (not during) each
+# timed run. vmerge fsyncs what it writes, so the cp and Python rows end
 # with `sync` too: every row pays for getting its output onto the disk.
 # For MPI runs, RSS is measured per rank (each rank under its own /usr/bin/time) and the
 # largest is reported. MB/s = input bytes (sum of the rank files, 10^6 B) / wall seconds.
@@ -19,6 +22,7 @@ ROOT=$(pwd)
 SIZE_GB=${1:-2}
 WORLD=${2:-8}
 NP=${NP:-2}
+REPS=${REPS:-3}
 BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
 VMERGE=$ROOT/build/vmerge-mpi
 PY=/usr/bin/python3
@@ -59,25 +63,35 @@ rss_mib() {  # largest "Maximum resident set size (kbytes)" over the given time 
 }
 
 ROWS=()
-# run NAME CMD... : timed step; per-rank time files $LOG/NAME.rank* are used for RSS if present
+# run NAME CMD... : REPS timed runs of CMD (before each: rm -rf of $CLEAN, sync, drop caches).
+# Wall = median of the runs (min-max shown); RSS = largest over the runs (and, under mpirun,
+# over the per-rank time files $LOG/NAME.i.rank*, written by rankwrap.sh via $RANKTIME).
 run() {
     local name=$1; shift
-    drop_caches
-    echo "== $name (caches dropped: $DROPPED): $*"
-    if ! /usr/bin/time -v -o "$LOG/$name.time" "$@" > "$LOG/$name.out" 2>&1; then
-        cat "$LOG/$name.out" >&2; echo "step $name failed" >&2; exit 1
-    fi
-    tail -n 3 "$LOG/$name.out"
-    local wall rss
-    wall=$(secs "$LOG/$name.time")
-    if compgen -G "$LOG/$name.rank*" > /dev/null; then
-        rss=$(rss_mib "$LOG/$name".rank*)
-    else
-        rss=$(rss_mib "$LOG/$name.time")
-    fi
-    local mbs
+    local walls=() rssfiles=() i
+    echo "== $name: $*"
+    for i in $(seq 1 "$REPS"); do
+        if [ -n "${CLEAN:-}" ]; then rm -rf "$CLEAN"; fi
+        drop_caches
+        export RANKTIME="$LOG/$name.$i"
+        if ! /usr/bin/time -v -o "$LOG/$name.$i.time" "$@" > "$LOG/$name.$i.out" 2>&1; then
+            cat "$LOG/$name.$i.out" >&2; echo "step $name failed" >&2; exit 1
+        fi
+        walls+=("$(secs "$LOG/$name.$i.time")")
+        if compgen -G "$LOG/$name.$i.rank*" > /dev/null; then
+            rssfiles+=("$LOG/$name.$i".rank*)
+        else
+            rssfiles+=("$LOG/$name.$i.time")
+        fi
+        echo "   run $i: ${walls[-1]} s (caches dropped: $DROPPED) $(tail -n 1 "$LOG/$name.$i.out")"
+    done
+    local sorted wall range rss mbs
+    sorted=$(printf '%s\n' "${walls[@]}" | sort -g)
+    wall=$(echo "$sorted" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    range=$(echo "$sorted" | awk 'NR==1 {lo=$1} {hi=$1} END {print lo "-" hi}')
+    rss=$(rss_mib "${rssfiles[@]}")
     mbs=$(awk -v b="$IN_BYTES" -v s="$wall" 'BEGIN {printf "%.0f", (s > 0 ? b/1e6/s : 0)}')
-    ROWS+=("| $name | $wall | $mbs | $rss | $DROPPED |")
+    ROWS+=("| $name | $wall ($range) | $mbs | $rss |")
 }
 
 # per-rank /usr/bin/time wrapper for mpirun (rank from Open MPI's environment)
@@ -92,15 +106,18 @@ OUT=$BENCH_DIR/vmerge-out
 PYOUT=$BENCH_DIR/python-out
 
 # ---- timed steps ---------------------------------------------------------------------------
-run "cp -r + sync (copy floor)" bash -c "cp -r '$CKPT' '$BENCH_DIR/copy' && sync"
+CLEAN=$BENCH_DIR/copy run "cp -r + sync (copy floor)" \
+    bash -c "cp -r '$CKPT' '$BENCH_DIR/copy' && sync"
 rm -rf "$BENCH_DIR/copy"
-run "vmerge-mpi, 1 rank" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force -q
-run "vmerge-mpi, mpirun -np $NP" env RANKTIME="$LOG/vmerge-mpi, mpirun -np $NP" \
+CLEAN=$OUT run "vmerge-mpi, 1 rank" \
+    "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force -q
+CLEAN=$OUT run "vmerge-mpi, mpirun -np $NP" \
     mpirun --oversubscribe -np "$NP" "$RANKWRAP" "$VMERGE" merge --local_dir "$CKPT" \
     --target_dir "$OUT" --force -q
-run "vmerge-mpi, 1 rank, --max-memory 64MiB" "$VMERGE" merge --local_dir "$CKPT" \
-    --target_dir "$OUT" --force --max-memory 64MiB -q
-run "python_merge.py (verl way) + sync" bash -c "'$PY' scripts/bench/python_merge.py '$CKPT' '$PYOUT' && sync"
+CLEAN=$OUT run "vmerge-mpi, 1 rank, --max-memory 64MiB" \
+    "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force --max-memory 64MiB -q
+CLEAN=$PYOUT run "python_merge.py (verl way) + sync" \
+    bash -c "'$PY' scripts/bench/python_merge.py '$CKPT' '$PYOUT' && sync"
 
 # ---- correctness ------------------------------------------------------------------------------
 echo "== vmerge-mpi verify / test against the Python output"
@@ -114,8 +131,10 @@ echo "checkpoint: $CKPT, W=$WORLD, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM," \
      "$(df -h "$BENCH_DIR" | awk 'NR==2 {print $1}') ($(df -h "$BENCH_DIR" | awk 'NR==2 {print $2}'))"
 echo
-echo "| method | wall s | MB/s (input) | peak RSS MiB | caches dropped |"
-echo "|---|---:|---:|---:|---|"
+echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
+echo
+echo "| method | wall s | MB/s (input) | peak RSS MiB |"
+echo "|---|---:|---:|---:|"
 printf '%s\n' "${ROWS[@]}"
 
 if [ "${KEEP:-0}" != 1 ]; then

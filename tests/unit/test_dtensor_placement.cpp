@@ -212,49 +212,6 @@ TEST(DTensorRuns, StridedShardAloneGivesInterleavedPieces) {
     expect_run(r1[0][1], 8, 24, 8);
 }
 
-TEST(DTensorRuns, StridedShardUnevenTorchRule) {
-    // torch chunks into dp*sf pieces with the torch.chunk rule and gives rank c pieces
-    // c, c+dp, ...  N=10, dp=2, sf=2: pieces [0,3) [3,6) [6,9) [9,10).
-    auto r0 = dtensor_runs(layout({10}, {2}, {0}, {strided(0, 2)}), "t");
-    ASSERT_EQ(r0[0].size(), 2u);
-    expect_run(r0[0][0], 0, 0, 3);
-    expect_run(r0[0][1], 3, 6, 3);
-    auto r1 = dtensor_runs(layout({10}, {2}, {1}, {strided(0, 2)}), "t");
-    ASSERT_EQ(r1[0].size(), 2u);
-    expect_run(r1[0][0], 0, 3, 3);
-    expect_run(r1[0][1], 3, 9, 1);
-
-    // N=14, dp=2, sf=3: 6 pieces of ceil(14/6)=3: [0,3) [3,6) [6,9) [9,12) [12,14) [14,14).
-    auto s0 = dtensor_runs(layout({14}, {2}, {0}, {strided(0, 3)}), "t");
-    ASSERT_EQ(s0[0].size(), 3u);
-    expect_run(s0[0][0], 0, 0, 3);
-    expect_run(s0[0][1], 3, 6, 3);
-    expect_run(s0[0][2], 6, 12, 2);
-    auto s1 = dtensor_runs(layout({14}, {2}, {1}, {strided(0, 3)}), "t");
-    ASSERT_EQ(s1[0].size(), 2u);
-    expect_run(s1[0][0], 0, 3, 3);
-    expect_run(s1[0][1], 3, 9, 3);
-}
-
-TEST(DTensorRuns, StridedShardUnevenThenShard) {
-    // N=10 on (dp=2, tp=2) with (_StridedShard(0, 2), Shard(0)), applied left to right:
-    // dp 0 holds [0,3)+[6,9) (6 rows), dp 1 holds [3,6)+[9,10) (4 rows); Shard(0) over tp
-    // then takes local rows [0,3)/[3,6) of dp 0 and [0,2)/[2,4) of dp 1.
-    auto a = dtensor_runs(layout({10}, {2, 2}, {0, 0}, {strided(0, 2), shard(0)}), "t");
-    ASSERT_EQ(a[0].size(), 1u);
-    expect_run(a[0][0], 0, 0, 3);
-    auto b = dtensor_runs(layout({10}, {2, 2}, {0, 1}, {strided(0, 2), shard(0)}), "t");
-    ASSERT_EQ(b[0].size(), 1u);
-    expect_run(b[0][0], 0, 6, 3);
-    auto c = dtensor_runs(layout({10}, {2, 2}, {1, 0}, {strided(0, 2), shard(0)}), "t");
-    ASSERT_EQ(c[0].size(), 1u);
-    expect_run(c[0][0], 0, 3, 2);
-    auto d = dtensor_runs(layout({10}, {2, 2}, {1, 1}, {strided(0, 2), shard(0)}), "t");
-    ASSERT_EQ(d[0].size(), 2u);
-    expect_run(d[0][0], 0, 5, 1);
-    expect_run(d[0][1], 1, 9, 1);
-}
-
 TEST(DTensorRuns, AdjacentPiecesMerge) {
     // dp=1, sf=2: both pieces belong to the one rank and are adjacent: one run.
     auto r = dtensor_runs(layout({9}, {1}, {0}, {strided(0, 2)}), "t");

@@ -156,6 +156,58 @@ TEST(EndToEnd, StagingIsRemovedAfterAFailedMerge) {
         EXPECT_EQ(e.path().filename().string(), "fsdp2_w2") << e.path();
 }
 
+TEST(EndToEnd, StagingIsRemovedAfterAFailureInTheCommitStep) {
+    // A truncated rank file fails while scanning, before the staging folder exists. This one
+    // fails after every byte was written: huggingface/ holds a folder named like the output
+    // file, so copying its content into the staging folder cannot work.
+    TempDir tmp;
+    const std::string input = tmp.path() + "/fsdp2_w2";
+    fs::copy(kFixtures + "/fsdp2_w2", input, fs::copy_options::recursive);
+    fs::create_directories(input + "/huggingface/model.safetensors");
+    std::ofstream(input + "/huggingface/model.safetensors/x") << "x";
+    const std::string target = tmp.path() + "/out";
+    const Result r = run({"merge", "--local_dir", input, "--target_dir", target, "--dtype", "keep"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_FALSE(fs::exists(target));
+    EXPECT_FALSE(fs::exists(staging_of(target)));
+}
+
+TEST(EndToEnd, ForceReplacesAnExistingTarget) {
+    TempDir tmp;
+    const std::string target = tmp.path() + "/existing";
+    fs::create_directories(target);
+    std::ofstream(target + "/stale.txt") << "old";
+    const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep",
+                          "--force", "--quiet"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_FALSE(fs::exists(target + "/stale.txt"));
+    EXPECT_TRUE(fs::exists(target + "/model.safetensors"));
+    EXPECT_EQ(run({"test", "--local_dir", kFixtures + "/fsdp2_w3", "--test_hf_dir", target, "--dtype", "keep"}).code, 0);
+    for (const auto& e : fs::directory_iterator(tmp.path()))
+        EXPECT_EQ(e.path().filename().string(), "existing") << e.path();
+}
+
+TEST(EndToEnd, SmallShardSizeWritesAnIndexAndStillMatches) {
+    TempDir tmp;
+    const std::string target = tmp.path() + "/sharded";
+    const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep",
+                          "--max_shard_size", "20KB", "--quiet"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(target + "/model.safetensors.index.json"));
+    EXPECT_FALSE(fs::exists(target + "/model.safetensors"));
+    const HfWeights got = read_hf_weights(target);
+    EXPECT_GT(got.files.size(), 1u);
+    const HfWeights want = read_hf_weights(kFixtures + "/reference_fp32");
+    ASSERT_EQ(got.by_name.size(), want.by_name.size());
+    for (const auto& [name, where] : want.by_name) {
+        SCOPED_TRACE(name);
+        auto it = got.by_name.find(name);
+        ASSERT_NE(it, got.by_name.end());
+        EXPECT_EQ(read_entry(got.files[it->second.first], got.files[it->second.first].entries[it->second.second]),
+                  read_entry(want.files[where.first], want.files[where.first].entries[where.second]));
+    }
+}
+
 // --- command line ----------------------------------------------------------------------------
 
 TEST(CommandLine, DashesAndUnderscoresBothWork) {

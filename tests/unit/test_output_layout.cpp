@@ -250,7 +250,9 @@ TEST(PlanOutputLayout, FilesKeepTheStateDictOrder) {
     for (const auto& f : layout.files) {
         std::set<size_t> s(f.tensors.begin(), f.tensors.end());
         ASSERT_FALSE(s.empty());
-        if (!first) EXPECT_GT(*s.begin(), last);
+        if (!first) {
+            EXPECT_GT(*s.begin(), last);
+        }
         last = *s.rbegin();
         first = false;
         uint64_t bytes = 0;

@@ -1,0 +1,56 @@
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vmerge/hf_config.h"
+#include "vmerge/tensor_ref.h"
+
+namespace vmerge {
+
+// How one Megatron tensor becomes one or more Hugging Face tensors.
+enum class NameSplit {
+    None,    // same tensor, new name
+    Qkv,     // grouped [q heads, k, v] per query group -> q_proj | k_proj | v_proj
+    GateUp,  // [gate; up] -> gate | up
+    Vocab,   // rows trimmed (or zero-padded) to config vocab_size
+};
+
+struct NameRule {
+    std::string_view megatron;  // "decoder.layers.{i}.self_attention.linear_qkv.weight"
+    std::string_view hf;        // "model.layers.{i}.self_attn.q_proj.weight|...k_proj...|..."
+    NameSplit split = NameSplit::None;
+};
+
+// The model facts the rules need, read from config.json (megatron-formats.md §5.6).
+struct ArchitectureInfo {
+    std::string name;        // architectures[0]
+    std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3
+    bool value_model = false;
+    int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
+    std::vector<NameRule> rules;
+};
+
+// Chooses the name table from config.json `architectures` (Error naming the architecture and
+// the supported ones when unknown). `value_model` forces the score head.
+ArchitectureInfo architecture_for(const HfConfig& config, bool value_model);
+
+// Finds the rule for a canonical Megatron key with global layer/expert numbers and returns
+// the HF names it produces (one, or several for a split); nullopt when unmapped.
+struct RuleMatch {
+    const NameRule* rule = nullptr;
+    std::vector<std::string> hf_names;
+};
+std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& megatron_key);
+
+// The tensors a Hugging Face model of this config holds, with their shapes (derived from
+// config.json alone, independently of any checkpoint). Optional tensors map to `optional`.
+struct ExpectedTensors {
+    std::map<std::string, Shape> required;
+    std::map<std::string, Shape> optional;
+};
+ExpectedTensors expected_hf_tensors(const HfConfig& config, const ArchitectureInfo& arch);
+
+}  // namespace vmerge
