@@ -38,6 +38,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink)
             const int64_t end = std::min(task.row_end, row + block_rows);
             const size_t rows = static_cast<size_t>(end - row);
             block_.resize(rows * src_row);
+            if (t.zero_fill) std::fill(block_.begin(), block_.end(), 0);
             assemble(t, row, end, block_.data());
             const unsigned char* data = block_.data();
             if (t.dtype != t.source_dtype) {

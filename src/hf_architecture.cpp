@@ -163,6 +163,7 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model) {
         append(arch.rules, kQwenExpertRules);
         append(arch.rules, kDeepseekRules);
     }
+    arch.expected = expected_hf_tensors(config, arch);
     return arch;
 }
 

@@ -24,6 +24,11 @@ struct NameRule {
     NameSplit split = NameSplit::None;
 };
 
+struct ExpectedTensors {
+    std::map<std::string, Shape> required;
+    std::map<std::string, Shape> optional;
+};
+
 // The model facts the rules need, read from config.json (megatron-formats.md §5.6).
 struct ArchitectureInfo {
     std::string name;        // architectures[0]
@@ -31,6 +36,7 @@ struct ArchitectureInfo {
     bool value_model = false;
     int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
     std::vector<NameRule> rules;
+    ExpectedTensors expected;  // what config.json implies, see expected_hf_tensors
 };
 
 // Chooses the name table from config.json `architectures` (Error naming the architecture and
@@ -45,12 +51,8 @@ struct RuleMatch {
 };
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& megatron_key);
 
-// The tensors a Hugging Face model of this config holds, with their shapes (derived from
-// config.json alone, independently of any checkpoint). Optional tensors map to `optional`.
-struct ExpectedTensors {
-    std::map<std::string, Shape> required;
-    std::map<std::string, Shape> optional;
-};
+// The tensors a Hugging Face model of this config holds, with their shapes, derived from
+// config.json alone, independently of any checkpoint.
 ExpectedTensors expected_hf_tensors(const HfConfig& config, const ArchitectureInfo& arch);
 
 }  // namespace vmerge

@@ -22,6 +22,8 @@ struct OutputTensor {
     DType dtype = DType::F32;         // as written
     Shape shape;
     std::vector<BoxCopy> copies;
+    // Elements no copy covers are zeros (a Megatron vocabulary shorter than config.json's).
+    bool zero_fill = false;
 
     uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
 };

@@ -1,0 +1,66 @@
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vmerge/dcp_metadata.h"
+#include "vmerge/hf_architecture.h"
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge {
+
+// One per-rank file of a legacy (non-distributed) Megatron checkpoint. The directory name
+// gives tp and up to two more indices (megatron-formats.md §1.1); whether a lone second
+// index is the pipeline or the expert rank is settled after scanning.
+struct MegatronRankFile {
+    std::string path;
+    std::string dir_name;  // mp_rank_TT[_PPP][_EEE]
+    int tp = 0;
+    std::vector<int> more;  // the indices after tp
+    int pp = 0;
+    int ep = 0;
+};
+
+struct MegatronLegacyCheckpoint {
+    std::string dir;     // the folder holding mp_rank_* folders
+    std::string flavor;  // "verl" (model.pt, a list of chunks) or "Megatron-LM" (model_optim_rng.pt)
+    std::optional<int> iteration;
+    std::vector<MegatronRankFile> files;
+    std::vector<std::string> notes;
+};
+
+struct MegatronParallelism {
+    int tp = 1, pp = 1, vpp = 1, ep = 1;
+};
+
+// Finds the rank files: verl's <dir>/model/mp_rank_*/model.pt (or <dir>/mp_rank_*), or
+// Megatron-LM's tracker file -> iter_NNNNNNN/ (or release/) -> mp_rank_*/model_optim_rng.pt.
+// `iteration` picks another iteration than the tracker's.
+bool looks_like_megatron_legacy(const std::string& dir);
+MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::optional<int> iteration);
+
+// Megatron tensors under their canonical names (global layer index, global expert index,
+// no layer/expert axis), each assembled from its per-rank pieces by the TP rules of
+// megatron-formats.md §4. Pure: `scans[i]` is the scan of `ckpt.files[i]`.
+TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                       const ArchitectureInfo& arch, MegatronParallelism& found,
+                                       std::vector<std::string>& notes);
+
+// The same canonical tensors from a torch_dist (dist_ckpt) or DCP folder: stacked layer and
+// expert axes are split into one tensor per layer/expert. `chunk_scans` holds the scan of
+// every chunk in metadata order (tensor by tensor, chunk by chunk).
+TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
+                                   bool split_megatron_axes, std::vector<std::string>& notes);
+
+// Renames and splits canonical Megatron tensors into the HF tensors of `arch` (QKV
+// de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
+// result against the tensors config.json implies. Unmapped keys are an Error listing them
+// unless `allow_unmapped`.
+TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
+                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes);
+
+// Checks a mapping's names and shapes against what config.json implies (Error listing the
+// missing, unexpected and misshapen tensors).
+void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch);
+
+}  // namespace vmerge

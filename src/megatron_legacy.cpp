@@ -1,0 +1,342 @@
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "vmerge/box_region.h"
+#include "vmerge/error.h"
+#include "vmerge/megatron_backend.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+const std::regex kRankDir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?)");
+
+bool has_rank_dirs(const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+        if (entry.is_directory() && std::regex_match(entry.path().filename().string(), kRankDir)) return true;
+    return false;
+}
+
+std::string read_tracker(const fs::path& path) {
+    std::ifstream in(path);
+    std::string text;
+    in >> text;
+    return text;
+}
+
+std::string iteration_dir_name(int iteration) {
+    char name[32];
+    std::snprintf(name, sizeof name, "iter_%07d", iteration);
+    return name;
+}
+
+// How the TP shards of one Megatron tensor combine (megatron-formats.md §4 table).
+enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
+
+TpRule tp_rule(const std::string& key, bool value_model) {
+    auto ends = [&](std::string_view suffix) { return key.ends_with(suffix); };
+    if (ends("word_embeddings.weight")) return TpRule::Concat0;
+    if (ends("output_layer.weight")) return value_model ? TpRule::Replicated : TpRule::Concat0;
+    if (ends("linear_qkv.weight") || ends("linear_qkv.bias")) return TpRule::Concat0;
+    if (ends("linear_proj.weight") || ends("linear_fc2.weight")) return TpRule::Concat1;
+    if (ends("linear_fc1.weight") || ends("linear_fc1.bias")) return TpRule::GluHalves;
+    if (ends("linear_q_proj.weight") || ends("linear_q_up_proj.weight") || ends("linear_kv_up_proj.weight"))
+        return TpRule::Concat0;
+    // The TE spec builds MLA down-projections duplicated on every TP rank; the local spec
+    // splits them by rows. Their shape tells which.
+    if (ends("linear_q_down_proj.weight") || ends("linear_kv_down_proj.weight")) return TpRule::ReplicatedIfFull;
+    return TpRule::Replicated;
+}
+
+struct Piece {
+    const TensorRef* tensor;
+    const MegatronRankFile* file;
+};
+
+}  // namespace
+
+bool looks_like_megatron_legacy(const std::string& dir) {
+    const fs::path p(dir);
+    std::error_code ec;
+    return has_rank_dirs(p / "model") || has_rank_dirs(p) || fs::exists(p / "latest_checkpointed_iteration.txt", ec);
+}
+
+MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::optional<int> iteration) {
+    MegatronLegacyCheckpoint ckpt;
+    fs::path root(dir);
+    std::error_code ec;
+    if (fs::exists(root / "latest_checkpointed_iteration.txt", ec)) {
+        const std::string tracker = read_tracker(root / "latest_checkpointed_iteration.txt");
+        fs::path iter_dir;
+        if (iteration) {
+            iter_dir = root / iteration_dir_name(*iteration);
+            ckpt.iteration = iteration;
+        } else if (tracker == "release") {
+            iter_dir = root / "release";
+        } else {
+            try {
+                ckpt.iteration = std::stoi(tracker);
+            } catch (const std::exception&) {
+                throw Error((root / "latest_checkpointed_iteration.txt").string() + ": holds '" + tracker +
+                            "', expected an iteration number or 'release'");
+            }
+            iter_dir = root / iteration_dir_name(*ckpt.iteration);
+        }
+        if (!fs::is_directory(iter_dir, ec))
+            throw Error(iter_dir.string() + ": missing iteration folder" +
+                        (iteration ? " (--iteration " + std::to_string(*iteration) + ")" : " named by the tracker file"));
+        root = iter_dir;
+    } else if (iteration) {
+        if (fs::is_directory(root / iteration_dir_name(*iteration), ec)) root /= iteration_dir_name(*iteration);
+        ckpt.iteration = iteration;
+    }
+    if (has_rank_dirs(root / "model")) root /= "model";
+    if (!has_rank_dirs(root)) throw Error(root.string() + ": no mp_rank_* folders");
+    ckpt.dir = root.string();
+    for (const auto& entry : fs::directory_iterator(root)) {
+        std::smatch m;
+        const std::string name = entry.path().filename().string();
+        if (!entry.is_directory() || !std::regex_match(name, m, kRankDir)) continue;
+        MegatronRankFile file;
+        file.dir_name = name;
+        file.tp = std::stoi(m[1]);
+        for (int g = 2; g <= 3; ++g)
+            if (m[g].matched) file.more.push_back(std::stoi(m[g]));
+        const fs::path verl = entry.path() / "model.pt", mlm = entry.path() / "model_optim_rng.pt";
+        std::string flavor;
+        if (fs::exists(verl, ec)) {
+            file.path = verl.string();
+            flavor = "verl";
+        } else if (fs::exists(mlm, ec)) {
+            file.path = mlm.string();
+            flavor = "Megatron-LM";
+        } else {
+            throw Error(entry.path().string() + ": neither model.pt (verl) nor model_optim_rng.pt (Megatron-LM)");
+        }
+        if (!ckpt.flavor.empty() && ckpt.flavor != flavor)
+            throw Error(root.string() + ": mixes verl model.pt and Megatron-LM model_optim_rng.pt folders");
+        ckpt.flavor = flavor;
+        ckpt.files.push_back(std::move(file));
+    }
+    std::sort(ckpt.files.begin(), ckpt.files.end(),
+              [](const auto& a, const auto& b) { return a.dir_name < b.dir_name; });
+    return ckpt;
+}
+
+TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                       const ArchitectureInfo& arch, MegatronParallelism& found,
+                                       std::vector<std::string>& notes) {
+    // 1. Which index is which: a lone second index is the pipeline stage unless the
+    //    embedding lives in more than one of those folders (then it is the expert rank).
+    size_t index_count = ckpt.files.front().more.size();
+    for (const auto& f : ckpt.files)
+        if (f.more.size() != index_count)
+            throw Error(ckpt.dir + ": mp_rank folder names mix index counts (" + ckpt.files.front().dir_name + ", " +
+                        f.dir_name + ")");
+    bool second_is_ep = false;
+    if (index_count == 1) {
+        for (size_t i = 0; i < ckpt.files.size(); ++i) {
+            if (ckpt.files[i].more[0] == 0) continue;
+            for (const auto& e : scans[i].tensors)
+                if (e.key == "embedding.word_embeddings.weight") second_is_ep = true;
+        }
+    }
+    for (auto& f : ckpt.files) {
+        f.pp = 0;
+        f.ep = 0;
+        if (index_count == 1) (second_is_ep ? f.ep : f.pp) = f.more[0];
+        if (index_count == 2) {
+            f.pp = f.more[0];
+            f.ep = f.more[1];
+        }
+        found.tp = std::max(found.tp, f.tp + 1);
+        found.pp = std::max(found.pp, f.pp + 1);
+        found.ep = std::max(found.ep, f.ep + 1);
+    }
+    std::map<std::tuple<int, int, int>, size_t> by_rank;
+    for (size_t i = 0; i < ckpt.files.size(); ++i) {
+        const auto& f = ckpt.files[i];
+        by_rank[{f.tp, f.pp, f.ep}] = i;
+    }
+    for (int t = 0; t < found.tp; ++t)
+        for (int p = 0; p < found.pp; ++p)
+            for (int e = 0; e < found.ep; ++e)
+                if (!by_rank.count({t, p, e})) {
+                    char name[64];
+                    if (index_count == 0) std::snprintf(name, sizeof name, "mp_rank_%02d", t);
+                    else if (index_count == 1) std::snprintf(name, sizeof name, "mp_rank_%02d_%03d", t, second_is_ep ? e : p);
+                    else std::snprintf(name, sizeof name, "mp_rank_%02d_%03d_%03d", t, p, e);
+                    throw Error(ckpt.dir + "/" + name + ": missing rank folder (tp " + std::to_string(found.tp) + ", pp " +
+                                std::to_string(found.pp) + ", ep " + std::to_string(found.ep) + ")");
+                }
+    found.vpp = scans[0].chunks;
+    for (size_t i = 0; i < scans.size(); ++i)
+        if (scans[i].chunks != found.vpp)
+            throw Error(ckpt.files[i].path + ": holds " + std::to_string(scans[i].chunks) + " model chunks, " +
+                        ckpt.files[0].path + " holds " + std::to_string(found.vpp));
+
+    // 2. Global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
+    //    (megatron-formats.md §6): correct for even, uneven and empty stages alike.
+    static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
+    std::map<std::pair<int, int>, int64_t> layer_offset;  // (pp, chunk) -> offset
+    int64_t layers_so_far = 0;
+    for (int v = 0; v < found.vpp; ++v)
+        for (int p = 0; p < found.pp; ++p) {
+            std::set<int64_t> local;
+            for (const auto& e : scans[by_rank.at({0, p, 0})].tensors) {
+                std::smatch m;
+                if (e.chunk == v && std::regex_match(e.key, m, layer_key)) local.insert(std::stoll(m[1]));
+            }
+            layer_offset[{p, v}] = layers_so_far;
+            layers_so_far += static_cast<int64_t>(local.size());
+        }
+
+    // 3. Canonical names: global layer, global expert (ep_rank * experts per rank + local).
+    static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
+    static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
+    std::map<int, int64_t> experts_per_rank;  // by pp stage: max local expert index + 1
+    for (size_t i = 0; i < scans.size(); ++i)
+        for (const auto& e : scans[i].tensors) {
+            std::smatch m, x;
+            if (!std::regex_match(e.key, m, layer_key)) continue;
+            const std::string rest = m[2];
+            int64_t j = -1;
+            if (std::regex_match(rest, x, grouped_expert)) j = std::stoll(x[3]);
+            else if (std::regex_match(rest, x, sequential_expert)) j = std::stoll(x[1]);
+            if (j >= 0) experts_per_rank[ckpt.files[i].pp] = std::max(experts_per_rank[ckpt.files[i].pp], j + 1);
+        }
+    std::map<std::string, std::vector<Piece>> shards;  // canonical key -> pieces by tp rank
+    std::vector<std::string> order;
+    size_t skipped_extra_state = 0;
+    for (size_t i = 0; i < scans.size(); ++i) {
+        const MegatronRankFile& f = ckpt.files[i];
+        for (const auto& e : scans[i].tensors) {
+            if (e.key.find("_extra_state") != std::string::npos) {
+                ++skipped_extra_state;
+                continue;
+            }
+            std::string key = e.key;
+            bool expert = false;
+            std::smatch m, x;
+            if (std::regex_match(e.key, m, layer_key)) {
+                const int64_t global = layer_offset.at({f.pp, e.chunk}) + std::stoll(m[1]);
+                std::string rest = m[2];
+                const int64_t per_rank = experts_per_rank[f.pp];
+                if (std::regex_match(rest, x, grouped_expert)) {
+                    rest = "mlp.experts." + std::to_string(f.ep * per_rank + std::stoll(x[3])) + "." + std::string(x[1]) +
+                           "." + std::string(x[2]);
+                    expert = true;
+                } else if (std::regex_match(rest, x, sequential_expert)) {
+                    rest = "mlp.experts." + std::to_string(f.ep * per_rank + std::stoll(x[1])) + "." + std::string(x[2]);
+                    expert = true;
+                }
+                key = "decoder.layers." + std::to_string(global) + "." + rest;
+            }
+            // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's.
+            if (!expert && f.ep != 0) continue;
+            auto& pieces = shards[key];
+            if (pieces.empty()) {
+                pieces.resize(found.tp, Piece{nullptr, nullptr});
+                order.push_back(key);
+            }
+            if (pieces[f.tp].tensor && !(arch.value_model || key.starts_with("output_layer")))
+                throw Error(f.path + ": '" + key + "' is also in " + pieces[f.tp].file->path);
+            if (!pieces[f.tp].tensor) pieces[f.tp] = {&e.tensor, &f};
+        }
+    }
+    if (skipped_extra_state) notes.push_back("skipped " + std::to_string(skipped_extra_state) + " _extra_state entries");
+
+    // 4. Assemble each tensor from its TP shards.
+    std::map<std::string, Shape> expected_shapes;
+    TensorMapping out;
+    for (const std::string& key : order) {
+        const auto& pieces = shards.at(key);
+        for (int t = 0; t < found.tp; ++t)
+            if (!pieces[t].tensor)
+                throw Error(ckpt.dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
+                            " (present in " + pieces[0].file->path + ")");
+        const TensorRef& first = *pieces[0].tensor;
+        TpRule rule = tp_rule(key, arch.value_model);
+        if (rule == TpRule::ReplicatedIfFull) {
+            // Replicated when one shard already has the row count config.json implies.
+            rule = TpRule::Concat0;
+            if (auto match = match_rule(arch, key)) {
+                auto it = arch.expected.required.find(match->hf_names[0]);
+                if (it != arch.expected.required.end() && !first.shape.empty() && first.shape[0] == it->second[0])
+                    rule = TpRule::Replicated;
+            }
+        }
+        OutputTensor t;
+        t.name = key;
+        t.source_dtype = t.dtype = first.dtype;
+        t.shape = first.shape;
+        for (int r = 0; r < found.tp; ++r) {
+            const TensorRef& s = *pieces[r].tensor;
+            const std::string& path = pieces[r].file->path;
+            if (s.dtype != first.dtype || s.shape.size() != first.shape.size())
+                throw Error(path + ": '" + key + "' is " + std::string(torch_name(s.dtype)) + " " + shape_to_string(s.shape) +
+                            " but " + std::string(torch_name(first.dtype)) + " " + shape_to_string(first.shape) + " in " +
+                            pieces[0].file->path);
+            const bool same_shape = s.shape == first.shape;
+            if (!same_shape && (rule == TpRule::Replicated || rule == TpRule::GluHalves || first.shape.empty() ||
+                                (rule == TpRule::Concat0 && Shape(s.shape.begin() + 1, s.shape.end()) !=
+                                                                Shape(first.shape.begin() + 1, first.shape.end())) ||
+                                (rule == TpRule::Concat1 && (s.shape.size() < 2 || s.shape[0] != first.shape[0]))))
+                throw Error(path + ": tensor-parallel shard of '" + key + "' is " + shape_to_string(s.shape) + " but " +
+                            shape_to_string(first.shape) + " in " + pieces[0].file->path);
+        }
+        const uint32_t base = static_cast<uint32_t>(out.sources.size());
+        for (int r = 0; r < found.tp; ++r) out.sources.push_back(*pieces[r].tensor);
+        const size_t ndim = first.shape.size();
+        const Shape zeros(ndim, 0);
+        switch (rule) {
+            case TpRule::Replicated:
+            case TpRule::ReplicatedIfFull:
+                add_copy(t, base, zeros, zeros, first.shape);
+                break;
+            case TpRule::Concat0:
+            case TpRule::Concat1: {
+                const size_t dim = rule == TpRule::Concat0 ? 0 : 1;
+                int64_t at = 0;
+                for (int r = 0; r < found.tp; ++r) {
+                    const Shape& s = pieces[r].tensor->shape;
+                    Shape dst(ndim, 0);
+                    dst[dim] = at;
+                    add_copy(t, base + r, zeros, dst, s);
+                    at += s[dim];
+                }
+                t.shape[dim] = at;
+                break;
+            }
+            case TpRule::GluHalves: {
+                // Each rank holds [gate_r; up_r]; the canonical tensor is [gate; up].
+                const int64_t rows = first.shape[0];
+                if (rows % 2 != 0)
+                    throw Error(pieces[0].file->path + ": gated '" + key + "' has an odd row count " + std::to_string(rows));
+                const int64_t half = rows / 2;
+                t.shape[0] = rows * found.tp;
+                for (int r = 0; r < found.tp; ++r) {
+                    Shape extent = first.shape;
+                    extent[0] = half;
+                    Shape src(ndim, 0), dst(ndim, 0);
+                    dst[0] = r * half;
+                    add_copy(t, base + r, src, dst, extent);
+                    src[0] = half;
+                    dst[0] = found.tp * half + r * half;
+                    add_copy(t, base + r, src, dst, extent);
+                }
+                break;
+            }
+        }
+        check_copies_tile_output(t, out.sources);
+        out.tensors.push_back(std::move(t));
+    }
+    return out;
+}
+
+}  // namespace vmerge
