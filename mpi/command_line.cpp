@@ -47,7 +47,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     }
     Options o;
     std::string max_shard = "5GB", max_memory = "1GiB";
-    int tp = 0, pp = 0, batch_size = 0;
+    int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false;
     po::options_description visible(
         "vmerge-mpi COMMAND [options]\n"
@@ -58,7 +58,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         "Options");
     visible.add_options()
         ("help,h", "print this help")
-        ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp")
+        ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp | megatron | dcp")
         ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
         ("target_dir", po::value(&o.target_dir), "output folder (merge) or folder to verify")
         ("hf_config", po::value(&o.hf_config), "folder with config.json and tokenizer (default <local_dir>/huggingface)")
@@ -75,6 +75,8 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("rtol", po::value(&o.rtol)->default_value(0.0), "test: relative tolerance")
         ("progress", po::value(&o.progress)->default_value(0), "progress report every N seconds (0: off)")
         ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
+        ("iteration", po::value(&iteration), "Megatron-LM: merge this iteration instead of the latest")
+        ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
         ("tp_size", po::value(&tp), "expected tensor-parallel size (checked)")
         ("pp_size", po::value(&pp), "expected pipeline-parallel size (checked)")
         ("low_cpu_mem_usage", po::bool_switch(&low_cpu_mem_usage), "accepted for verl compatibility; memory is always bounded")
@@ -103,13 +105,13 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     o.max_memory = parse_byte_size(max_memory);
     if (vm.count("tp_size")) o.tp_size = tp;
     if (vm.count("pp_size")) o.pp_size = pp;
+    if (vm.count("iteration")) o.iteration = iteration;
     if (o.command != "verify" && o.local_dir.empty()) throw UsageError(o.command + " needs --local_dir");
     if ((o.command == "merge" || o.command == "verify") && o.target_dir.empty())
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
     if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp")
         throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron or dcp");
-    if (o.hf_config.empty() && !o.local_dir.empty()) o.hf_config = o.local_dir + "/huggingface";
     return o;
 }
 

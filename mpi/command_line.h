@@ -27,6 +27,8 @@ struct Options {
     int progress = 0;
     std::optional<int> tp_size;
     std::optional<int> pp_size;
+    std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
+    bool allow_unmapped = false;
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with

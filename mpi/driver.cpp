@@ -13,7 +13,7 @@
 #include "vmerge/copy_executor.h"
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
-#include "vmerge/fsdp_backend.h"
+#include "vmerge/checkpoint.h"
 #include "vmerge/hf_config.h"
 #include "vmerge/input_file.h"
 #include "vmerge/output_folder.h"
@@ -49,50 +49,45 @@ void collective_step(Comm& comm, const std::function<void()>& step) {
 }
 
 struct MergeInputs {
-    FsdpCheckpoint checkpoint;
+    DetectedCheckpoint checkpoint;
     std::vector<ScannedFile> scans;
     HfConfig config;
-    TensorMapping mapping;
-    std::vector<std::string> notes;
+    MappedCheckpoint mapped;
+    const TensorMapping& mapping() const { return mapped.mapping; }
 };
 
 MergeInputs load_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
-    collective_step(comm, [&] {
-        std::string backend = o.backend;
-        if (backend == "auto") {
-            if (!looks_like_fsdp(o.local_dir))
-                throw Error(o.local_dir + ": cannot tell the checkpoint kind: no "
-                            "model_world_size_*_rank_*.pt files (FSDP). Megatron and DCP folders "
-                            "are not supported by this build yet");
-            backend = "fsdp";
-        }
-        if (backend != "fsdp")
-            throw Error("--backend " + backend + " is not supported by this build yet");
-        in.checkpoint = discover_fsdp(o.local_dir);
-        in.notes = in.checkpoint.notes;
-    });
-    // Scan: rank r parses files r, r+P, r+2P, ... and everyone receives every scan.
-    const auto& files = in.checkpoint.rank_files;
+    collective_step(comm, [&] { in.checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); });
+    // Scan: rank r parses archives r, r+P, r+2P, ... and everyone receives every scan.
+    const auto& jobs = in.checkpoint.jobs;
     std::vector<std::string> mine;
     collective_step(comm, [&] {
-        for (size_t i = comm.rank(); i < files.size(); i += comm.size())
-            mine.push_back(serialize_scan(scan_torch_file(files[i])));
+        for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) {
+            const InputFile file(jobs[i].path);
+            mine.push_back(serialize_scan(scan_torch_archive(file, jobs[i].base, jobs[i].length)));
+        }
     });
     nlohmann::json bundle = mine;
     const auto gathered = comm.allgather(bundle.dump());
-    in.scans.resize(files.size());
+    in.scans.resize(jobs.size());
     for (int r = 0; r < comm.size(); ++r) {
         const auto list = nlohmann::json::parse(gathered[r]);
         for (size_t k = 0; k < list.size(); ++k)
             in.scans[r + k * comm.size()] = deserialize_scan(list[k].get<std::string>());
     }
     collective_step(comm, [&] {
-        in.config = load_hf_config(o.hf_config);
-        in.mapping = map_fsdp(in.scans);
-        for (auto& note : apply_output_rules(in.mapping, in.config, parse_dtype_choice(o.dtype),
+        in.config = load_hf_config(o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config);
+        MapOptions options;
+        options.is_value_model = o.is_value_model;
+        options.tie_word_embedding = o.tie_word_embedding;
+        options.allow_unmapped = o.allow_unmapped;
+        options.tp_size = o.tp_size;
+        options.pp_size = o.pp_size;
+        in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
+        for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.tie_word_embedding))
-            in.notes.push_back(note);
+            in.mapped.notes.push_back(note);
     });
     return in;
 }
@@ -114,33 +109,32 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     MergeInputs in = load_inputs(o, comm);
     if (comm.rank() != 0) return 0;
     const int ranks = o.np > 0 ? o.np : comm.size();
-    const auto& tensors = in.mapping.tensors;
+    const auto& tensors = in.mapping().tensors;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, ranks);
-    nlohmann::ordered_json j;
-    j["backend"] = "fsdp";
+    nlohmann::ordered_json j = in.mapped.facts;
     j["local_dir"] = o.local_dir;
-    j["world_size"] = in.checkpoint.world_size;
-    j["world_size_inferred"] = in.checkpoint.world_size_inferred;
-    j["rank_files"] = in.checkpoint.rank_files;
-    j["architectures"] = in.config.architectures;
-    j["notes"] = in.notes;
-    // One example per distinct sharding, so a user sees mesh and placements at a glance.
+    j["hf_config"] = in.config.dir;
+    j["scanned_archives"] = in.checkpoint.jobs.size();
+    j["notes"] = in.mapped.notes;
+    // One example per distinct DTensor sharding, so a user sees mesh and placements at a glance.
     nlohmann::ordered_json meshes = nlohmann::ordered_json::object();
-    for (const auto& e : in.scans[0].tensors) {
-        std::string key = "plain tensor (concatenated on dim 0)";
-        if (e.tensor.dtensor) {
-            const auto& d = *e.tensor.dtensor;
-            key = "mesh " + shape_to_string(d.mesh_shape) + " (";
-            for (size_t i = 0; i < d.mesh_dim_names.size(); ++i) key += (i ? "," : "") + d.mesh_dim_names[i];
-            key += ") placements (";
-            for (size_t i = 0; i < d.placements.size(); ++i) key += (i ? ", " : "") + placement_to_string(d.placements[i]);
-            key += ")";
+    if (in.checkpoint.layout == Layout::Fsdp) {
+        for (const auto& e : in.scans[0].tensors) {
+            std::string key = "plain tensor (concatenated on dim 0)";
+            if (e.tensor.dtensor) {
+                const auto& d = *e.tensor.dtensor;
+                key = "mesh " + shape_to_string(d.mesh_shape) + " (";
+                for (size_t i = 0; i < d.mesh_dim_names.size(); ++i) key += (i ? "," : "") + d.mesh_dim_names[i];
+                key += ") placements (";
+                for (size_t i = 0; i < d.placements.size(); ++i) key += (i ? ", " : "") + placement_to_string(d.placements[i]);
+                key += ")";
+            }
+            if (!meshes.contains(key)) meshes[key] = nlohmann::ordered_json::array();
+            meshes[key].push_back(e.key);
         }
-        if (!meshes.contains(key)) meshes[key] = nlohmann::ordered_json::array();
-        meshes[key].push_back(e.key);
+        j["shardings"] = meshes;
     }
-    j["shardings"] = meshes;
     nlohmann::ordered_json tensor_list = nlohmann::ordered_json::array();
     for (const auto& t : tensors)
         tensor_list.push_back({{"name", t.name}, {"shape", t.shape},
@@ -163,11 +157,13 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
         out << j.dump(2) << "\n";
         return 0;
     }
-    out << "backend      fsdp (verl layout)\n"
+    out << "backend      " << in.checkpoint.backend << ": " << in.checkpoint.description << "\n"
         << "local_dir    " << o.local_dir << "\n"
-        << "world size   " << in.checkpoint.world_size << (in.checkpoint.world_size_inferred ? " (from file names)" : "") << "\n"
+        << "hf_config    " << in.config.dir << "\n"
         << "architecture " << (in.config.architectures.empty() ? "?" : in.config.architectures[0]) << "\n";
-    for (const auto& note : in.notes) out << "note         " << note << "\n";
+    if (in.checkpoint.layout == Layout::MegatronLegacy)
+        out << "parallelism  tp " << j["tp"] << ", pp " << j["pp"] << ", vpp " << j["vpp"] << ", ep " << j["ep"] << "\n";
+    for (const auto& note : in.mapped.notes) out << "note         " << note << "\n";
     for (auto it = meshes.begin(); it != meshes.end(); ++it)
         out << "sharding     " << it.key() << ": " << it->size() << " tensors\n";
     out << "tensors      " << tensors.size() << ", " << human_bytes(layout.total_size) << "\n";
@@ -183,11 +179,11 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
 int run_merge(const Options& o, Comm& comm, std::ostream& out) {
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
-    const auto& tensors = in.mapping.tensors;
+    const auto& tensors = in.mapping().tensors;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     if (comm.rank() == 0 && !o.quiet)
-        for (const auto& note : in.notes) out << "vmerge: " << note << "\n";
+        for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
     collective_step(comm, [&] {
         if (comm.rank() == 0) prepare_staging(o.target_dir, o.force, layout);
     });
@@ -195,7 +191,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out) {
     try {
         collective_step(comm, [&] {
             OutputWriter writer(staging_path(o.target_dir), tensors, layout);
-            CopyExecutor executor(in.mapping, o.max_memory);
+            CopyExecutor executor(in.mapping(), o.max_memory);
             executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t, const unsigned char* data, size_t size) {
                 writer.write(t, row, data, size);
             });
@@ -203,7 +199,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out) {
             stats = executor.stats();
         });
         collective_step(comm, [&] {
-            if (comm.rank() == 0) commit_staging(o.target_dir, o.force, o.hf_config, tensors, layout);
+            if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout);
         });
     } catch (...) {
         if (comm.rank() == 0) discard_staging(o.target_dir);
@@ -212,7 +208,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (comm.rank() == 0 && !o.quiet)
         out << "vmerge: merged " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
-            << in.checkpoint.world_size << " rank files into " << o.target_dir << " (" << layout.files.size()
+            << in.checkpoint.jobs.size() << " archives into " << o.target_dir << " (" << layout.files.size()
             << " file" << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank"
             << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s\n";
     return 0;
@@ -238,7 +234,7 @@ bool values_match(const unsigned char* a, const unsigned char* b, DType dtype, s
 
 int run_test(const Options& o, Comm& comm, std::ostream& out) {
     MergeInputs in = load_inputs(o, comm);
-    const auto& tensors = in.mapping.tensors;
+    const auto& tensors = in.mapping().tensors;
     HfWeights reference;
     std::vector<std::string> problems;
     collective_step(comm, [&] { reference = read_hf_weights(o.test_hf_dir); });
@@ -272,7 +268,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const auto work = plan_rank_work(tensors, layout, comm.size());
     std::vector<std::string> value_problems;
     collective_step(comm, [&] {
-        CopyExecutor executor(in.mapping, o.max_memory);
+        CopyExecutor executor(in.mapping(), o.max_memory);
         std::map<std::string, std::unique_ptr<InputFile>> files;
         std::vector<unsigned char> expected;
         executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {

@@ -220,7 +220,7 @@ TEST(CommandLine, DashesAndUnderscoresBothWork) {
     EXPECT_EQ(b.local_dir, "/in");
     EXPECT_EQ(b.target_dir, "/out");
     EXPECT_EQ(b.max_shard_size, 5'000'000'000ull);
-    EXPECT_EQ(b.hf_config, "/in/huggingface");
+    EXPECT_TRUE(b.hf_config.empty());  // decided by detection: <local_dir>/huggingface or hf_config_and_tokenizer
     const Options c = parse({"merge", "--local-dir=/x", "--target_dir=/y", "--force"});
     EXPECT_EQ(c.local_dir, "/x");
     EXPECT_EQ(c.target_dir, "/y");

@@ -1,0 +1,61 @@
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "vmerge/dcp_metadata.h"
+#include "vmerge/fsdp_backend.h"
+#include "vmerge/hf_config.h"
+#include "vmerge/megatron_backend.h"
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge {
+
+// A torch.save archive to scan: a whole file, or an item inside a .distcp file.
+struct ScanJob {
+    std::string path;
+    uint64_t base = 0;
+    uint64_t length = 0;  // 0: to the end of the file
+};
+
+enum class Layout { Fsdp, MegatronLegacy, MegatronDist, Dcp, HfSafetensors };
+
+// What `discover` found: the backend, its files, and the archives to scan.
+struct DetectedCheckpoint {
+    Layout layout = Layout::Fsdp;
+    std::string backend;      // fsdp | megatron | dcp
+    std::string description;  // for people: "verl FSDP", "Megatron-LM legacy (iteration 20)", ...
+    std::string weights_dir;
+    std::string default_hf_dir;
+    std::vector<std::string> notes;
+    std::vector<ScanJob> jobs;
+    FsdpCheckpoint fsdp;
+    MegatronLegacyCheckpoint legacy;
+    DcpMetadata dcp;
+};
+
+// Decides the layout of `local_dir` (`backend` auto|fsdp|megatron|dcp) and lists what to scan.
+DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
+                                     std::optional<int> iteration);
+
+struct MapOptions {
+    bool is_value_model = false;
+    bool tie_word_embedding = false;
+    bool allow_unmapped = false;
+    std::optional<int> tp_size;
+    std::optional<int> pp_size;
+};
+
+struct MappedCheckpoint {
+    TensorMapping mapping;
+    nlohmann::ordered_json facts;  // detected parallelism, architecture, ... for inspect
+    std::vector<std::string> notes;
+};
+
+// Applies the backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`).
+MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                const HfConfig& config, const MapOptions& options);
+
+}  // namespace vmerge

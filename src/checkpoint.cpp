@@ -1,0 +1,224 @@
+#include "vmerge/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "vmerge/error.h"
+#include "vmerge/safetensors_file.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+bool path_exists(const fs::path& p) {
+    std::error_code ec;
+    return fs::exists(p, ec);
+}
+
+bool holds_safetensors(const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+        if (entry.path().extension() == ".safetensors") return true;
+    return false;
+}
+
+// Megatron-LM's tracker file names the iteration folder; `iteration` overrides it.
+fs::path resolve_iteration(const fs::path& dir, std::optional<int> iteration) {
+    if (!path_exists(dir / "latest_checkpointed_iteration.txt") && !iteration) return dir;
+    char name[32];
+    if (iteration) {
+        std::snprintf(name, sizeof name, "iter_%07d", *iteration);
+        if (!path_exists(dir / name)) throw Error((dir / name).string() + ": missing (--iteration " + std::to_string(*iteration) + ")");
+        return dir / name;
+    }
+    std::ifstream in(dir / "latest_checkpointed_iteration.txt");
+    std::string tracker;
+    in >> tracker;
+    if (tracker == "release") return dir / "release";
+    try {
+        std::snprintf(name, sizeof name, "iter_%07d", std::stoi(tracker));
+    } catch (const std::exception&) {
+        throw Error((dir / "latest_checkpointed_iteration.txt").string() + ": holds '" + tracker +
+                    "', expected an iteration number or 'release'");
+    }
+    return dir / name;
+}
+
+std::string default_hf_dir(const fs::path& dir) {
+    for (const char* name : {"huggingface", "hf_config_and_tokenizer"})
+        if (path_exists(dir / name / "config.json")) return (dir / name).string();
+    return (dir / "huggingface").string();
+}
+
+void add_dcp_jobs(DetectedCheckpoint& d) {
+    for (const auto& t : d.dcp.tensors)
+        for (const auto& c : t.chunks) d.jobs.push_back({c.file, c.offset, c.length});
+}
+
+// Plain DCP keys carry the container names of the saved dict ("model." for
+// dcp.save({"model": sd}), "module." for wrapped modules): strip them to get model names.
+TensorMapping strip_dcp_prefixes(TensorMapping mapping, std::vector<std::string>& notes) {
+    TensorMapping out;
+    out.sources = std::move(mapping.sources);
+    size_t dropped = 0;
+    bool any_model = false;
+    for (const auto& t : mapping.tensors) any_model = any_model || t.name.starts_with("model.");
+    for (auto& t : mapping.tensors) {
+        std::string name = t.name;
+        if (any_model) {
+            if (!name.starts_with("model.")) {
+                ++dropped;
+                continue;
+            }
+            name = name.substr(6);
+        }
+        while (name.starts_with("module.")) name = name.substr(7);
+        t.name = name;
+        out.tensors.push_back(std::move(t));
+    }
+    if (dropped) notes.push_back("skipped " + std::to_string(dropped) + " tensors outside the 'model' state dict (optimizer, ...)");
+    return out;
+}
+
+}  // namespace
+
+DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
+                                     std::optional<int> iteration) {
+    DetectedCheckpoint d;
+    const fs::path dir(local_dir);
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) throw Error(local_dir + ": not a directory");
+    d.default_hf_dir = default_hf_dir(dir);
+    const bool want_fsdp = backend == "auto" || backend == "fsdp";
+    const bool want_megatron = backend == "auto" || backend == "megatron";
+    if (want_fsdp && looks_like_fsdp(local_dir)) {
+        d.layout = Layout::Fsdp;
+        d.backend = "fsdp";
+        d.fsdp = discover_fsdp(local_dir);
+        d.description = "verl FSDP (world size " + std::to_string(d.fsdp.world_size) + ")";
+        d.notes = d.fsdp.notes;
+        for (const auto& f : d.fsdp.rank_files) d.jobs.push_back({f});
+        return d;
+    }
+    if (backend == "fsdp") throw Error(local_dir + ": no model_world_size_*_rank_*.pt files (--backend fsdp)");
+    if (want_megatron) {
+        // torch_dist: verl's dist_ckpt/, or a Megatron-LM iteration folder with metadata.json.
+        const fs::path iter = resolve_iteration(dir, iteration);
+        for (const fs::path& candidate : {dir / "dist_ckpt", iter}) {
+            if (!path_exists(candidate / "metadata.json") || !path_exists(candidate / ".metadata")) continue;
+            d.dcp = read_dcp_metadata(candidate.string());
+            bool has_model = false;
+            for (const auto& t : d.dcp.tensors)
+                has_model = has_model || t.fqn.starts_with("decoder.") || t.fqn.starts_with("embedding.");
+            if (!has_model) continue;  // verl >= 0.7: dist_ckpt holds only optimizer state
+            d.layout = Layout::MegatronDist;
+            d.backend = "megatron";
+            d.weights_dir = candidate.string();
+            d.description = "Megatron-core torch_dist (" + candidate.string() + ")";
+            add_dcp_jobs(d);
+            return d;
+        }
+        if (looks_like_megatron_legacy(local_dir) || path_exists(iter / "mp_rank_00") || path_exists(iter / "mp_rank_00_000")) {
+            d.legacy = discover_megatron_legacy(local_dir, iteration);
+            d.layout = Layout::MegatronLegacy;
+            d.backend = "megatron";
+            d.weights_dir = d.legacy.dir;
+            d.description = d.legacy.flavor + " legacy per-rank files" +
+                            (d.legacy.iteration ? " (iteration " + std::to_string(*d.legacy.iteration) + ")" : "");
+            for (const auto& f : d.legacy.files) d.jobs.push_back({f.path});
+            return d;
+        }
+        if (holds_safetensors(d.default_hf_dir)) {
+            d.layout = Layout::HfSafetensors;
+            d.backend = "megatron";
+            d.weights_dir = d.default_hf_dir;
+            d.description = "Hugging Face safetensors already in " + d.default_hf_dir;
+            d.notes.push_back(d.default_hf_dir + " already holds safetensors weights (verl >= 0.7 saves them with "
+                              "mbridge): they are copied and checked, nothing needs merging");
+            return d;
+        }
+        if (backend == "megatron")
+            throw Error(local_dir + ": no Megatron checkpoint (no mp_rank_* folders, no dist_ckpt/ or metadata.json, "
+                                    "no latest_checkpointed_iteration.txt)");
+    }
+    if ((backend == "auto" || backend == "dcp") && path_exists(dir / ".metadata")) {
+        d.layout = Layout::Dcp;
+        d.backend = "dcp";
+        d.weights_dir = local_dir;
+        d.dcp = read_dcp_metadata(local_dir);
+        d.description = "torch.distributed.checkpoint folder";
+        add_dcp_jobs(d);
+        return d;
+    }
+    if (backend == "dcp") throw Error(local_dir + "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)");
+    throw Error(local_dir + ": cannot tell the checkpoint kind: no model_world_size_*_rank_*.pt (FSDP), no mp_rank_* "
+                            "folders, dist_ckpt/ or latest_checkpointed_iteration.txt (Megatron), no .metadata (DCP)");
+}
+
+MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                const HfConfig& config, const MapOptions& options) {
+    MappedCheckpoint m;
+    m.notes = ckpt.notes;
+    m.facts["backend"] = ckpt.backend;
+    m.facts["layout"] = ckpt.description;
+    m.facts["architecture"] = config.architectures.empty() ? "" : config.architectures[0];
+    switch (ckpt.layout) {
+        case Layout::Fsdp:
+            m.facts["world_size"] = ckpt.fsdp.world_size;
+            m.facts["world_size_inferred"] = ckpt.fsdp.world_size_inferred;
+            m.mapping = map_fsdp(scans);
+            break;
+        case Layout::MegatronLegacy: {
+            const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
+            MegatronParallelism found;
+            const TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes);
+            m.facts["tp"] = found.tp;
+            m.facts["pp"] = found.pp;
+            m.facts["vpp"] = found.vpp;
+            m.facts["ep"] = found.ep;
+            if (options.tp_size && *options.tp_size != found.tp)
+                throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + ckpt.legacy.dir + " holds tp " +
+                            std::to_string(found.tp));
+            if (options.pp_size && *options.pp_size != found.pp)
+                throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + ckpt.legacy.dir + " holds pp " +
+                            std::to_string(found.pp));
+            m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes);
+            break;
+        }
+        case Layout::MegatronDist: {
+            const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
+            const TensorMapping canonical = assemble_dcp_tensors(ckpt.dcp, scans, true, m.notes);
+            m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes);
+            break;
+        }
+        case Layout::Dcp: {
+            m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, m.notes), m.notes);
+            break;
+        }
+        case Layout::HfSafetensors: {
+            const HfWeights weights = read_hf_weights(ckpt.weights_dir);
+            for (const auto& file : weights.files)
+                for (const auto& e : file.entries) {
+                    TensorRef ref;
+                    ref.dtype = e.dtype;
+                    ref.shape = e.shape;
+                    ref.stride.assign(e.shape.size(), 1);
+                    for (size_t d = e.shape.size(); d-- > 1;) ref.stride[d - 1] = ref.stride[d] * e.shape[d];
+                    ref.storage = {file.path, e.name, e.begin, e.end - e.begin};
+                    OutputTensor t;
+                    t.name = e.name;
+                    t.source_dtype = t.dtype = e.dtype;
+                    t.shape = e.shape;
+                    const uint32_t source = static_cast<uint32_t>(m.mapping.sources.size());
+                    m.mapping.sources.push_back(ref);
+                    if (numel(e.shape) > 0)
+                        t.copies.push_back({source, Shape(e.shape.size(), 0), Shape(e.shape.size(), 0), e.shape});
+                    m.mapping.tensors.push_back(std::move(t));
+                }
+            break;
+        }
+    }
+    return m;
+}
+
+}  // namespace vmerge
