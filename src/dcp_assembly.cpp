@@ -100,7 +100,13 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         }
     }
     if (skipped) notes.push_back("skipped " + std::to_string(skipped) + " non-model or _extra_state entries");
-    for (const auto& t : out.tensors) check_copies_tile_output(t, out.sources);
+    for (const auto& t : out.tensors) {
+        try {
+            check_copies_tile_output(t, out.sources);
+        } catch (const Error& e) {
+            throw Error(meta.dir + "/.metadata: " + e.what() + " (a chunk is missing or overlaps another)");
+        }
+    }
     return out;
 }
 

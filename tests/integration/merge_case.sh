@@ -2,30 +2,59 @@
 # Merges one generated fixture case with N ranks and checks the result three ways:
 # the independent Python checker (safetensors rules + bit-for-bit against the reference),
 # vmerge's own `test` against the reference, and `verify` on the written folder.
+# A case whose cases.json entry expects an error must fail with that text and leave nothing.
 # usage: merge_case.sh VMERGE MPIEXEC PYTHON SOURCE_DIR FIXTURES CASE NP WORK
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fixtures=$5 case=$6 np=$7 work=$8
 
-args=$("$python" -c "import json,sys; print(' '.join(json.load(open(sys.argv[1]))[sys.argv[2]]['merge_args']))" \
-    "$fixtures/cases.json" "$case")
-reference="$fixtures/$case.reference"
+# cases.json (FSDP and Megatron generators): local_dir, hf_config, reference, merge_args, expect.
+eval "$("$python" - "$fixtures/cases.json" "$case" <<'PY'
+import json, shlex, sys
+c = json.load(open(sys.argv[1]))[sys.argv[2]]
+name = sys.argv[2]
+print("local_dir=" + shlex.quote(c.get("local_dir", name)))
+print("hf_config=" + shlex.quote(c.get("hf_config") or ""))
+ref = c.get("reference", name + ".reference")
+print("reference=" + shlex.quote(ref or ""))
+print("merge_args=(" + " ".join(shlex.quote(a) for a in c.get("merge_args", [])) + ")")
+print("expected_error=" + shlex.quote((c.get("expect") or {}).get("error") or ""))
+PY
+)"
+local_dir="$fixtures/$local_dir"
+args=("${merge_args[@]}")
+hf_dir="$local_dir/huggingface"
+if [[ -n $hf_config ]]; then
+    args+=(--hf_config "$fixtures/$hf_config")
+    hf_dir="$fixtures/$hf_config"
+fi
 target="$work/$case.np$np"
-rm -rf "$target"
+rm -rf "$target" "$target.single"
 mkdir -p "$work"
 launch=("$mpiexec" --oversubscribe -np "$np")
 
-# shellcheck disable=SC2086
-"${launch[@]}" "$vmerge" merge --backend fsdp --local_dir "$fixtures/$case" --target_dir "$target" $args \
-    --max-shard-size 40KB
-"$python" "$source_dir/tests/tools/check_hf_output.py" --out "$target" --ref "$reference" \
-    --hf "$fixtures/$case/huggingface"
-# shellcheck disable=SC2086
-"${launch[@]}" "$vmerge" test --local_dir "$fixtures/$case" --test_hf_dir "$reference" $args
+if [[ -n $expected_error ]]; then
+    set +e
+    "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${args[@]}" >"$target.log" 2>&1
+    rc=$?
+    set -e
+    cat "$target.log"
+    [[ $rc -ne 0 ]] || { echo "FAIL: exit 0, expected an error naming '$expected_error'"; exit 1; }
+    grep -qF -- "$expected_error" "$target.log" || { echo "FAIL: the message does not name '$expected_error'"; exit 1; }
+    [[ ! -e $target ]] || { echo "FAIL: left $target behind"; exit 1; }
+    ! compgen -G "$work/.$case.np$np.vmerge-staging*" >/dev/null || { echo "FAIL: left a staging folder"; exit 1; }
+    rm -f "$target.log"
+    exit 0
+fi
+
+reference="$fixtures/$reference"
+"${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${args[@]}" --max-shard-size 40KB
+hf_check=()
+[[ -d $hf_dir ]] && hf_check=(--hf "$hf_dir")
+"$python" "$source_dir/tests/tools/check_hf_output.py" --out "$target" --ref "$reference" "${hf_check[@]}"
+"${launch[@]}" "$vmerge" test --local_dir "$local_dir" --test_hf_dir "$reference" "${args[@]}"
 "${launch[@]}" "$vmerge" verify --target_dir "$target"
 # A one-file merge too: the default shard size keeps these models in model.safetensors.
-rm -rf "$target.single"
-# shellcheck disable=SC2086
-"${launch[@]}" "$vmerge" merge --local_dir "$fixtures/$case" --target_dir "$target.single" $args --quiet
+"${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target.single" "${args[@]}" --quiet
 test -f "$target.single/model.safetensors"
 test ! -e "$target.single/model.safetensors.index.json"
 "$python" "$source_dir/tests/tools/check_hf_output.py" --out "$target.single" --ref "$reference"
