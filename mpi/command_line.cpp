@@ -67,6 +67,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("max_shard_size", po::value(&max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("max_memory", po::value(&max_memory)->default_value("1GiB"), "buffer memory per rank")
         ("force", po::bool_switch(&o.force), "replace an existing target folder")
+        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder")
         ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied")
         ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model head")
         ("json", po::bool_switch(&o.json), "inspect: print JSON")

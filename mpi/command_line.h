@@ -29,6 +29,7 @@ struct Options {
     std::optional<int> pp_size;
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
     bool allow_unmapped = false;
+    bool resume = false;
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with

@@ -3,10 +3,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,7 @@
 #include "vmerge/safetensors_file.h"
 #include "vmerge/scan_serialization.h"
 #include "vmerge/torch_pickle.h"
+#include "vmerge/write_journal.h"
 
 namespace vmerge {
 namespace {
@@ -31,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 // Runs `step` on every rank; afterwards all ranks know whether all succeeded. On any
 // failure every rank throws the same Error, naming the first failing rank and its host.
-void collective_step(Comm& comm, const std::function<void()>& step) {
+void collective_step(Comm& comm, const std::function<void()>& step, const std::string& staging = "") {
     std::string error;
     try {
         step();
@@ -42,9 +45,14 @@ void collective_step(Comm& comm, const std::function<void()>& step) {
     const auto errors = comm.allgather(error);
     for (int r = 0; r < comm.size(); ++r) {
         if (errors[r].empty()) continue;
-        if (comm.size() == 1) throw Error(errors[r]);
-        const auto hosts = comm.allgather(comm.host());
-        throw Error("rank " + std::to_string(r) + " on " + hosts[r] + ": " + errors[r]);
+        std::string message = errors[r];
+        if (comm.size() > 1) {
+            const auto hosts = comm.allgather(comm.host());
+            message = "rank " + std::to_string(r) + " on " + hosts[r] + ": " + message;
+        }
+        if (!staging.empty())
+            message += "\nthe unfinished output is kept in " + staging + "; rerun the same command with --resume to continue it";
+        throw Error(message);
     }
 }
 
@@ -176,7 +184,14 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     return 0;
 }
 
-int run_merge(const Options& o, Comm& comm, std::ostream& out) {
+// Test hook: VMERGE_TEST_BLOCK_DELAY_MS slows every written block down, so tests can kill a
+// rank or interrupt a merge while it is writing.
+int block_delay_ms() {
+    const char* text = std::getenv("VMERGE_TEST_BLOCK_DELAY_MS");
+    return text ? std::atoi(text) : 0;
+}
+
+int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
     const auto& tensors = in.mapping().tensors;
@@ -184,33 +199,61 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out) {
     const auto work = plan_rank_work(tensors, layout, comm.size());
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
+    const std::string staging = staging_path(o.target_dir);
     collective_step(comm, [&] {
-        if (comm.rank() == 0) prepare_staging(o.target_dir, o.force, layout);
+        if (comm.rank() != 0) return;
+        const std::string note = prepare_staging(o.target_dir, o.force, o.resume, layout);
+        if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
     });
     CopyStats stats;
-    try {
-        collective_step(comm, [&] {
-            OutputWriter writer(staging_path(o.target_dir), tensors, layout);
-            CopyExecutor executor(in.mapping(), o.max_memory);
-            executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t, const unsigned char* data, size_t size) {
-                writer.write(t, row, data, size);
-            });
+    collective_step(comm, [&] {
+        std::map<BlockKey, WrittenBlock> done;
+        if (o.resume) done = blocks_by_key(read_journals(staging));
+        JournalWriter journal(staging, comm.rank());
+        OutputWriter writer(staging, tensors, layout, &journal);
+        CopyExecutor executor(in.mapping(), o.max_memory);
+        const int delay = block_delay_ms();
+        try {
+            executor.run(
+                work[comm.rank()],
+                [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
+                    writer.write(t, row, row_end, data, size);
+                    if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+                },
+                [&](size_t t, int64_t row, int64_t row_end) {
+                    auto it = done.find({t, row, row_end});
+                    return it != done.end() && writer.holds(it->second);
+                });
             writer.finish();
-            stats = executor.stats();
-        });
-        collective_step(comm, [&] {
-            if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout);
-        });
-    } catch (...) {
-        if (comm.rank() == 0) discard_staging(o.target_dir);
-        throw;
-    }
+        } catch (const std::exception& e) {
+            // Stop every rank now; the staging folder stays for --resume.
+            if (comm.size() > 1) {
+                err << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << e.what()
+                    << "\nvmerge-mpi: the unfinished output is kept in " << staging
+                    << "; rerun the same command with --resume to continue it\n";
+                err.flush();
+                comm.abort(1);
+            }
+            throw;
+        }
+        stats = executor.stats();
+    }, staging);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout);
+    }, staging);
+    const auto skipped = comm.allgather(std::to_string(stats.bytes_skipped));
+    uint64_t resumed_bytes = 0;
+    for (const auto& s : skipped) resumed_bytes += std::stoull(s);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (comm.rank() == 0 && !o.quiet)
+    if (comm.rank() == 0 && !o.quiet) {
+        if (o.resume)
+            out << "vmerge: resumed: " << human_bytes(resumed_bytes) << " written by the interrupted run were checked and kept, "
+                << human_bytes(layout.total_size - resumed_bytes) << " written now\n";
         out << "vmerge: merged " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
             << in.checkpoint.jobs.size() << " archives into " << o.target_dir << " (" << layout.files.size()
             << " file" << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank"
             << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s\n";
+    }
     return 0;
 }
 
@@ -320,6 +363,18 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
     });
     if (comm.rank() != 0) return 0;
     for (const auto& w : warnings) out << "warning: " << w << "\n";
+    if (std::filesystem::exists(o.target_dir + "/" + kChecksumsFile)) {
+        const auto problems = verify_checksums(o.target_dir);
+        if (!problems.empty()) {
+            out << "vmerge verify: " << problems.size() << " range" << (problems.size() > 1 ? "s" : "")
+                << " differ from what merge wrote:\n";
+            for (const auto& p : problems) out << "  " << p << "\n";
+            return 1;
+        }
+        out << "vmerge verify: every byte matches the checksums merge recorded (" << kChecksumsFile << ")\n";
+    } else {
+        out << "vmerge verify: no " << kChecksumsFile << " (not written by vmerge merge): checksums not checked\n";
+    }
     out << "vmerge verify: OK, " << weights.by_name.size() << " tensors in " << weights.files.size() << " file"
         << (weights.files.size() > 1 ? "s" : "") << " follow the safetensors rules\n";
     return 0;
@@ -330,7 +385,7 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
 int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     try {
         if (o.command == "inspect") return run_inspect(o, comm, out);
-        if (o.command == "merge") return run_merge(o, comm, out);
+        if (o.command == "merge") return run_merge(o, comm, out, err);
         if (o.command == "test") return run_test(o, comm, out);
         if (o.command == "verify") return run_verify(o, comm, out);
         throw Error("unknown command " + o.command);

@@ -1,5 +1,6 @@
 #include <mpi.h>
 
+#include <csignal>
 #include <iostream>
 
 #include "command_line.h"
@@ -7,6 +8,9 @@
 #include "mpi_comm.h"
 
 int main(int argc, char** argv) {
+    // A file-size limit (ulimit -f) must surface as a write error naming the file, not kill
+    // the rank with SIGXFSZ.
+    std::signal(SIGXFSZ, SIG_IGN);
     MPI_Init(&argc, &argv);
     int rank = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -52,4 +52,6 @@ std::vector<std::string> MpiComm::allgather(const std::string& mine) {
 
 void MpiComm::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+void MpiComm::abort(int code) { MPI_Abort(comm_, code); }
+
 }  // namespace vmerge

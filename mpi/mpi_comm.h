@@ -13,6 +13,7 @@ public:
     std::string host() const override { return host_; }
     std::vector<std::string> allgather(const std::string& mine) override;
     void barrier() override;
+    void abort(int code) override;
 
 private:
     MPI_Comm comm_;

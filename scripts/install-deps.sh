@@ -1,10 +1,15 @@
 #!/bin/bash
 # Installs the Debian 12 packages vmerge needs: `install-deps.sh` for building and running,
-# `install-deps.sh --tests` adds what the tests use (torch 1.13 for the fixture generator).
+# `install-deps.sh --tests` adds what the tests use (torch 1.13 for the fixture generator, Slurm
+# and munge for the job-template test).
 set -euo pipefail
 packages=(cmake g++ make libopenmpi-dev openmpi-bin nlohmann-json3-dev libboost-program-options-dev)
 if [[ ${1:-} == --tests ]]; then
     packages+=(libgtest-dev python3-torch python3-numpy)
+    # tests/slurm: a private single-node Slurm (slurmctld, slurmd, sbatch/srun) with munge.
+    packages+=(slurmctld slurmd slurm-client munge)
+    # tests/fuzz: libFuzzer targets built with Debian's clang.
+    packages+=(clang libclang-rt-14-dev)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -27,7 +27,7 @@ const InputFile& CopyExecutor::open(const std::string& path) {
     return *slot;
 }
 
-void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink) {
+void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip) {
     for (const WriteTask& task : tasks) {
         const OutputTensor& t = mapping_.tensors.at(task.tensor);
         const uint64_t out_row = row_bytes(t);
@@ -37,6 +37,11 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink)
         for (int64_t row = task.row_begin; row < task.row_end; row += block_rows) {
             const int64_t end = std::min(task.row_end, row + block_rows);
             const size_t rows = static_cast<size_t>(end - row);
+            if (skip && skip(task.tensor, row, end)) {
+                stats_.bytes_skipped += rows * out_row;
+                ++stats_.blocks_skipped;
+                continue;
+            }
             block_.resize(rows * src_row);
             if (t.zero_fill) std::fill(block_.begin(), block_.end(), 0);
             assemble(t, row, end, block_.data());

@@ -117,6 +117,10 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
         tensor.fqn = key->text;
         tensor.dtype = properties_dtype(field(*value, "properties", where), where);
         tensor.size = size_of(field(*value, "size", where), where);
+        int64_t count = 1;
+        for (int64_t d : tensor.size)
+            if (__builtin_mul_overflow(count, d, &count))
+                throw Error(where + ": size " + shape_to_string(tensor.size) + " has more than 2^63 elements");
         const Value& chunks = field(*value, "chunks", where);
         if (chunks.kind != Kind::List) throw Error(where + ": chunks is not a list");
         for (const auto& c : chunks.items) {
@@ -126,7 +130,7 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
             if (offsets.size() != tensor.size.size() || sizes.size() != tensor.size.size())
                 throw Error(where + ": chunk rank differs from the tensor's");
             for (size_t d = 0; d < sizes.size(); ++d)
-                if (offsets[d] + sizes[d] > tensor.size[d])
+                if (offsets[d] > tensor.size[d] || sizes[d] > tensor.size[d] - offsets[d])
                     throw Error(where + ": chunk at " + shape_to_string(offsets) + " of " + shape_to_string(sizes) +
                                 " lies outside " + shape_to_string(tensor.size));
             if (numel(sizes) == 0) continue;
@@ -143,7 +147,7 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
                 if (ec) throw Error(chunk.file + ": missing data file of " + where + " (" + ec.message() + ")");
                 size_it = file_sizes.emplace(chunk.file, size).first;
             }
-            if (chunk.offset + chunk.length > size_it->second)
+            if (chunk.offset > size_it->second || chunk.length > size_it->second - chunk.offset)
                 throw Error(chunk.file + ": chunk of " + where + " at bytes " + std::to_string(chunk.offset) + "+" +
                             std::to_string(chunk.length) + " runs past the end of the " +
                             std::to_string(size_it->second) + "-byte file");

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "vmerge/checksum.h"
 #include "vmerge/error.h"
 #include "vmerge/rank_work.h"
 
@@ -41,7 +42,7 @@ void fsync_path(const std::string& path, bool directory) {
 bool is_weight_file(const std::string& name) {
     auto ends_with = [&](const char* suffix) { return name.ends_with(suffix); };
     return ends_with(".safetensors") || ends_with(".bin") || ends_with(".pt") || ends_with(".pth") ||
-           name == "model.safetensors.index.json" || name == "pytorch_model.bin.index.json";
+           name == "model.safetensors.index.json" || name == "pytorch_model.bin.index.json" || name == kChecksumsFile;
 }
 
 }  // namespace
@@ -52,12 +53,28 @@ std::string staging_path(const std::string& target) {
     return (t.parent_path() / ("." + t.filename().string() + ".vmerge-staging")).string();
 }
 
-void prepare_staging(const std::string& target, bool force, const OutputLayout& layout) {
+bool staging_exists(const std::string& target) {
+    std::error_code ec;
+    return fs::exists(staging_path(target), ec);
+}
+
+std::string prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout) {
     std::error_code ec;
     if (fs::exists(target, ec) && !force)
         throw Error(target + ": already exists; pass --force to replace it");
     const std::string staging = staging_path(target);
-    fs::remove_all(staging, ec);
+    std::string note;
+    if (fs::exists(staging, ec)) {
+        if (resume) {
+            check_plan_fingerprint(staging, layout);
+            return "resuming the interrupted merge in " + staging;
+        }
+        note = "discarded the staging folder of an earlier, unfinished merge (" + staging +
+               "); --resume would have continued it";
+        fs::remove_all(staging, ec);
+    } else if (resume) {
+        note = "nothing to resume (no " + staging + "): merging from the start";
+    }
     fs::create_directories(staging, ec);
     if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
     for (const OutputFile& file : layout.files) {
@@ -68,17 +85,20 @@ void prepare_staging(const std::string& target, bool force, const OutputLayout& 
             pwrite_all(fd, reinterpret_cast<const unsigned char*>(file.header.data()), file.header.size(), 0, path);
             if (::ftruncate(fd, static_cast<off_t>(file.size)) != 0)
                 throw Error(path + ": cannot size to " + std::to_string(file.size) + " bytes: " + errno_text());
+            if (::fsync(fd) != 0) throw Error(path + ": fsync failed: " + errno_text());
         } catch (...) {
             ::close(fd);
             throw;
         }
         ::close(fd);
     }
+    write_plan_fingerprint(staging, layout);
+    return note;
 }
 
 OutputWriter::OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,
-                           const OutputLayout& layout)
-    : staging_(staging), tensors_(tensors), layout_(layout), fds_(layout.files.size(), -1) {}
+                           const OutputLayout& layout, JournalWriter* journal)
+    : staging_(staging), tensors_(tensors), layout_(layout), journal_(journal), fds_(layout.files.size(), -1) {}
 
 OutputWriter::~OutputWriter() {
     for (int fd : fds_)
@@ -88,16 +108,34 @@ OutputWriter::~OutputWriter() {
 int OutputWriter::fd_for(size_t file) {
     if (fds_[file] < 0) {
         const std::string path = staging_ + "/" + layout_.files[file].name;
-        fds_[file] = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        fds_[file] = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
         if (fds_[file] < 0) throw Error(path + ": cannot open for writing: " + errno_text());
     }
     return fds_[file];
 }
 
-void OutputWriter::write(size_t tensor, int64_t row_begin, const unsigned char* data, size_t size) {
+void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) {
     const TensorLocation& where = layout_.locations[tensor];
     const uint64_t offset = where.offset + static_cast<uint64_t>(row_begin) * row_bytes(tensors_[tensor]);
-    pwrite_all(fd_for(where.file), data, size, offset, staging_ + "/" + layout_.files[where.file].name);
+    const std::string path = staging_ + "/" + layout_.files[where.file].name;
+    const int fd = fd_for(where.file);
+    pwrite_all(fd, data, size, offset, path);
+    if (!journal_) return;
+    if (::fdatasync(fd) != 0) throw Error(path + ": fdatasync failed: " + errno_text());
+    journal_->append({tensor, row_begin, row_end, where.file, offset, size, xxh64(data, size)});
+}
+
+bool OutputWriter::holds(const WrittenBlock& block) {
+    readback_.resize(block.length);
+    const int fd = fd_for(block.file);
+    size_t done = 0;
+    while (done < block.length) {
+        const ssize_t n = ::pread(fd, readback_.data() + done, block.length - done, static_cast<off_t>(block.offset + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        done += static_cast<size_t>(n);
+    }
+    return xxh64(readback_.data(), block.length) == block.hash;
 }
 
 void OutputWriter::finish() {
@@ -134,6 +172,16 @@ void commit_staging(const std::string& target, bool force, const std::string& hf
         fs::copy_file(fs::path(hf_dir) / rel, to, fs::copy_options::overwrite_existing, ec);
         if (ec) throw Error(hf_dir + "/" + rel + ": cannot copy: " + ec.message());
         fsync_path(to.string(), false);
+    }
+    {
+        const std::string path = staging + "/" + kChecksumsFile;
+        std::ofstream out(path, std::ios::binary);
+        out << checksums_json(layout, read_journals(staging));
+        out.close();
+        if (!out) throw Error(path + ": cannot write the checksums");
+        fsync_path(path, false);
+        std::error_code ec;
+        fs::remove_all(journal_dir(staging), ec);
     }
     if (layout.files.size() > 1) {
         const std::string path = staging + "/model.safetensors.index.json";

@@ -161,9 +161,47 @@ private:
         return value;
     }
     ValuePtr make_text(Kind kind, std::string_view text) {
+        if (kind == Kind::String) check_utf8(text);
         ValuePtr value = make(kind);
         value->text = text;
         return value;
+    }
+    // Text must be UTF-8 (what Python's unpickler decodes it as) without surrogates, so that
+    // keys and names can go into JSON (the scan all-gather) and messages as they are.
+    void check_utf8(std::string_view text) {
+        const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
+        for (size_t i = 0; i < text.size();) {
+            const uint8_t lead = byte(i);
+            size_t length = 0;
+            uint32_t code_point = 0;
+            if (lead < 0x80) {
+                ++i;
+                continue;
+            } else if (lead >= 0xC2 && lead <= 0xDF) {
+                length = 2, code_point = lead & 0x1F;
+            } else if (lead >= 0xE0 && lead <= 0xEF) {
+                length = 3, code_point = lead & 0x0F;
+            } else if (lead >= 0xF0 && lead <= 0xF4) {
+                length = 4, code_point = lead & 0x07;
+            }
+            bool valid = length != 0 && i + length <= text.size();
+            for (size_t k = 1; valid && k < length; ++k) {
+                valid = (byte(i + k) & 0xC0) == 0x80;
+                code_point = (code_point << 6) | (byte(i + k) & 0x3F);
+            }
+            if (valid) {
+                const uint32_t smallest = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+                valid = code_point >= smallest && code_point <= 0x10FFFF &&
+                        (code_point < 0xD800 || code_point > 0xDFFF);
+            }
+            if (!valid) {
+                char hex[8];
+                std::snprintf(hex, sizeof hex, "0x%02x", lead);
+                fail("text is not valid UTF-8 (byte " + std::to_string(i) + " of the text is " +
+                     hex + ")");
+            }
+            i += length;
+        }
     }
     ValuePtr make_int(int64_t integer) {
         ValuePtr value = make(Kind::Int);

@@ -1,6 +1,7 @@
 #include "vmerge/safetensors_file.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -58,10 +59,18 @@ SafetensorsFile read_safetensors_header(const std::string& path) {
         if (!dtype) throw Error(where + ": unknown dtype " + v["dtype"].dump());
         e.dtype = *dtype;
         if (!v["shape"].is_array()) throw Error(where + ": shape is not an array");
+        int64_t count = 1;
         for (const auto& d : v["shape"]) {
             if (!d.is_number_unsigned()) throw Error(where + ": shape holds " + d.dump());
-            e.shape.push_back(d.get<int64_t>());
+            const uint64_t size = d.get<uint64_t>();
+            if (size > static_cast<uint64_t>(INT64_MAX) ||
+                __builtin_mul_overflow(count, static_cast<int64_t>(size), &count))
+                throw Error(where + ": shape " + v["shape"].dump() + " has more than 2^63 elements");
+            e.shape.push_back(static_cast<int64_t>(size));
         }
+        uint64_t nbytes = 0;
+        if (__builtin_mul_overflow(static_cast<uint64_t>(count), element_size(e.dtype), &nbytes))
+            throw Error(where + ": shape " + v["shape"].dump() + " needs more than 2^64 bytes");
         const auto& offsets = v["data_offsets"];
         if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
             !offsets[1].is_number_unsigned())
@@ -69,7 +78,7 @@ SafetensorsFile read_safetensors_header(const std::string& path) {
         e.begin = offsets[0].get<uint64_t>();
         e.end = offsets[1].get<uint64_t>();
         if (e.end < e.begin) throw Error(where + ": data_offsets end before begin");
-        if (e.end - e.begin != static_cast<uint64_t>(numel(e.shape)) * element_size(e.dtype))
+        if (e.end - e.begin != nbytes)
             throw Error(where + ": " + std::to_string(e.end - e.begin) + " bytes for shape " +
                         shape_to_string(e.shape));
         out.entries.push_back(e);

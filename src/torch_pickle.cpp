@@ -1,6 +1,7 @@
 #include "vmerge/torch_pickle.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "vmerge/error.h"
 
@@ -38,7 +39,9 @@ Shape as_shape(const Value& v, const std::string& where, const char* what) {
     Shape shape;
     for (const auto& item : tuple->items) {
         int64_t d = as_int(*item, where, what);
-        if (d < 0) fail(where, std::string("negative size in ") + what);
+        if (d < 0)
+            fail(where, std::string(what) + " has a negative value " + std::to_string(d) +
+                            " at index " + std::to_string(shape.size()));
         shape.push_back(d);
     }
     return shape;
@@ -75,10 +78,16 @@ StorageRef resolve_storage(const Value& pid, const ZipArchive& archive, const In
     int64_t count = as_int(*items[4], where, "storage numel");
     const std::string record_name = "data/" + items[2]->text;
     const ZipRecord& record = archive.get(record_name);
-    uint64_t expected = static_cast<uint64_t>(count) * element_size(*legacy_dtype);
-    if (count < 0 || record.size < expected)
+    if (count < 0) fail(where, "storage " + record_name + " has a negative numel");
+    uint64_t expected = 0;
+    const bool overflows = __builtin_mul_overflow(static_cast<uint64_t>(count),
+                                                  element_size(*legacy_dtype), &expected);
+    if (overflows || record.size < expected)
         fail(where, "storage record " + record_name + " holds " + std::to_string(record.size) +
-                        " bytes, the pickle declares " + std::to_string(expected));
+                        " bytes, but the pickle declares " + std::to_string(count) +
+                        " elements of torch." + type.name + " (" +
+                        (overflows ? std::string("more than 2^64") : std::to_string(expected)) +
+                        " bytes)");
     (void)file;
     return StorageRef{file.path(), record_name, record.data_offset, record.size};
 }
@@ -86,18 +95,31 @@ StorageRef resolve_storage(const Value& pid, const ZipArchive& archive, const In
 void check_view_fits(const TensorRef& t, const std::string& where) {
     if (t.shape.size() != t.stride.size()) fail(where, "size and stride have different ranks");
     if (t.storage_offset < 0) fail(where, "negative storage offset");
-    if (numel(t.shape) == 0) return;
+    const std::string view = "tensor " + shape_to_string(t.shape) + " with stride " +
+                             shape_to_string(t.stride) + " at offset " +
+                             std::to_string(t.storage_offset);
+    // Sizes and strides are >= 0 (as_shape); every product and sum below is checked, so a
+    // huge size or stride cannot wrap around into a small, "fitting" extent.
+    int64_t count = 1;
+    for (int64_t d : t.shape)
+        if (__builtin_mul_overflow(count, d, &count))
+            fail(where, view + ": its element count overflows 64 bits");
+    if (count == 0) return;
     uint64_t last = static_cast<uint64_t>(t.storage_offset);
     for (size_t i = 0; i < t.shape.size(); ++i) {
-        if (t.stride[i] < 0) fail(where, "negative stride");
-        last += static_cast<uint64_t>(t.shape[i] - 1) * static_cast<uint64_t>(t.stride[i]);
+        uint64_t reach = 0;
+        if (__builtin_mul_overflow(static_cast<uint64_t>(t.shape[i] - 1),
+                                   static_cast<uint64_t>(t.stride[i]), &reach) ||
+            __builtin_add_overflow(last, reach, &last))
+            fail(where, view + ": its extent overflows 64 bits");
     }
-    uint64_t end_byte = (last + 1) * element_size(t.dtype);
+    uint64_t end_byte = 0;
+    if (__builtin_add_overflow(last, uint64_t{1}, &end_byte) ||
+        __builtin_mul_overflow(end_byte, element_size(t.dtype), &end_byte) ||
+        last > static_cast<uint64_t>(INT64_MAX))
+        fail(where, view + ": its extent overflows 64 bits");
     if (end_byte > t.storage.byte_size)
-        fail(where, "tensor " + shape_to_string(t.shape) + " with stride " +
-                        shape_to_string(t.stride) + " at offset " +
-                        std::to_string(t.storage_offset) + " reaches byte " +
-                        std::to_string(end_byte) + " of a " +
+        fail(where, view + " reaches byte " + std::to_string(end_byte) + " of a " +
                         std::to_string(t.storage.byte_size) + "-byte storage " + t.storage.key);
 }
 
@@ -218,6 +240,11 @@ void interpret_dtensor(const Value& wrapper_args, const Value& state, const ZipA
                         " dims but " + std::to_string(layout.placements.size()) +
                         " placements and " + std::to_string(layout.coordinates.size()) +
                         " coordinates");
+    int64_t global_count = 1;
+    for (int64_t d : layout.global_shape)
+        if (__builtin_mul_overflow(global_count, d, &global_count))
+            fail(where, "DTensor global shape " + shape_to_string(layout.global_shape) +
+                            ": its element count overflows 64 bits");
     if (layout.global_shape.size() != out.shape.size())
         fail(where, "DTensor global shape " + shape_to_string(layout.global_shape) +
                         " and local shape " + shape_to_string(out.shape) + " differ in rank");

@@ -105,7 +105,7 @@ CentralDirLocation locate_central_dir(const ArchiveReader& archive) {
     }
     if (eocd == tail_size) {
         archive.fail(tail_start, "no end-of-central-directory record in the last " +
-                                     std::to_string(tail_size) + " bytes (not a ZIP file?)");
+                                     std::to_string(tail_size) + " bytes (a truncated file, or not a ZIP file)");
     }
     const uint64_t eocd_offset = tail_start + eocd;
     const unsigned char* e = t + eocd;

@@ -16,6 +16,8 @@ struct CopyStats {
     uint64_t bytes_read = 0;
     uint64_t bytes_written = 0;
     uint64_t reads = 0;
+    uint64_t bytes_skipped = 0;  // output bytes an earlier run had written (resume)
+    uint64_t blocks_skipped = 0;
 };
 
 // Receives assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
@@ -28,7 +30,10 @@ class CopyExecutor {
 public:
     CopyExecutor(const TensorMapping& mapping, uint64_t max_memory);
 
-    void run(const std::vector<WriteTask>& tasks, const RowSink& sink);
+    // `skip` (optional) is asked before each block is assembled; true means an earlier run
+    // already wrote it (resume), so its sources are not read at all.
+    using SkipBlock = std::function<bool(size_t tensor, int64_t row_begin, int64_t row_end)>;
+    void run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip = {});
     const CopyStats& stats() const { return stats_; }
 
 private:

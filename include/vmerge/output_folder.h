@@ -5,6 +5,7 @@
 
 #include "vmerge/output_layout.h"
 #include "vmerge/tensor_mapping.h"
+#include "vmerge/write_journal.h"
 
 namespace vmerge {
 
@@ -13,19 +14,24 @@ namespace vmerge {
 std::string staging_path(const std::string& target);
 
 // Rank 0: refuses an existing target without `force`, creates a fresh staging folder, and
-// creates every output file at its final size with its header written.
-void prepare_staging(const std::string& target, bool force, const OutputLayout& layout);
+// creates every output file at its final size with its header written. With `resume`, an
+// existing staging folder of the same plan is kept as it is. Returns a note for the user
+// when an earlier staging folder was resumed or discarded (empty otherwise).
+std::string prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout);
 
-// Writes row blocks at their planned offsets (pwrite); one per rank.
+// Writes row blocks at their planned offsets (pwrite); one per rank. With a journal, every
+// block is made durable (fdatasync) and then recorded with its checksum.
 class OutputWriter {
 public:
     OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,
-                 const OutputLayout& layout);
+                 const OutputLayout& layout, JournalWriter* journal = nullptr);
     ~OutputWriter();
     OutputWriter(const OutputWriter&) = delete;
     OutputWriter& operator=(const OutputWriter&) = delete;
 
-    void write(size_t tensor, int64_t row_begin, const unsigned char* data, size_t size);
+    void write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
+    // Whether the staging file already holds `block` intact (read back and checksummed).
+    bool holds(const WrittenBlock& block);
     // fsyncs and closes every file this writer opened.
     void finish();
 
@@ -34,13 +40,18 @@ private:
     std::string staging_;
     const std::vector<OutputTensor>& tensors_;
     const OutputLayout& layout_;
+    JournalWriter* journal_;
     std::vector<int> fds_;
+    std::vector<unsigned char> readback_;
 };
 
 // Rank 0, after all ranks wrote: copies every non-weight file of `hf_dir`, writes the index
 // when there are several shards, fsyncs, and renames the staging folder to `target`.
 void commit_staging(const std::string& target, bool force, const std::string& hf_dir,
                     const std::vector<OutputTensor>& tensors, const OutputLayout& layout);
+
+// Whether a staging folder of an earlier merge of `target` exists.
+bool staging_exists(const std::string& target);
 
 // Removes the staging folder after a failure (best effort).
 void discard_staging(const std::string& target);

@@ -156,10 +156,11 @@ TEST(EndToEnd, StagingIsRemovedAfterAFailedMerge) {
         EXPECT_EQ(e.path().filename().string(), "fsdp2_w2") << e.path();
 }
 
-TEST(EndToEnd, StagingIsRemovedAfterAFailureInTheCommitStep) {
+TEST(EndToEnd, AFailureInTheCommitStepKeepsStagingAndResumeFinishes) {
     // A truncated rank file fails while scanning, before the staging folder exists. This one
     // fails after every byte was written: huggingface/ holds a folder named like the output
-    // file, so copying its content into the staging folder cannot work.
+    // file, so copying its content into the staging folder cannot work. The written data stay
+    // in the staging folder, the message says where, and --resume finishes without redoing it.
     TempDir tmp;
     const std::string input = tmp.path() + "/fsdp2_w2";
     fs::copy(kFixtures + "/fsdp2_w2", input, fs::copy_options::recursive);
@@ -169,7 +170,18 @@ TEST(EndToEnd, StagingIsRemovedAfterAFailureInTheCommitStep) {
     const Result r = run({"merge", "--local_dir", input, "--target_dir", target, "--dtype", "keep"});
     EXPECT_EQ(r.code, 1);
     EXPECT_FALSE(fs::exists(target));
+    EXPECT_TRUE(fs::exists(staging_of(target)));
+    EXPECT_NE(r.err.find(staging_of(target)), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("--resume"), std::string::npos) << r.err;
+
+    fs::remove_all(input + "/huggingface/model.safetensors");
+    const Result resumed = run({"merge", "--local_dir", input, "--target_dir", target, "--dtype", "keep", "--resume"});
+    ASSERT_EQ(resumed.code, 0) << resumed.err;
+    EXPECT_NE(resumed.out.find("written now"), std::string::npos) << resumed.out;
+    EXPECT_NE(resumed.out.find(", 0 B written now"), std::string::npos) << resumed.out;
     EXPECT_FALSE(fs::exists(staging_of(target)));
+    EXPECT_EQ(run({"test", "--local_dir", input, "--test_hf_dir", kFixtures + "/reference_fp32", "--dtype", "keep"}).code, 0);
+    EXPECT_EQ(run({"verify", "--target_dir", target}).code, 0);
 }
 
 TEST(EndToEnd, ForceReplacesAnExistingTarget) {

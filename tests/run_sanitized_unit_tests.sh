@@ -1,0 +1,11 @@
+#!/bin/bash
+# Builds vmerge with -fsanitize=address,undefined (g++, VMERGE_SANITIZE=ON) in build-asan/ and
+# runs the unit tests there (no ctest, no fixtures, no MPI runs). Any sanitizer report fails.
+# usage: tests/run_sanitized_unit_tests.sh [gtest arguments...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMERGE_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$(nproc)" --target vmerge_unit_tests
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+build-asan/tests/vmerge_unit_tests "$@"
