@@ -74,7 +74,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("np", po::value(&o.np)->default_value(0), "inspect: plan for this many ranks")
         ("atol", po::value(&o.atol)->default_value(0.0), "test: absolute tolerance")
         ("rtol", po::value(&o.rtol)->default_value(0.0), "test: relative tolerance")
-        ("progress", po::value(&o.progress)->default_value(0), "progress report every N seconds (0: off)")
+        ("progress", po::value(&o.progress)->default_value(-1),
+         "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
+        ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
         ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
         ("iteration", po::value(&iteration), "Megatron-LM: merge this iteration instead of the latest")
         ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")

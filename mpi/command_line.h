@@ -24,7 +24,8 @@ struct Options {
     double atol = 0.0;
     double rtol = 0.0;
     int np = 0;                   // inspect: plan for this many ranks (0 = the running size)
-    int progress = 0;
+    int progress = -1;            // seconds between progress lines; -1: auto, 0: off
+    std::string log_json;         // per-rank timings for tuning
     std::optional<int> tp_size;
     std::optional<int> pp_size;
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's

@@ -4,11 +4,16 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <memory>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 #include <thread>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +26,7 @@
 #include "vmerge/output_folder.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/output_rules.h"
+#include "vmerge/progress_monitor.h"
 #include "vmerge/rank_work.h"
 #include "vmerge/safetensors_file.h"
 #include "vmerge/scan_serialization.h"
@@ -57,6 +63,8 @@ void collective_step(Comm& comm, const std::function<void()>& step, const std::s
 }
 
 struct MergeInputs {
+    double scan_seconds = 0;
+    double map_seconds = 0;
     DetectedCheckpoint checkpoint;
     std::vector<ScannedFile> scans;
     HfConfig config;
@@ -70,12 +78,14 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     // Scan: rank r parses archives r, r+P, r+2P, ... and everyone receives every scan.
     const auto& jobs = in.checkpoint.jobs;
     std::vector<std::string> mine;
+    const auto scan_start = Clock::now();
     collective_step(comm, [&] {
         for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) {
             const InputFile file(jobs[i].path);
             mine.push_back(serialize_scan(scan_torch_archive(file, jobs[i].base, jobs[i].length)));
         }
     });
+    in.scan_seconds = std::chrono::duration<double>(Clock::now() - scan_start).count();
     nlohmann::json bundle = mine;
     const auto gathered = comm.allgather(bundle.dump());
     in.scans.resize(jobs.size());
@@ -84,6 +94,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         for (size_t k = 0; k < list.size(); ++k)
             in.scans[r + k * comm.size()] = deserialize_scan(list[k].get<std::string>());
     }
+    const auto map_start = Clock::now();
     collective_step(comm, [&] {
         in.config = load_hf_config(o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config);
         MapOptions options;
@@ -97,6 +108,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
                                              o.tie_word_embedding))
             in.mapped.notes.push_back(note);
     });
+    in.map_seconds = std::chrono::duration<double>(Clock::now() - map_start).count();
     return in;
 }
 
@@ -191,12 +203,20 @@ int block_delay_ms() {
     return text ? std::atoi(text) : 0;
 }
 
+uint64_t peak_rss_bytes() {
+    struct rusage usage {};
+    ::getrusage(RUSAGE_SELF, &usage);
+    return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
+}
+
 int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
+    const auto plan_start = Clock::now();
     const auto& tensors = in.mapping().tensors;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
+    const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
     const std::string staging = staging_path(o.target_dir);
@@ -206,53 +226,91 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
     });
     CopyStats stats;
-    collective_step(comm, [&] {
-        std::map<BlockKey, WrittenBlock> done;
-        if (o.resume) done = blocks_by_key(read_journals(staging));
-        JournalWriter journal(staging, comm.rank());
-        OutputWriter writer(staging, tensors, layout, &journal);
-        CopyExecutor executor(in.mapping(), o.max_memory);
-        const int delay = block_delay_ms();
-        try {
-            executor.run(
-                work[comm.rank()],
-                [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
-                    writer.write(t, row, row_end, data, size);
-                    if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-                },
-                [&](size_t t, int64_t row, int64_t row_end) {
-                    auto it = done.find({t, row, row_end});
-                    return it != done.end() && writer.holds(it->second);
-                });
-            writer.finish();
-        } catch (const std::exception& e) {
-            // Stop every rank now; the staging folder stays for --resume.
-            if (comm.size() > 1) {
-                err << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << e.what()
-                    << "\nvmerge-mpi: the unfinished output is kept in " << staging
-                    << "; rerun the same command with --resume to continue it\n";
-                err.flush();
-                comm.abort(1);
+    const auto copy_start = Clock::now();
+    {
+        std::unique_ptr<ProgressMonitor> progress;
+        const bool terminal = ::isatty(STDOUT_FILENO) != 0;
+        if (comm.rank() == 0 && !o.quiet && o.progress != 0)
+            progress = std::make_unique<ProgressMonitor>(staging, layout.total_size, comm.size(),
+                                                         o.progress > 0 ? o.progress : (terminal ? 1 : 30),
+                                                         terminal && o.progress < 0, out);
+        collective_step(comm, [&] {
+            std::map<BlockKey, WrittenBlock> done;
+            if (o.resume) done = blocks_by_key(read_journals(staging));
+            JournalWriter journal(staging, comm.rank());
+            OutputWriter writer(staging, tensors, layout, &journal);
+            CopyExecutor executor(in.mapping(), o.max_memory);
+            const int delay = block_delay_ms();
+            try {
+                executor.run(
+                    work[comm.rank()],
+                    [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
+                        writer.write(t, row, row_end, data, size);
+                        if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+                    },
+                    [&](size_t t, int64_t row, int64_t row_end) {
+                        auto it = done.find({t, row, row_end});
+                        return it != done.end() && writer.holds(it->second);
+                    });
+                writer.finish();
+                mark_rank_done(staging, comm.rank());
+            } catch (const std::exception& e) {
+                // Stop every rank now; the staging folder stays for --resume.
+                if (comm.size() > 1) {
+                    err << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << e.what()
+                        << "\nvmerge-mpi: the unfinished output is kept in " << staging
+                        << "; rerun the same command with --resume to continue it\n";
+                    err.flush();
+                    comm.abort(1);
+                }
+                throw;
             }
-            throw;
-        }
-        stats = executor.stats();
-    }, staging);
+            stats = executor.stats();
+        }, staging);
+    }
+    const double copy_seconds = std::chrono::duration<double>(Clock::now() - copy_start).count();
+    const auto commit_start = Clock::now();
     collective_step(comm, [&] {
         if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout);
     }, staging);
-    const auto skipped = comm.allgather(std::to_string(stats.bytes_skipped));
-    uint64_t resumed_bytes = 0;
-    for (const auto& s : skipped) resumed_bytes += std::stoull(s);
+    const double commit_seconds = std::chrono::duration<double>(Clock::now() - commit_start).count();
+
+    nlohmann::ordered_json mine = {
+        {"rank", comm.rank()}, {"host", comm.host()}, {"scan_s", in.scan_seconds}, {"map_s", in.map_seconds},
+        {"plan_s", plan_seconds}, {"copy_s", copy_seconds}, {"read_s", stats.read_seconds},
+        {"cast_s", stats.cast_seconds}, {"write_s", stats.sink_seconds}, {"commit_s", commit_seconds},
+        {"bytes_read", stats.bytes_read}, {"bytes_written", stats.bytes_written},
+        {"bytes_kept_from_earlier_run", stats.bytes_skipped}, {"reads", stats.reads},
+        {"peak_rss_bytes", peak_rss_bytes()}};
+    const auto gathered = comm.allgather(mine.dump());
+    if (comm.rank() != 0) return 0;
+    std::vector<nlohmann::ordered_json> ranks;
+    uint64_t resumed_bytes = 0, rss_min = UINT64_MAX, rss_max = 0;
+    for (const auto& g : gathered) {
+        ranks.push_back(nlohmann::ordered_json::parse(g));
+        resumed_bytes += ranks.back()["bytes_kept_from_earlier_run"].get<uint64_t>();
+        rss_min = std::min(rss_min, ranks.back()["peak_rss_bytes"].get<uint64_t>());
+        rss_max = std::max(rss_max, ranks.back()["peak_rss_bytes"].get<uint64_t>());
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (comm.rank() == 0 && !o.quiet) {
+    if (!o.log_json.empty()) {
+        nlohmann::ordered_json log = {{"command", "merge"},        {"local_dir", o.local_dir},
+                                      {"target_dir", o.target_dir}, {"ranks", comm.size()},
+                                      {"wall_s", seconds},          {"bytes", layout.total_size},
+                                      {"files", layout.files.size()}, {"max_memory", o.max_memory},
+                                      {"per_rank", ranks}};
+        std::ofstream(o.log_json) << log.dump(2) << "\n";
+    }
+    if (!o.quiet) {
         if (o.resume)
             out << "vmerge: resumed: " << human_bytes(resumed_bytes) << " written by the interrupted run were checked and kept, "
                 << human_bytes(layout.total_size - resumed_bytes) << " written now\n";
         out << "vmerge: merged " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
             << in.checkpoint.jobs.size() << " archives into " << o.target_dir << " (" << layout.files.size()
             << " file" << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank"
-            << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s\n";
+            << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
+            << std::setprecision(2) << (seconds > 0 ? static_cast<double>(layout.total_size) / seconds / 1e9 : 0.0)
+            << " GB/s written); peak memory per rank " << human_bytes(rss_min) << " .. " << human_bytes(rss_max) << "\n";
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 #include "vmerge/copy_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "vmerge/dtype_cast.h"
@@ -10,6 +11,12 @@ namespace vmerge {
 namespace {
 
 // Row-major strides (elements) of a shape.
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 Shape contiguous_strides(const Shape& shape) {
     Shape strides(shape.size(), 1);
     for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
@@ -47,15 +54,27 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
             assemble(t, row, end, block_.data());
             const unsigned char* data = block_.data();
             if (t.dtype != t.source_dtype) {
+                const auto cast_start = Clock::now();
                 cast_.resize(rows * out_row);
                 cast_elements(block_.data(), t.source_dtype, cast_.data(), t.dtype,
                               rows * out_row / element_size(t.dtype));
                 data = cast_.data();
+                stats_.cast_seconds += seconds_since(cast_start);
             }
+            const auto sink_start = Clock::now();
             sink(task.tensor, row, end, data, rows * out_row);
+            stats_.sink_seconds += seconds_since(sink_start);
             stats_.bytes_written += rows * out_row;
         }
     }
+}
+
+void CopyExecutor::read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length) {
+    const auto start = Clock::now();
+    file.read_exact(offset, out, length, "tensor data");
+    stats_.read_seconds += seconds_since(start);
+    stats_.bytes_read += length;
+    ++stats_.reads;
 }
 
 void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
@@ -102,13 +121,11 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
     for (size_t d = 1; d < ndim && one_run; ++d)
         one_run = extent[d] == src.shape[d] && extent[d] == block_shape[d];
     if (one_run) {
-        file.read_exact(file_offset, block + first_dst * esize, span, "tensor data");
-        stats_.bytes_read += span;
-        ++stats_.reads;
+        read(file, file_offset, block + first_dst * esize, span);
         return;
     }
     // General case: read the covering span once, then gather row by row along the last dim.
-    if (span > max_memory_ && ndim > 0 && extent[0] > 1) {
+    if (span > max_memory_ / 2 && ndim > 0 && extent[0] > 1) {
         // Split along dim 0 so the span stays bounded.
         const int64_t half = extent[0] / 2;
         Shape s2 = src_start, d2 = dst_start, e1 = extent, e2 = extent;
@@ -121,9 +138,7 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
         return;
     }
     span_.resize(span);
-    file.read_exact(file_offset, span_.data(), span, "tensor data");
-    stats_.bytes_read += span;
-    ++stats_.reads;
+    read(file, file_offset, span_.data(), span);
     const int64_t inner = ndim ? extent[ndim - 1] : 1;
     const int64_t inner_src_stride = ndim ? src.stride[ndim - 1] : 1;
     std::vector<int64_t> index(ndim > 0 ? ndim - 1 : 0, 0);

@@ -18,6 +18,9 @@ struct CopyStats {
     uint64_t reads = 0;
     uint64_t bytes_skipped = 0;  // output bytes an earlier run had written (resume)
     uint64_t blocks_skipped = 0;
+    double read_seconds = 0;     // in pread
+    double cast_seconds = 0;
+    double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
 };
 
 // Receives assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
@@ -39,6 +42,7 @@ public:
 private:
     const InputFile& open(const std::string& path);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
+    void read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
                   const Shape& block_shape, const Shape& dst_start, unsigned char* block);
 
