@@ -35,10 +35,14 @@ std::string iteration_dir_name(int iteration) {
     return name;
 }
 
-// How the TP shards of one Megatron tensor combine (megatron-formats.md §4 table).
-enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
+struct Piece {
+    const TensorRef* tensor;
+    const MegatronRankFile* file;
+};
 
-TpRule tp_rule(const std::string& key, bool value_model) {
+}  // namespace
+
+TpRule megatron_tp_rule(const std::string& key, bool value_model) {
     auto ends = [&](std::string_view suffix) { return key.ends_with(suffix); };
     if (ends("word_embeddings.weight")) return TpRule::Concat0;
     if (ends("output_layer.weight")) return value_model ? TpRule::Replicated : TpRule::Concat0;
@@ -52,13 +56,6 @@ TpRule tp_rule(const std::string& key, bool value_model) {
     if (ends("linear_q_down_proj.weight") || ends("linear_kv_down_proj.weight")) return TpRule::ReplicatedIfFull;
     return TpRule::Replicated;
 }
-
-struct Piece {
-    const TensorRef* tensor;
-    const MegatronRankFile* file;
-};
-
-}  // namespace
 
 bool looks_like_megatron_legacy(const std::string& dir) {
     const fs::path p(dir);
@@ -261,7 +258,7 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
                 throw Error(ckpt.dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
                             " (present in " + pieces[0].file->path + ")");
         const TensorRef& first = *pieces[0].tensor;
-        TpRule rule = tp_rule(key, arch.value_model);
+        TpRule rule = megatron_tp_rule(key, arch.value_model);
         if (rule == TpRule::ReplicatedIfFull) {
             // Replicated when one shard already has the row count config.json implies.
             rule = TpRule::Concat0;

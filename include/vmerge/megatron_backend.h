@@ -33,6 +33,14 @@ struct MegatronParallelism {
     int tp = 1, pp = 1, vpp = 1, ep = 1;
 };
 
+// How the tensor-parallel shards of one Megatron tensor (per-rank key, local or global layer
+// index alike) combine, megatron-formats.md §4: concatenated on dim 0 or 1, read once from
+// tp rank 0, SwiGLU [gate_r; up_r] halves, or (MLA down-projections) replicated when one
+// shard already has the full row count, else concatenated on dim 0. Used by
+// assemble_megatron_legacy and, inversely, by simulate_checkpoint.
+enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
+TpRule megatron_tp_rule(const std::string& key, bool value_model);
+
 // Finds the rank files: verl's <dir>/model/mp_rank_*/model.pt (or <dir>/mp_rank_*), or
 // Megatron-LM's tracker file -> iter_NNNNNNN/ (or release/) -> mp_rank_*/model_optim_rng.pt.
 // `iteration` picks another iteration than the tracker's.

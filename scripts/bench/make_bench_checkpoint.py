@@ -41,13 +41,13 @@ def param_count(c):
     return n
 
 
-def pick_config(size_gb):
+def pick_config(size_gb, h=H, i=I, v=V):
     """Qwen2-style config whose fp32 parameters come closest to size_gb * 10^9 bytes."""
     target = size_gb * 1e9
-    fixed = param_count(fx.Cfg(V, H, I, 0, HEADS, KV, False)) * 4
-    per_layer = param_count(fx.Cfg(V, H, I, 1, HEADS, KV, False)) * 4 - fixed
+    fixed = param_count(fx.Cfg(v, h, i, 0, HEADS, KV, False)) * 4
+    per_layer = param_count(fx.Cfg(v, h, i, 1, HEADS, KV, False)) * 4 - fixed
     layers = max(1, int(round((target - fixed) / per_layer)))
-    return fx.Cfg(V, H, I, layers, HEADS, KV, False)
+    return fx.Cfg(v, h, i, layers, HEADS, KV, False)
 
 
 def fast_full_model(c, seed):
@@ -69,9 +69,11 @@ def main(argv=None):
     ap.add_argument("--size-gb", type=float, default=2.0, help="total fp32 bytes, 10^9 (default 2)")
     ap.add_argument("--world", type=int, default=8, help="FSDP world size W (default 8)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--small", action="store_true",
+                    help="H=512, I=1408, V=8000: checkpoints of tens of MB (memory tests)")
     a = ap.parse_args(argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    c = pick_config(a.size_gb)
+    c = pick_config(a.size_gb, 512, 1408, 8000) if a.small else pick_config(a.size_gb)
     w = a.world
     t0 = time.time()
     if os.path.isdir(a.out_dir):
