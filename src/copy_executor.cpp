@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
@@ -23,6 +28,90 @@ Shape contiguous_strides(const Shape& shape) {
     return strides;
 }
 
+// Hands assembled blocks to the sink on a second thread, so reading and casting the next block
+// overlaps writing this one. One block is in flight at a time; its buffer comes back for reuse.
+class PipelinedSink {
+public:
+    explicit PipelinedSink(const RowSink& sink) : sink_(sink), thread_([this] { work(); }) {}
+
+    ~PipelinedSink() {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        changed_.notify_all();
+        thread_.join();
+    }
+
+    // Waits until the previous block is written, then queues this one. Returns a buffer to
+    // reuse (the previous block's).
+    std::vector<unsigned char> submit(size_t tensor, int64_t row, int64_t end, std::vector<unsigned char> data) {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [this] { return !job_ || error_; });
+        rethrow_locked();
+        job_ = Job{tensor, row, end, std::move(data)};
+        changed_.notify_all();
+        return std::move(returned_);
+    }
+
+    // Waits for the block in flight; rethrows its error. Returns the seconds spent writing.
+    double drain() {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [this] { return !job_ || error_; });
+        rethrow_locked();
+        return seconds_;
+    }
+
+private:
+    struct Job {
+        size_t tensor;
+        int64_t row, end;
+        std::vector<unsigned char> data;
+    };
+
+    void rethrow_locked() {
+        if (error_) {
+            auto e = error_;
+            error_ = nullptr;
+            job_.reset();
+            std::rethrow_exception(e);
+        }
+    }
+
+    void work() {
+        std::unique_lock lock(mutex_);
+        while (true) {
+            changed_.wait(lock, [this] { return stopping_ || (job_ && !error_); });
+            if (!job_ || error_) return;
+            Job& job = *job_;
+            lock.unlock();
+            const auto start = Clock::now();
+            std::exception_ptr failure;
+            try {
+                sink_(job.tensor, job.row, job.end, job.data.data(), job.data.size());
+            } catch (...) {
+                failure = std::current_exception();
+            }
+            lock.lock();
+            seconds_ += seconds_since(start);
+            error_ = failure;
+            returned_ = std::move(job.data);
+            job_.reset();
+            changed_.notify_all();
+        }
+    }
+
+    const RowSink& sink_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::optional<Job> job_;
+    std::vector<unsigned char> returned_;
+    std::exception_ptr error_;
+    double seconds_ = 0;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
 }  // namespace
 
 CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory)
@@ -35,12 +124,17 @@ const InputFile& CopyExecutor::open(const std::string& path) {
 }
 
 void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip) {
+    PipelinedSink writer(sink);
+    std::vector<unsigned char> out;  // the block handed to the writer thread
     for (const WriteTask& task : tasks) {
         const OutputTensor& t = mapping_.tensors.at(task.tensor);
+        const bool cast = t.dtype != t.source_dtype;
         const uint64_t out_row = row_bytes(t);
         const uint64_t src_row = out_row / element_size(t.dtype) * element_size(t.source_dtype);
-        const uint64_t per_row = src_row + (t.dtype != t.source_dtype ? out_row : 0);
-        const int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(max_memory_ / 2 / std::max<uint64_t>(per_row, 1)));
+        // Half the budget for blocks: the one being assembled (and cast) plus the one being
+        // written; the other half bounds the span read for a non-contiguous source.
+        const uint64_t per_row = std::max<uint64_t>(1, cast ? src_row + 2 * out_row : 2 * src_row);
+        const int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(max_memory_ / 2 / per_row));
         for (int64_t row = task.row_begin; row < task.row_end; row += block_rows) {
             const int64_t end = std::min(task.row_end, row + block_rows);
             const size_t rows = static_cast<size_t>(end - row);
@@ -49,29 +143,27 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 ++stats_.blocks_skipped;
                 continue;
             }
-            block_.resize(rows * src_row);
-            if (t.zero_fill) std::fill(block_.begin(), block_.end(), 0);
-            assemble(t, row, end, block_.data());
-            const unsigned char* data = block_.data();
-            if (t.dtype != t.source_dtype) {
+            std::vector<unsigned char>& assembled = cast ? block_ : out;
+            assembled.resize(rows * src_row);
+            if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
+            assemble(t, row, end, assembled.data());
+            if (cast) {
                 const auto cast_start = Clock::now();
-                cast_.resize(rows * out_row);
-                cast_elements(block_.data(), t.source_dtype, cast_.data(), t.dtype,
-                              rows * out_row / element_size(t.dtype));
-                data = cast_.data();
+                out.resize(rows * out_row);
+                cast_elements(block_.data(), t.source_dtype, out.data(), t.dtype, rows * out_row / element_size(t.dtype));
                 stats_.cast_seconds += seconds_since(cast_start);
             }
-            const auto sink_start = Clock::now();
-            sink(task.tensor, row, end, data, rows * out_row);
-            stats_.sink_seconds += seconds_since(sink_start);
+            out = writer.submit(task.tensor, row, end, std::move(out));
             stats_.bytes_written += rows * out_row;
         }
     }
+    stats_.sink_seconds = writer.drain();
 }
 
 void CopyExecutor::read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length) {
     const auto start = Clock::now();
     file.read_exact(offset, out, length, "tensor data");
+    if (length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.read_seconds += seconds_since(start);
     stats_.bytes_read += length;
     ++stats_.reads;

@@ -87,4 +87,8 @@ void InputFile::read_exact(uint64_t offset, void* out, uint64_t length, const ch
     }
 }
 
+void InputFile::drop_cache(uint64_t offset, uint64_t length) const {
+    ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_DONTNEED);
+}
+
 }  // namespace vmerge

@@ -106,6 +106,7 @@ OutputWriter::~OutputWriter() {
 }
 
 int OutputWriter::fd_for(size_t file) {
+    std::lock_guard lock(fds_mutex_);
     if (fds_[file] < 0) {
         const std::string path = staging_ + "/" + layout_.files[file].name;
         fds_[file] = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -122,6 +123,8 @@ void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, cons
     pwrite_all(fd, data, size, offset, path);
     if (!journal_) return;
     if (::fdatasync(fd) != 0) throw Error(path + ": fdatasync failed: " + errno_text());
+    // Written once and durable: keep it out of the page cache (a merge larger than RAM).
+    if (size >= (1u << 20)) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(size), POSIX_FADV_DONTNEED);
     journal_->append({tensor, row_begin, row_end, where.file, offset, size, xxh64(data, size)});
 }
 

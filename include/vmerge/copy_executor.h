@@ -28,7 +28,9 @@ using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row
                                    const unsigned char* data, size_t size)>;
 
 // Executes write tasks: reads exactly the source bytes each row block needs (one pread per
-// contiguous run), assembles blocks of rows that fit in `max_memory`, casts, hands them on.
+// contiguous run), assembles blocks of rows that fit in `max_memory`, casts, and hands them
+// to the sink on a second thread while the next block is read. The sink is called from
+// that thread, one block at a time.
 class CopyExecutor {
 public:
     CopyExecutor(const TensorMapping& mapping, uint64_t max_memory);
@@ -50,7 +52,6 @@ private:
     uint64_t max_memory_;
     std::map<std::string, std::unique_ptr<InputFile>> files_;
     std::vector<unsigned char> block_;
-    std::vector<unsigned char> cast_;
     std::vector<unsigned char> span_;
     CopyStats stats_;
 };

@@ -20,6 +20,9 @@ public:
     // Reads exactly `length` bytes at `offset` into `out`; throws Error on a short read or
     // a range outside the file. `what` says what was being read, for the message.
     void read_exact(uint64_t offset, void* out, uint64_t length, const char* what = "data") const;
+    // Tells the kernel these bytes will not be read again (posix_fadvise DONTNEED): a merge
+    // reads every byte once, and a checkpoint larger than RAM should not evict everything else.
+    void drop_cache(uint64_t offset, uint64_t length) const;
 
 private:
     std::string path_;

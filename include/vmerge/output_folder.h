@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,7 @@ private:
     const std::vector<OutputTensor>& tensors_;
     const OutputLayout& layout_;
     JournalWriter* journal_;
+    std::mutex fds_mutex_;  // write() runs on the executor's writer thread, holds() on the main one
     std::vector<int> fds_;
     std::vector<unsigned char> readback_;
 };
