@@ -49,41 +49,56 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     std::string max_shard = "5GB", max_memory = "1GiB";
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false;
-    po::options_description visible(
-        "vmerge-mpi COMMAND [options]\n"
-        "  merge    checkpoint -> Hugging Face folder\n"
-        "  test     merge in memory and compare with --test_hf_dir\n"
-        "  inspect  print what was detected and the plan for --np N ranks\n"
-        "  verify   check an output folder (--target_dir) against the safetensors rules\n"
-        "Options");
-    visible.add_options()
-        ("help,h", "print this help")
+    // Options in groups, so `vmerge-mpi COMMAND --help` shows what that command uses.
+    po::options_description input("Checkpoint and model");
+    input.add_options()
         ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp | megatron | dcp")
         ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
-        ("target_dir", po::value(&o.target_dir), "output folder (merge) or folder to verify")
-        ("hf_config", po::value(&o.hf_config), "folder with config.json and tokenizer (default <local_dir>/huggingface)")
-        ("test_hf_dir", po::value(&o.test_hf_dir), "reference Hugging Face folder for test")
+        ("hf_config", po::value(&o.hf_config),
+         "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
+        ("iteration", po::value(&iteration), "Megatron-LM: merge this iteration instead of the latest")
+        ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
+        ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model: output_layer -> score.*")
+        ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
+        ("tp_size", po::value(&tp), "expected tensor-parallel size (checked against the checkpoint)")
+        ("pp_size", po::value(&pp), "expected pipeline-parallel size (checked against the checkpoint)");
+    po::options_description output("Output");
+    output.add_options()
+        ("target_dir", po::value(&o.target_dir), "output folder (merge) or folder to check (verify)")
         ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
         ("max_shard_size", po::value(&max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
-        ("max_memory", po::value(&max_memory)->default_value("1GiB"), "buffer memory per rank")
         ("force", po::bool_switch(&o.force), "replace an existing target folder")
-        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder")
-        ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied")
-        ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model head")
-        ("json", po::bool_switch(&o.json), "inspect: print JSON")
-        ("np", po::value(&o.np)->default_value(0), "inspect: plan for this many ranks")
-        ("atol", po::value(&o.atol)->default_value(0.0), "test: absolute tolerance")
-        ("rtol", po::value(&o.rtol)->default_value(0.0), "test: relative tolerance")
+        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder");
+    po::options_description run("Running");
+    run.add_options()
+        ("max_memory", po::value(&max_memory)->default_value("1GiB"), "tensor buffer memory per rank")
         ("progress", po::value(&o.progress)->default_value(-1),
          "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
         ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
         ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
-        ("iteration", po::value(&iteration), "Megatron-LM: merge this iteration instead of the latest")
-        ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
-        ("tp_size", po::value(&tp), "expected tensor-parallel size (checked)")
-        ("pp_size", po::value(&pp), "expected pipeline-parallel size (checked)")
-        ("low_cpu_mem_usage", po::bool_switch(&low_cpu_mem_usage), "accepted for verl compatibility; memory is always bounded")
-        ("batch_size", po::value(&batch_size), "accepted for verl compatibility");
+        ("low_cpu_mem_usage", po::bool_switch(&low_cpu_mem_usage),
+         "accepted for verl compatibility; memory is always bounded by --max_memory")
+        ("batch_size", po::value(&batch_size), "accepted for verl compatibility (see --max_memory)")
+        ("help,h", "print help (vmerge-mpi COMMAND --help for one command)");
+    po::options_description testing("test");
+    testing.add_options()
+        ("test_hf_dir", po::value(&o.test_hf_dir), "reference Hugging Face folder")
+        ("atol", po::value(&o.atol)->default_value(0.0), "absolute tolerance (default: bit for bit)")
+        ("rtol", po::value(&o.rtol)->default_value(0.0), "relative tolerance");
+    po::options_description inspecting("inspect");
+    inspecting.add_options()
+        ("np", po::value(&o.np)->default_value(0), "plan for this many ranks (default: the ranks running)")
+        ("json", po::bool_switch(&o.json), "print JSON")
+        ("simulate", po::value(&o.simulate),
+         "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
+    const char* usage =
+        "vmerge-mpi COMMAND [options]   (every --long-option also works with dashes)\n"
+        "  merge    checkpoint -> Hugging Face folder\n"
+        "  test     merge without writing and compare with --test_hf_dir\n"
+        "  inspect  print what was detected and the plan for --np N ranks\n"
+        "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n";
+    po::options_description visible;
+    visible.add(input).add(output).add(run).add(testing).add(inspecting);
     po::options_description hidden;
     hidden.add_options()("command", po::value(&o.command));
     po::options_description all;
@@ -98,7 +113,15 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         throw UsageError(e.what());
     }
     if (vm.count("help") || o.command.empty()) {
-        if (print_help) std::cout << visible << "\n";
+        if (print_help) {
+            std::cout << usage << "\n";
+            if (o.command == "merge") std::cout << input << output << run;
+            else if (o.command == "test") std::cout << input << testing << run;
+            else if (o.command == "inspect") std::cout << input << inspecting << run;
+            else if (o.command == "verify") std::cout << "verify: --target_dir DIR\n";
+            else std::cout << visible;
+            std::cout << "\n";
+        }
         if (vm.count("help")) return std::nullopt;
         throw UsageError("no command given (merge, test, inspect or verify)");
     }
@@ -109,7 +132,10 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (vm.count("tp_size")) o.tp_size = tp;
     if (vm.count("pp_size")) o.pp_size = pp;
     if (vm.count("iteration")) o.iteration = iteration;
-    if (o.command != "verify" && o.local_dir.empty()) throw UsageError(o.command + " needs --local_dir");
+    if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
+        throw UsageError(o.command + " needs --local_dir");
+    if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
+        throw UsageError("--simulate works with inspect and needs --hf_config (the model's config.json folder)");
     if ((o.command == "merge" || o.command == "verify") && o.target_dir.empty())
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");

@@ -31,6 +31,7 @@ struct Options {
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
     bool allow_unmapped = false;
     bool resume = false;
+    std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with
