@@ -30,6 +30,7 @@
 #include "vmerge/rank_work.h"
 #include "vmerge/safetensors_file.h"
 #include "vmerge/scan_serialization.h"
+#include "vmerge/simulated_checkpoint.h"
 #include "vmerge/torch_pickle.h"
 #include "vmerge/write_journal.h"
 
@@ -125,13 +126,34 @@ std::string human_bytes(uint64_t bytes) {
     return s.str();
 }
 
+// inspect --simulate: the mapping a checkpoint of the declared layout would give, from
+// config.json alone (cluster-scale planning without the files).
+MergeInputs simulate_inputs(const Options& o) {
+    MergeInputs in;
+    in.config = load_hf_config(o.hf_config);
+    in.checkpoint.backend = "simulated";
+    in.checkpoint.description = o.simulate + " (no files read)";
+    in.mapped.mapping = simulate_checkpoint(in.config, o.simulate, in.mapped.notes);
+    in.mapped.facts["backend"] = "simulated";
+    in.mapped.facts["layout"] = o.simulate;
+    in.mapped.facts["architecture"] = in.config.architectures.empty() ? "" : in.config.architectures[0];
+    for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype), o.tie_word_embedding))
+        in.mapped.notes.push_back(note);
+    return in;
+}
+
 int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
-    MergeInputs in = load_inputs(o, comm);
+    const auto start = Clock::now();
+    MergeInputs in;
+    if (o.simulate.empty()) in = load_inputs(o, comm);
+    else collective_step(comm, [&] { in = simulate_inputs(o); });
     if (comm.rank() != 0) return 0;
     const int ranks = o.np > 0 ? o.np : comm.size();
     const auto& tensors = in.mapping().tensors;
+    const auto plan_start = Clock::now();
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, ranks);
+    const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
     nlohmann::ordered_json j = in.mapped.facts;
     j["local_dir"] = o.local_dir;
     j["hf_config"] = in.config.dir;
@@ -139,7 +161,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     j["notes"] = in.mapped.notes;
     // One example per distinct DTensor sharding, so a user sees mesh and placements at a glance.
     nlohmann::ordered_json meshes = nlohmann::ordered_json::object();
-    if (in.checkpoint.layout == Layout::Fsdp) {
+    if (in.checkpoint.layout == Layout::Fsdp && !in.scans.empty()) {
         for (const auto& e : in.scans[0].tensors) {
             std::string key = "plain tensor (concatenated on dim 0)";
             if (e.tensor.dtensor) {
@@ -172,13 +194,21 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
         for (const auto& task : work[r]) bytes += (task.row_end - task.row_begin) * row_bytes(tensors[task.tensor]);
         plan.push_back({{"rank", r}, {"bytes", bytes}, {"tasks", work[r].size()}});
     }
-    j["plan"] = {{"ranks", ranks}, {"per_rank", plan}};
+    uint64_t largest = 0;
+    for (const auto& p : plan) largest = std::max(largest, p["bytes"].get<uint64_t>());
+    const double mean = static_cast<double>(layout.total_size) / ranks;
+    const double imbalance = mean > 0 ? static_cast<double>(largest) / mean - 1.0 : 0.0;
+    const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    j["plan"] = {{"ranks", ranks}, {"largest_rank_bytes", largest}, {"mean_rank_bytes", mean},
+                 {"largest_over_mean", imbalance}, {"plan_seconds", plan_seconds}, {"total_seconds", total_seconds},
+                 {"per_rank", plan}};
     if (o.json) {
         out << j.dump(2) << "\n";
         return 0;
     }
-    out << "backend      " << in.checkpoint.backend << ": " << in.checkpoint.description << "\n"
-        << "local_dir    " << o.local_dir << "\n"
+    out << "backend      " << in.checkpoint.backend << ": " << in.checkpoint.description << "\n";
+    if (!o.local_dir.empty()) out << "local_dir    " << o.local_dir << "\n";
+    out
         << "hf_config    " << in.config.dir << "\n"
         << "architecture " << (in.config.architectures.empty() ? "?" : in.config.architectures[0]) << "\n";
     if (in.checkpoint.layout == Layout::MegatronLegacy)
@@ -189,10 +219,18 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     out << "tensors      " << tensors.size() << ", " << human_bytes(layout.total_size) << "\n";
     for (const auto& f : layout.files)
         out << "output       " << f.name << "  " << human_bytes(f.size) << ", " << f.tensors.size() << " tensors\n";
-    out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ":\n";
-    for (const auto& p : plan)
+    out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ": mean " << human_bytes(static_cast<uint64_t>(mean))
+        << " per rank, largest " << human_bytes(largest) << " (" << std::fixed << std::setprecision(3)
+        << 100.0 * imbalance << "% over the mean); planned in " << std::setprecision(2) << plan_seconds << " s, "
+        << total_seconds << " s in all\n";
+    // Long plans: the first and last ranks show the pattern.
+    for (size_t r = 0; r < plan.size(); ++r) {
+        if (plan.size() > 16 && r == 8) out << "  ...\n";
+        if (plan.size() > 16 && r >= 8 && r + 8 < plan.size()) continue;
+        const auto& p = plan[r];
         out << "  rank " << p["rank"].get<int>() << ": " << human_bytes(p["bytes"].get<uint64_t>()) << " in "
             << p["tasks"].get<size_t>() << " row ranges\n";
+    }
     return 0;
 }
 

@@ -4,6 +4,7 @@
 
 #include "vmerge/box_region.h"
 #include "vmerge/error.h"
+#include "vmerge/hf_tensor_order.h"
 #include "vmerge/megatron_backend.h"
 
 namespace vmerge {
@@ -24,36 +25,6 @@ void take_rows(const OutputTensor& from, int64_t row, int64_t count, OutputTenso
     extent[0] = count;
     dst[0] = to_row;
     extract_region(from, start, extent, dst, to.copies);
-}
-
-// Natural order: numbers inside names compare as numbers, so layer 10 follows layer 9.
-bool natural_less(const std::string& a, const std::string& b) {
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size()) {
-        if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
-            size_t ie = i, je = j;
-            while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
-            while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-            const std::string na = a.substr(i, ie - i), nb = b.substr(j, je - j);
-            if (na.size() != nb.size()) return na.size() < nb.size();
-            if (na != nb) return na < nb;
-            i = ie;
-            j = je;
-        } else {
-            if (a[i] != b[j]) return a[i] < b[j];
-            ++i;
-            ++j;
-        }
-    }
-    return a.size() - i < b.size() - j;
-}
-
-// HF checkpoints list the embedding first, then the layers, then the final norm and head.
-int section(const std::string& name) {
-    if (name.starts_with("model.embed_tokens")) return 0;
-    if (name.starts_with("model.layers.")) return 1;
-    if (name.starts_with("model.")) return 2;
-    return 3;
 }
 
 std::string list_names(const std::vector<std::string>& names) {
@@ -188,10 +159,8 @@ TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureI
                         list_names(unmapped));
         notes.push_back("dropped unmapped tensors: " + list_names(unmapped));
     }
-    std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const OutputTensor& a, const OutputTensor& b) {
-        if (section(a.name) != section(b.name)) return section(a.name) < section(b.name);
-        return natural_less(a.name, b.name);
-    });
+    std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                     [](const OutputTensor& a, const OutputTensor& b) { return hf_tensor_less(a.name, b.name); });
     check_against_config(out, config, arch);
     return out;
 }

@@ -14,6 +14,7 @@
 
 #include "vmerge/dtensor_placement.h"
 #include "vmerge/error.h"
+#include "vmerge/hf_tensor_order.h"
 #include "vmerge/fsdp_backend.h"
 #include "vmerge/hf_architecture.h"
 #include "vmerge/megatron_backend.h"
@@ -22,6 +23,7 @@ namespace vmerge {
 namespace {
 
 const std::string kRoot = "<simulated>";
+constexpr uint64_t kMaxFsdpShards = 6'000'000;
 
 Shape contiguous_stride(const Shape& shape) {
     Shape stride(shape.size(), 1);
@@ -67,43 +69,6 @@ struct FileBuilder {
         scan.tensors.push_back(std::move(e));
     }
 };
-
-// Natural order with HF sections (embedding, layers, final norm, head), the order
-// megatron_to_hf writes; used here for the FSDP state dict, whose real order is the module
-// order (a few names inside a layer differ; the bytes per layer do not).
-bool natural_less(const std::string& a, const std::string& b) {
-    size_t i = 0, j = 0;
-    while (i < a.size() && j < b.size()) {
-        const bool da = std::isdigit(static_cast<unsigned char>(a[i])), db = std::isdigit(static_cast<unsigned char>(b[j]));
-        if (da && db) {
-            size_t ie = i, je = j;
-            while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
-            while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-            if (ie - i != je - j) return ie - i < je - j;
-            const int c = a.compare(i, ie - i, b, j, je - j);
-            if (c != 0) return c < 0;
-            i = ie;
-            j = je;
-        } else {
-            if (a[i] != b[j]) return a[i] < b[j];
-            ++i;
-            ++j;
-        }
-    }
-    return a.size() - i < b.size() - j;
-}
-
-int hf_section(const std::string& name) {
-    if (name.starts_with("model.embed_tokens")) return 0;
-    if (name.starts_with("model.layers.")) return 1;
-    if (name.starts_with("model.")) return 2;
-    return 3;
-}
-
-bool hf_less(const std::string& a, const std::string& b) {
-    const int sa = hf_section(a), sb = hf_section(b);
-    return sa != sb ? sa < sb : natural_less(a, b);
-}
 
 // "model.layers.7.mlp.experts.12.up_proj.weight" -> pattern "model.layers.{i}.mlp.experts.{e}.up_proj.weight",
 // layer 7, expert 12 (-1 when absent).
@@ -159,7 +124,7 @@ int parse_count(const std::string& spec, const std::string& text, const char* wh
         used = 0;
     }
     if (used != text.size() || value < 1)
-        throw Error("--simulate " + spec + ": " + what + " '" + text + "' is not a positive integer");
+        throw Error("simulated layout " + spec + ": " + what + " '" + text + "' is not a positive integer");
     return value;
 }
 
@@ -170,8 +135,18 @@ TensorMapping simulate_fsdp(const HfConfig& config, const SimulationSpec& s, std
     std::vector<std::pair<std::string, Shape>> tensors(arch.expected.required.begin(), arch.expected.required.end());
     // A tied model's state_dict() still lists lm_head.weight (the same Parameter): verl saves it.
     if (config.tie_word_embeddings && !arch.value_model) tensors.emplace_back("lm_head.weight", Shape{arch.vocab, arch.hidden});
-    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return hf_less(a.first, b.first); });
+    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return hf_tensor_less(a.first, b.first); });
     const int W = s.world;
+    // Every rank file lists every tensor: W x tensors shard descriptions, which a real merge
+    // also holds (every rank receives every scan). Measured about 1.6 KB each with map_fsdp's
+    // indexes and the mapping's sources; refuse what would not fit rather than be killed.
+    const uint64_t shards = static_cast<uint64_t>(W) * tensors.size();
+    if (shards > kMaxFsdpShards)
+        throw Error("simulated layout " + std::string("fsdp:") + std::to_string(W) + " of " + arch.name + ": " + std::to_string(W) +
+                    " ranks x " + std::to_string(tensors.size()) + " tensors = " + std::to_string(shards) +
+                    " DTensor shards; at about 1.6 KB of metadata each (" + gb(shards * 1600) +
+                    ") neither this simulation nor a real merge of such a checkpoint, whose scans every rank "
+                    "holds, fits in memory (limit " + std::to_string(kMaxFsdpShards) + " shards)");
     std::vector<ScannedFile> scans;
     scans.reserve(W);
     uint64_t stored = 0;
@@ -275,11 +250,11 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
             continue;
         }
         if (!try_place(name, shape, p, false))
-            throw Error("--simulate: no Megatron name in the " + arch.name + " table produces " + name);
+            throw Error("simulated layout: no Megatron name in the " + arch.name + " table produces " + name);
     }
     for (const auto& [name, p] : deferred)
         if (!try_place(name, arch.expected.required.at(name), p, true))
-            throw Error("--simulate: no Megatron name in the " + arch.name + " table produces " + name);
+            throw Error("simulated layout: no Megatron name in the " + arch.name + " table produces " + name);
 
     const DType dtype = config.dtype.value_or(DType::F32);
     // Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by (128) x tp.
@@ -289,7 +264,7 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
     for (auto& [key, g] : groups) {
         for (size_t k = 0; k < g.parts.size(); ++k)
             if (!g.parts[k])
-                throw Error("--simulate: " + key + " needs " + match_rule(arch, key)->hf_names[k] +
+                throw Error("simulated layout: " + key + " needs " + match_rule(arch, key)->hf_names[k] +
                             ", which config.json does not imply");
         Canonical c;
         c.key = key;
@@ -304,7 +279,7 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
             case NameSplit::Qkv:
                 for (size_t k = 1; k < g.parts.size(); ++k) {
                     if (Shape(g.parts[k]->begin() + 1, g.parts[k]->end()) != Shape(c.shape.begin() + 1, c.shape.end()))
-                        throw Error("--simulate: the parts of " + key + " differ beyond dim 0");
+                        throw Error("simulated layout: the parts of " + key + " differ beyond dim 0");
                     c.shape[0] += (*g.parts[k])[0];
                 }
                 break;
@@ -376,9 +351,9 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
 
     int64_t experts = 0;
     for (const auto& c : canonical) experts = std::max(experts, c.expert + 1);
-    if (s.ep > 1 && experts == 0) throw Error("--simulate: ep " + std::to_string(s.ep) + " needs a MoE model; " + arch.name + " has no experts");
+    if (s.ep > 1 && experts == 0) throw Error("simulated layout: ep " + std::to_string(s.ep) + " needs a MoE model; " + arch.name + " has no experts");
     if (experts % s.ep != 0)
-        throw Error("--simulate: ep " + std::to_string(s.ep) + " does not divide the " + std::to_string(experts) + " experts");
+        throw Error("simulated layout: ep " + std::to_string(s.ep) + " does not divide the " + std::to_string(experts) + " experts");
     const int64_t per_ep = experts / s.ep;
 
     // Files in discover_megatron_legacy's order (sorted folder names: tp, then pp, then ep).
@@ -431,7 +406,7 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
         Shape local = c.shape;
         auto split = [&](size_t dim, int64_t parts) {
             if (local.size() <= dim || local[dim] % parts != 0)
-                throw Error("--simulate: tp " + std::to_string(s.tp) + " does not split " + c.key + " " +
+                throw Error("simulated layout: tp " + std::to_string(s.tp) + " does not split " + c.key + " " +
                             shape_to_string(c.shape) + " evenly on dim " + std::to_string(dim));
             local[dim] /= s.tp;
         };
@@ -484,7 +459,7 @@ SimulationSpec parse_simulation_spec(const std::string& spec) {
         return s;
     }
     if (s.backend != "megatron")
-        throw Error("--simulate " + spec + ": expected fsdp:W or megatron:tpN,ppN,epN[,vppN]");
+        throw Error("simulated layout " + spec + ": expected fsdp:W or megatron:tpN,ppN,epN[,vppN]");
     std::set<std::string> seen;
     std::stringstream items(rest);
     for (std::string item; std::getline(items, item, ',');) {
@@ -493,11 +468,11 @@ SimulationSpec parse_simulation_spec(const std::string& spec) {
         const std::string name = item.substr(0, letters);
         int* target = name == "tp" ? &s.tp : name == "pp" ? &s.pp : name == "ep" ? &s.ep : name == "vpp" ? &s.vpp : nullptr;
         if (!target || !seen.insert(name).second)
-            throw Error("--simulate " + spec + ": '" + item + "' is not one of tpN, ppN, epN, vppN (each at most once)");
+            throw Error("simulated layout " + spec + ": '" + item + "' is not one of tpN, ppN, epN, vppN (each at most once)");
         *target = parse_count(spec, item.substr(letters), name.c_str());
     }
     if (s.tp > 99 || s.pp > 999 || s.ep > 999)
-        throw Error("--simulate " + spec + ": Megatron folder names hold tp < 100, pp and ep < 1000");
+        throw Error("simulated layout " + spec + ": Megatron folder names hold tp < 100, pp and ep < 1000");
     return s;
 }
 

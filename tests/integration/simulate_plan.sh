@@ -1,0 +1,20 @@
+#!/bin/bash
+# inspect --simulate plans a checkpoint that does not exist; the plan must balance bytes per
+# rank within 5% of the mean and cover every byte.
+# usage: simulate_plan.sh VMERGE PYTHON LAYOUT HF_CONFIG NP
+set -euo pipefail
+vmerge=$1 python=$2 layout=$3 hf_config=$4 np=$5
+"$vmerge" inspect --simulate "$layout" --hf_config "$hf_config" --np "$np" --json >"${TMPDIR:-/tmp}/simulate.$$.json"
+"$python" - "${TMPDIR:-/tmp}/simulate.$$.json" "$np" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+plan, ranks = j["plan"], int(sys.argv[2])
+total = sum(r["bytes"] for r in plan["per_rank"])
+assert plan["ranks"] == ranks and len(plan["per_rank"]) == ranks, plan["ranks"]
+assert total == j["total_bytes"], (total, j["total_bytes"])
+print("%s: %d bytes, %d files, %d ranks, largest/mean - 1 = %.5f, planned in %.2f s (%.2f s in all)"
+      % (j["layout"], total, len(j["output_files"]), ranks, plan["largest_over_mean"], plan["plan_seconds"],
+         plan["total_seconds"]))
+assert plan["largest_over_mean"] < 0.05, plan["largest_over_mean"]
+PY
+rm -f "${TMPDIR:-/tmp}/simulate.$$.json"
