@@ -12,6 +12,8 @@ public:
     virtual int rank() const = 0;
     virtual int size() const = 0;
     virtual std::string host() const = 0;
+    // Ranks on this node (they share its memory).
+    virtual int local_size() const = 0;
     // Every rank contributes one string and receives all of them, in rank order.
     virtual std::vector<std::string> allgather(const std::string& mine) = 0;
     virtual void barrier() = 0;

@@ -46,7 +46,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         args.push_back(a);
     }
     Options o;
-    std::string max_shard = "5GB", max_memory = "1GiB";
+    std::string max_shard = "5GB", max_memory = "auto";
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false;
     // Options in groups, so `vmerge-mpi COMMAND --help` shows what that command uses.
@@ -71,7 +71,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder");
     po::options_description run("Running");
     run.add_options()
-        ("max_memory", po::value(&max_memory)->default_value("1GiB"), "tensor buffer memory per rank")
+        ("max_memory", po::value(&max_memory)->default_value("auto"),
+         "tensor buffer memory per rank (auto: a quarter of the node's RAM shared by the node's ranks, "
+         "64 MiB to 4 GiB; inspect prints it)")
         ("progress", po::value(&o.progress)->default_value(-1),
          "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
         ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
@@ -128,7 +130,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
         throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
     o.max_shard_size = parse_byte_size(max_shard);
-    o.max_memory = parse_byte_size(max_memory);
+    o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory);
     if (vm.count("tp_size")) o.tp_size = tp;
     if (vm.count("pp_size")) o.pp_size = pp;
     if (vm.count("iteration")) o.iteration = iteration;

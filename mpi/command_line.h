@@ -15,7 +15,7 @@ struct Options {
     std::string test_hf_dir;
     std::string dtype = "auto";
     uint64_t max_shard_size = 5'000'000'000;
-    uint64_t max_memory = 1ull << 30;
+    uint64_t max_memory = 0;      // 0: auto, see default_max_memory
     bool force = false;
     bool tie_word_embedding = false;
     bool is_value_model = false;

@@ -126,6 +126,17 @@ std::string human_bytes(uint64_t bytes) {
     return s.str();
 }
 
+// --max-memory auto: a quarter of the node's RAM, shared by the ranks on the node, within
+// 64 MiB .. 4 GiB (beyond that blocks are large enough that I/O, not memory, sets the pace).
+uint64_t default_max_memory(const Comm& comm) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const uint64_t ram = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : (8ull << 30);
+    const uint64_t share = ram / 4 / static_cast<uint64_t>(std::max(1, comm.local_size()));
+    return std::clamp<uint64_t>(share, 64ull << 20, 4ull << 30);
+}
+
+uint64_t max_memory(const Options& o, const Comm& comm) { return o.max_memory ? o.max_memory : default_max_memory(comm); }
+
 // inspect --simulate: the mapping a checkpoint of the declared layout would give, from
 // config.json alone (cluster-scale planning without the files).
 MergeInputs simulate_inputs(const Options& o) {
@@ -199,6 +210,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     const double mean = static_cast<double>(layout.total_size) / ranks;
     const double imbalance = mean > 0 ? static_cast<double>(largest) / mean - 1.0 : 0.0;
     const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    j["max_memory_per_rank"] = max_memory(o, comm);
     j["plan"] = {{"ranks", ranks}, {"largest_rank_bytes", largest}, {"mean_rank_bytes", mean},
                  {"largest_over_mean", imbalance}, {"plan_seconds", plan_seconds}, {"total_seconds", total_seconds},
                  {"per_rank", plan}};
@@ -219,6 +231,8 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     out << "tensors      " << tensors.size() << ", " << human_bytes(layout.total_size) << "\n";
     for (const auto& f : layout.files)
         out << "output       " << f.name << "  " << human_bytes(f.size) << ", " << f.tensors.size() << " tensors\n";
+    out << "memory       --max-memory " << human_bytes(max_memory(o, comm)) << " per rank"
+        << (o.max_memory ? "" : " (auto: a quarter of this node's RAM over its ranks)") << "\n";
     out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ": mean " << human_bytes(static_cast<uint64_t>(mean))
         << " per rank, largest " << human_bytes(largest) << " (" << std::fixed << std::setprecision(3)
         << 100.0 * imbalance << "% over the mean); planned in " << std::setprecision(2) << plan_seconds << " s, "
@@ -277,7 +291,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             if (o.resume) done = blocks_by_key(read_journals(staging));
             JournalWriter journal(staging, comm.rank());
             OutputWriter writer(staging, tensors, layout, &journal);
-            CopyExecutor executor(in.mapping(), o.max_memory);
+            CopyExecutor executor(in.mapping(), max_memory(o, comm));
             const int delay = block_delay_ms();
             try {
                 executor.run(
@@ -335,7 +349,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         nlohmann::ordered_json log = {{"command", "merge"},        {"local_dir", o.local_dir},
                                       {"target_dir", o.target_dir}, {"ranks", comm.size()},
                                       {"wall_s", seconds},          {"bytes", layout.total_size},
-                                      {"files", layout.files.size()}, {"max_memory", o.max_memory},
+                                      {"files", layout.files.size()}, {"max_memory", max_memory(o, comm)},
                                       {"per_rank", ranks}};
         std::ofstream(o.log_json) << log.dump(2) << "\n";
     }
@@ -407,7 +421,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const auto work = plan_rank_work(tensors, layout, comm.size());
     std::vector<std::string> value_problems;
     collective_step(comm, [&] {
-        CopyExecutor executor(in.mapping(), o.max_memory);
+        CopyExecutor executor(in.mapping(), max_memory(o, comm));
         std::map<std::string, std::unique_ptr<InputFile>> files;
         std::vector<unsigned char> expected;
         executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {

@@ -25,6 +25,11 @@ MpiComm::MpiComm(MPI_Comm comm) : comm_(comm) {
     int length = 0;
     MPI_Get_processor_name(name, &length);
     host_.assign(name, length);
+    MPI_Comm node;
+    if (MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &local_size_);
+        MPI_Comm_free(&node);
+    }
 }
 
 std::vector<std::string> MpiComm::allgather(const std::string& mine) {

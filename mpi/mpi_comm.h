@@ -11,6 +11,7 @@ public:
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     std::string host() const override { return host_; }
+    int local_size() const override { return local_size_; }
     std::vector<std::string> allgather(const std::string& mine) override;
     void barrier() override;
     void abort(int code) override;
@@ -19,6 +20,7 @@ private:
     MPI_Comm comm_;
     int rank_ = 0;
     int size_ = 1;
+    int local_size_ = 1;
     std::string host_;
 };
 

@@ -8,6 +8,7 @@ public:
     int rank() const override { return 0; }
     int size() const override { return 1; }
     std::string host() const override;
+    int local_size() const override { return 1; }
     std::vector<std::string> allgather(const std::string& mine) override { return {mine}; }
     void barrier() override {}
     void abort(int) override {}
