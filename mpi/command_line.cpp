@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <iostream>
+#include <set>
 
 #include <boost/program_options.hpp>
 
@@ -129,6 +130,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     }
     if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
         throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
+    static const std::set<std::string> dtypes{"auto", "keep", "bf16", "bfloat16", "fp16", "float16", "half",
+                                              "fp32", "float32", "float"};
+    if (!dtypes.count(o.dtype)) throw UsageError("--dtype " + o.dtype + ": expected auto, keep, bf16, fp16 or fp32");
     o.max_shard_size = parse_byte_size(max_shard);
     o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory);
     if (vm.count("tp_size")) o.tp_size = tp;

@@ -1,5 +1,6 @@
 #include "driver.h"
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -126,12 +127,23 @@ std::string human_bytes(uint64_t bytes) {
     return s.str();
 }
 
-// --max-memory auto: a quarter of the node's RAM, shared by the ranks on the node, within
-// 64 MiB .. 4 GiB (beyond that blocks are large enough that I/O, not memory, sets the pace).
+// --max-memory auto: a quarter of the memory this node gives the job (physical RAM, or the
+// cgroup limit when lower), shared by the ranks on the node, and at most half of what Slurm
+// grants one rank (SLURM_MEM_PER_CPU); within 64 MiB .. 4 GiB (beyond that blocks are large
+// enough that I/O, not memory, sets the pace).
 uint64_t default_max_memory(const Comm& comm) {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    const uint64_t ram = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : (8ull << 30);
-    const uint64_t share = ram / 4 / static_cast<uint64_t>(std::max(1, comm.local_size()));
+    uint64_t ram = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : (8ull << 30);
+    std::ifstream cgroup("/sys/fs/cgroup/memory.max");
+    std::string limit;
+    if (cgroup >> limit && !limit.empty() && std::isdigit(static_cast<unsigned char>(limit[0])))
+        ram = std::min<uint64_t>(ram, std::stoull(limit));
+    uint64_t share = ram / 4 / static_cast<uint64_t>(std::max(1, comm.local_size()));
+    if (const char* per_cpu = std::getenv("SLURM_MEM_PER_CPU")) {
+        const char* cpus = std::getenv("SLURM_CPUS_PER_TASK");
+        const uint64_t per_rank = std::strtoull(per_cpu, nullptr, 10) * (cpus ? std::max(1, std::atoi(cpus)) : 1) << 20;
+        if (per_rank > 0) share = std::min(share, per_rank / 2);
+    }
     return std::clamp<uint64_t>(share, 64ull << 20, 4ull << 30);
 }
 
@@ -232,7 +244,8 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     for (const auto& f : layout.files)
         out << "output       " << f.name << "  " << human_bytes(f.size) << ", " << f.tensors.size() << " tensors\n";
     out << "memory       --max-memory " << human_bytes(max_memory(o, comm)) << " per rank"
-        << (o.max_memory ? "" : " (auto: a quarter of this node's RAM over its ranks)") << "\n";
+        << (o.max_memory ? "" : " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)")
+        << "\n";
     out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ": mean " << human_bytes(static_cast<uint64_t>(mean))
         << " per rank, largest " << human_bytes(largest) << " (" << std::fixed << std::setprecision(3)
         << 100.0 * imbalance << "% over the mean); planned in " << std::setprecision(2) << plan_seconds << " s, "
@@ -272,10 +285,13 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
     const std::string staging = staging_path(o.target_dir);
+    bool resumed = false;
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
-        const std::string note = prepare_staging(o.target_dir, o.force, o.resume, layout);
-        if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
+        const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout,
+                                                   resume_identity(layout, comm.size(), max_memory(o, comm)));
+        resumed = state.resumed;
+        if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
     CopyStats stats;
     const auto copy_start = Clock::now();
@@ -354,14 +370,15 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         std::ofstream(o.log_json) << log.dump(2) << "\n";
     }
     if (!o.quiet) {
-        if (o.resume)
+        if (resumed)
             out << "vmerge: resumed: " << human_bytes(resumed_bytes) << " written by the interrupted run were checked and kept, "
                 << human_bytes(layout.total_size - resumed_bytes) << " written now\n";
         out << "vmerge: merged " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
             << in.checkpoint.jobs.size() << " archives into " << o.target_dir << " (" << layout.files.size()
             << " file" << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank"
             << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
-            << std::setprecision(2) << (seconds > 0 ? static_cast<double>(layout.total_size) / seconds / 1e9 : 0.0)
+            << std::setprecision(2)
+            << (seconds > 0 ? static_cast<double>(layout.total_size - resumed_bytes) / seconds / 1e9 : 0.0)
             << " GB/s written); peak memory per rank " << human_bytes(rss_min) << " .. " << human_bytes(rss_max) << "\n";
     }
     return 0;
@@ -476,8 +493,8 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
     if (std::filesystem::exists(o.target_dir + "/" + kChecksumsFile)) {
         const auto problems = verify_checksums(o.target_dir);
         if (!problems.empty()) {
-            out << "vmerge verify: " << problems.size() << " range" << (problems.size() > 1 ? "s" : "")
-                << " differ from what merge wrote:\n";
+            out << "vmerge verify: " << problems.size() << (problems.size() > 1 ? " ranges differ" : " range differs")
+                << " from what merge wrote:\n";
             for (const auto& p : problems) out << "  " << p << "\n";
             return 1;
         }

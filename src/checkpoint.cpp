@@ -162,6 +162,9 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
     m.facts["backend"] = ckpt.backend;
     m.facts["layout"] = ckpt.description;
     m.facts["architecture"] = config.architectures.empty() ? "" : config.architectures[0];
+    if ((options.tp_size || options.pp_size) && ckpt.layout != Layout::MegatronLegacy)
+        m.notes.push_back("--tp_size/--pp_size not checked: " + ckpt.description +
+                          " does not record them (its tensors carry their own placement)");
     switch (ckpt.layout) {
         case Layout::Fsdp:
             m.facts["world_size"] = ckpt.fsdp.world_size;

@@ -58,25 +58,9 @@ bool staging_exists(const std::string& target) {
     return fs::exists(staging_path(target), ec);
 }
 
-std::string prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout) {
-    std::error_code ec;
-    if (fs::exists(target, ec) && !force)
-        throw Error(target + ": already exists; pass --force to replace it");
-    const std::string staging = staging_path(target);
-    std::string note;
-    if (fs::exists(staging, ec)) {
-        if (resume) {
-            check_plan_fingerprint(staging, layout);
-            return "resuming the interrupted merge in " + staging;
-        }
-        note = "discarded the staging folder of an earlier, unfinished merge (" + staging +
-               "); --resume would have continued it";
-        fs::remove_all(staging, ec);
-    } else if (resume) {
-        note = "nothing to resume (no " + staging + "): merging from the start";
-    }
-    fs::create_directories(staging, ec);
-    if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
+namespace {
+
+void create_output_files(const std::string& staging, const OutputLayout& layout) {
     for (const OutputFile& file : layout.files) {
         const std::string path = staging + "/" + file.name;
         int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -92,8 +76,41 @@ std::string prepare_staging(const std::string& target, bool force, bool resume, 
         }
         ::close(fd);
     }
-    write_plan_fingerprint(staging, layout);
-    return note;
+}
+
+}  // namespace
+
+StagingState prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout,
+                             const ResumeIdentity& identity) {
+    std::error_code ec;
+    if (fs::exists(target, ec) && !force)
+        throw Error(target + ": already exists; pass --force to replace it");
+    const std::string staging = staging_path(target);
+    StagingState state;
+    if (fs::exists(staging, ec)) {
+        if (resume) {
+            check_resume_identity(staging, identity);
+            state.resumed = true;
+            state.note = "resuming the interrupted merge in " + staging;
+            return state;
+        }
+        state.note = "discarded the staging folder of an earlier, unfinished merge (" + staging +
+                     "); --resume would have continued it";
+        fs::remove_all(staging, ec);
+    } else if (resume) {
+        state.note = "nothing to resume (no " + staging + "): merging from the start";
+    }
+    fs::create_directories(staging, ec);
+    if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
+    try {
+        create_output_files(staging, layout);
+        write_resume_identity(staging, identity);
+    } catch (...) {
+        // Nothing was merged yet: leave nothing behind.
+        fs::remove_all(staging, ec);
+        throw;
+    }
+    return state;
 }
 
 OutputWriter::OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,

@@ -21,24 +21,36 @@ namespace fs = std::filesystem;
 
 std::string journal_dir(const std::string& staging) { return staging + "/.vmerge-journal"; }
 
-std::string plan_fingerprint(const OutputLayout& layout) {
+ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory) {
     std::string all;
     for (const auto& f : layout.files) all += f.name + "\n" + std::to_string(f.size) + "\n" + f.header;
-    return hex64(xxh64(all.data(), all.size()));
+    return {hex64(xxh64(all.data(), all.size())), ranks, max_memory};
 }
 
-void write_plan_fingerprint(const std::string& staging, const OutputLayout& layout) {
+void write_resume_identity(const std::string& staging, const ResumeIdentity& id) {
     fs::create_directories(journal_dir(staging));
-    std::ofstream(journal_dir(staging) + "/plan") << plan_fingerprint(layout) << "\n";
+    std::ofstream(journal_dir(staging) + "/plan")
+        << nlohmann::json{{"plan", id.plan}, {"ranks", id.ranks}, {"max_memory", id.max_memory}}.dump() << "\n";
 }
 
-void check_plan_fingerprint(const std::string& staging, const OutputLayout& layout) {
-    std::ifstream in(journal_dir(staging) + "/plan");
-    std::string recorded;
-    in >> recorded;
-    if (recorded != plan_fingerprint(layout))
+void check_resume_identity(const std::string& staging, const ResumeIdentity& id) {
+    const std::string path = journal_dir(staging) + "/plan";
+    std::ifstream in(path);
+    nlohmann::json recorded;
+    try {
+        recorded = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception&) {
+        throw Error(path + ": unreadable; this staging folder cannot be resumed (delete it, or rerun without --resume)");
+    }
+    if (recorded.value("plan", "") != id.plan)
         throw Error(staging + ": this staging folder was written for a different merge (other checkpoint, flags or "
                               "shard size); delete it, or rerun without --resume to start over");
+    const int ranks = recorded.value("ranks", 0);
+    const uint64_t memory = recorded.value("max_memory", uint64_t{0});
+    if (ranks != id.ranks || memory != id.max_memory)
+        throw Error(staging + ": the interrupted merge ran with " + std::to_string(ranks) + " ranks and --max-memory " +
+                    std::to_string(memory) + " bytes; resume with the same (mpirun -np " + std::to_string(ranks) +
+                    " ... --max-memory " + std::to_string(memory) + "B --resume), or rerun without --resume");
 }
 
 JournalWriter::JournalWriter(const std::string& staging, int rank)

@@ -16,9 +16,13 @@ std::string staging_path(const std::string& target);
 
 // Rank 0: refuses an existing target without `force`, creates a fresh staging folder, and
 // creates every output file at its final size with its header written. With `resume`, an
-// existing staging folder of the same plan is kept as it is. Returns a note for the user
-// when an earlier staging folder was resumed or discarded (empty otherwise).
-std::string prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout);
+// existing staging folder of the same plan and split is kept as it is.
+struct StagingState {
+    bool resumed = false;  // an interrupted merge's staging folder is being continued
+    std::string note;      // for the user: what happened to an earlier staging folder
+};
+StagingState prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout,
+                             const ResumeIdentity& identity);
 
 // Writes row blocks at their planned offsets (pwrite); one per rank. With a journal, every
 // block is made durable (fdatasync) and then recorded with its checksum.

@@ -24,12 +24,19 @@ struct WrittenBlock {
 // is on disk, so `--resume` knows what an interrupted merge finished and can check it.
 std::string journal_dir(const std::string& staging);
 
-// A fingerprint of the output plan (file names, sizes, headers): resuming under another plan
-// would mix two different merges.
-std::string plan_fingerprint(const OutputLayout& layout);
-void write_plan_fingerprint(const std::string& staging, const OutputLayout& layout);
-// Throws Error when the staging folder was made for another plan.
-void check_plan_fingerprint(const std::string& staging, const OutputLayout& layout);
+// What a resumed merge must share with the interrupted one: the output plan (file names,
+// sizes, headers) and the work split (ranks, block budget), since the journal records the
+// blocks of that split. Resuming under another plan would mix two different merges.
+struct ResumeIdentity {
+    std::string plan;  // fingerprint of the output layout
+    int ranks = 1;
+    uint64_t max_memory = 0;
+};
+ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory);
+void write_resume_identity(const std::string& staging, const ResumeIdentity& identity);
+// Throws Error, before anything is written, when the staging folder was made by another
+// plan or split; the folder stays as it was.
+void check_resume_identity(const std::string& staging, const ResumeIdentity& identity);
 
 class JournalWriter {
 public:

@@ -1,13 +1,22 @@
 #!/bin/bash
 # Benchmarks vmerge-mpi on one generated verl FSDP checkpoint against the copy floor and the
-# Python way (verl's model merger: torch.load everything, torch.cat, one safetensors file).
+# Python way (verl's model merger: torch.load of every rank file in a thread pool, torch.cat, one
+# safetensors file), prints the ratios against the targets (vmerge <= 1.3x cp, Python >= 5x
+# vmerge) and vmerge's own --log-json breakdown; then runs the Megatron tp=2 pp=2 benchmark
+# (bench_megatron.sh) and, with BENCH_ZIP64=1, the ZIP64 check (bench_zip64.sh).
 #
 #   bash scripts/bench/bench_fsdp.sh [SIZE_GB] [WORLD]      (defaults: 2 GB, W=8)
+#
+# BENCH_MEGATRON=0 skips the Megatron part, BENCH_ZIP64=1 adds the > 4 GiB rank file (needs
+# about 10 GB of disk and 14 GB of RAM), BENCH_NOSYNC=0 drops the row that measures the
+# journal's per-block fdatasync (vmerge with an LD_PRELOAD shim that makes fdatasync a no-op).
+# Before the timed runs the script waits (up to BENCH_WAIT_S, default 900 s) until no CI job
+# (ctest, run_fuzz, vmerge_unit_tests) is running, and says if it had to time under load.
 #
 # Environment: BENCH_DIR (default /tmp/vmerge-bench; needs about 3*SIZE_GB of disk, removed at
 # the end unless KEEP=1), NP (MPI ranks for the parallel row, default 2), REPS (runs per row,
 # default 3; the median wall time is reported).
-# The default run (2 GB, W=8, REPS=3) takes about 2.5 minutes on 2 cores.
+# The default run (2 GB, W=8, REPS=3, with the Megatron part) takes about 4 minutes on 2 cores.
 # Every timed step runs under /usr/bin/time -v (wall clock, max RSS). Before each timed step
 # the page cache is flushed (sync) and, if permitted, dropped (echo 3 > drop_caches), so each
 # step reads its input from disk; the previous run's output is deleted before (not during) each
@@ -47,76 +56,39 @@ fi
 IN_BYTES=$(find "$CKPT" -maxdepth 1 -name 'model_world_size_*_rank_*.pt' -printf '%s\n' |
            awk '{s+=$1} END {printf "%d", s}')
 
-# ---- helpers -----------------------------------------------------------------------------
-DROPPED=no
-drop_caches() {
-    sync
-    if echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then DROPPED=yes; else DROPPED=no; fi
-}
-
-secs() {  # "Elapsed (wall clock) ... : [h:]m:ss.ss" from a time -v file -> seconds
-    awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2, p, ":"); s=0;
-                for (i=1; i<=n; i++) s = s*60 + p[i]; printf "%.2f", s}' "$1"
-}
-rss_mib() {  # largest "Maximum resident set size (kbytes)" over the given time -v files
-    awk -F': ' '/Maximum resident set size/ {if ($2+0 > m) m = $2+0} END {printf "%.0f", m/1024}' "$@"
-}
-
-ROWS=()
-# run NAME CMD... : REPS timed runs of CMD (before each: rm -rf of $CLEAN, sync, drop caches).
-# Wall = median of the runs (min-max shown); RSS = largest over the runs (and, under mpirun,
-# over the per-rank time files $LOG/NAME.i.rank*, written by rankwrap.sh via $RANKTIME).
-run() {
-    local name=$1; shift
-    local walls=() rssfiles=() i
-    echo "== $name: $*"
-    for i in $(seq 1 "$REPS"); do
-        if [ -n "${CLEAN:-}" ]; then rm -rf "$CLEAN"; fi
-        drop_caches
-        export RANKTIME="$LOG/$name.$i"
-        if ! /usr/bin/time -v -o "$LOG/$name.$i.time" "$@" > "$LOG/$name.$i.out" 2>&1; then
-            cat "$LOG/$name.$i.out" >&2; echo "step $name failed" >&2; exit 1
-        fi
-        walls+=("$(secs "$LOG/$name.$i.time")")
-        if compgen -G "$LOG/$name.$i.rank*" > /dev/null; then
-            rssfiles+=("$LOG/$name.$i".rank*)
-        else
-            rssfiles+=("$LOG/$name.$i.time")
-        fi
-        echo "   run $i: ${walls[-1]} s (caches dropped: $DROPPED) $(tail -n 1 "$LOG/$name.$i.out")"
-    done
-    local sorted wall range rss mbs
-    sorted=$(printf '%s\n' "${walls[@]}" | sort -g)
-    wall=$(echo "$sorted" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-    range=$(echo "$sorted" | awk 'NR==1 {lo=$1} {hi=$1} END {print lo "-" hi}')
-    rss=$(rss_mib "${rssfiles[@]}")
-    mbs=$(awk -v b="$IN_BYTES" -v s="$wall" 'BEGIN {printf "%.0f", (s > 0 ? b/1e6/s : 0)}')
-    ROWS+=("| $name | $wall ($range) | $mbs | $rss |")
-}
-
-# per-rank /usr/bin/time wrapper for mpirun (rank from Open MPI's environment)
-RANKWRAP=$LOG/rankwrap.sh
-cat > "$RANKWRAP" <<'EOF'
-#!/bin/bash
-exec /usr/bin/time -v -o "$RANKTIME.rank${OMPI_COMM_WORLD_RANK:-0}" "$@"
-EOF
-chmod +x "$RANKWRAP"
+source "$ROOT/scripts/bench/bench_lib.sh"
+make_rankwrap
+[ "${BENCH_NOSYNC:-1}" = 1 ] && make_no_fdatasync
 
 OUT=$BENCH_DIR/vmerge-out
 PYOUT=$BENCH_DIR/python-out
 
 # ---- timed steps ---------------------------------------------------------------------------
-CLEAN=$BENCH_DIR/copy run "cp -r + sync (copy floor)" \
+wait_for_idle
+CP="cp -r + sync (copy floor)"
+V1="vmerge-mpi, 1 rank"
+VN="vmerge-mpi, mpirun -np $NP"
+VNS="vmerge-mpi, 1 rank, fdatasync disabled (LD_PRELOAD)"
+V64="vmerge-mpi, 1 rank, --max-memory 64MiB"
+PYN="python_merge.py (verl way, threads) + sync"
+JSONLOG=$LOG/vmerge.json
+CLEAN=$BENCH_DIR/copy run "$CP" \
     bash -c "cp -r '$CKPT' '$BENCH_DIR/copy' && sync"
 rm -rf "$BENCH_DIR/copy"
-CLEAN=$OUT run "vmerge-mpi, 1 rank" \
-    "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force -q
-CLEAN=$OUT run "vmerge-mpi, mpirun -np $NP" \
+CLEAN=$OUT run "$V1" \
+    "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force -q --log-json "$JSONLOG"
+CLEAN=$OUT run "$VN" \
     mpirun --oversubscribe -np "$NP" "$RANKWRAP" "$VMERGE" merge --local_dir "$CKPT" \
-    --target_dir "$OUT" --force -q
-CLEAN=$OUT run "vmerge-mpi, 1 rank, --max-memory 64MiB" \
-    "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force --max-memory 64MiB -q
-CLEAN=$PYOUT run "python_merge.py (verl way) + sync" \
+    --target_dir "$OUT" --force -q --log-json "$JSONLOG"
+if [ -n "${NOSYNC_SO:-}" ]; then
+    CLEAN=$OUT run "$VNS" \
+        env LD_PRELOAD="$NOSYNC_SO" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force -q \
+        --log-json "$JSONLOG"
+fi
+CLEAN=$OUT run "$V64" \
+    "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force --max-memory 64MiB -q --log-json "$JSONLOG"
+unset JSONLOG
+CLEAN=$PYOUT run "$PYN" \
     bash -c "'$PY' scripts/bench/python_merge.py '$CKPT' '$PYOUT' && sync"
 
 # ---- correctness ------------------------------------------------------------------------------
@@ -128,15 +100,48 @@ echo "== vmerge-mpi verify / test against the Python output"
 echo
 echo "checkpoint: $CKPT, W=$WORLD, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB" \
      "($IN_BYTES bytes in $WORLD rank files), output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB RAM," \
-     "$(df -h "$BENCH_DIR" | awk 'NR==2 {print $1}') ($(df -h "$BENCH_DIR" | awk 'NR==2 {print $2}'))"
+machine_line
 echo
 echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
 echo
-echo "| method | wall s | MB/s (input) | peak RSS MiB |"
-echo "|---|---:|---:|---:|"
-printf '%s\n' "${ROWS[@]}"
+print_table
+echo
+echo "| ratio | medians | value | target | met |"
+echo "|---|---:|---:|---|---|"
+ratio_row "vmerge 1 rank / cp" "$V1" "$CP" "<=" 1.3 wall
+ratio_row "vmerge np=$NP / cp" "$VN" "$CP" "<=" 1.3 wall
+ratio_row "vmerge 1 rank without fdatasync / cp" "$VNS" "$CP" "<=" 1.3 wall
+ratio_row "Python / vmerge 1 rank" "$PYN" "$V1" ">=" 5 wall
+ratio_row "Python / vmerge np=$NP" "$PYN" "$VN" ">=" 5 wall
+ratio_row "vmerge 1 rank / same without fdatasync" "$V1" "$VNS" "-" - wall
+ratio_row "vmerge 1 rank RSS / Python RSS" "$V1" "$PYN" "-" - rss
+ratio_row "vmerge 64MiB RSS / Python RSS" "$V64" "$PYN" "-" - rss
+echo
+echo "vmerge --log-json, 1 rank (seconds per rank; write_s = busy time of the writer thread:"
+echo "pwrite + fdatasync + journal, overlapped with the reads):"
+echo
+print_log_json "$V1"
+if [ -n "${NOSYNC_SO:-}" ]; then
+    echo
+    echo "vmerge --log-json, 1 rank, fdatasync disabled:"
+    echo
+    print_log_json "$VNS"
+fi
+echo
+echo "vmerge --log-json, mpirun -np $NP:"
+echo
+print_log_json "$VN"
 
 if [ "${KEEP:-0}" != 1 ]; then
     rm -rf "$CKPT" "$BENCH_DIR/actor.params" "$OUT" "$PYOUT" "$BENCH_DIR/copy"
+fi
+
+# ---- the other parts ---------------------------------------------------------------------------
+if [ "${BENCH_MEGATRON:-1}" = 1 ]; then
+    echo; echo "######## Megatron tp=2 pp=2"
+    bash "$ROOT/scripts/bench/bench_megatron.sh" 1 2 2
+fi
+if [ "${BENCH_ZIP64:-0}" = 1 ]; then
+    echo; echo "######## ZIP64: one rank file over 4 GiB"
+    bash "$ROOT/scripts/bench/bench_zip64.sh"
 fi

@@ -4,7 +4,8 @@
     /usr/bin/python3 scripts/bench/python_merge.py CKPT_DIR OUT_DIR
 
 As verl.model_merger (fsdp backend) does it, everything in RAM at once:
-  1. torch.load every model_world_size_W_rank_R.pt (weights_only=False, map_location='cpu');
+  1. torch.load every model_world_size_W_rank_R.pt (weights_only=False, map_location='cpu'), in a
+     ThreadPoolExecutor of min(32, cpu_count) threads, as verl's merger does;
   2. per key, in each rank's order, take the DTensor's _local_tensor, cast it to the config dtype
      (config.json torch_dtype; verl's merger casts each local shard before concatenating) and
      torch.cat the pieces on the Shard dim (plain tensors: dim 0);
@@ -23,6 +24,7 @@ import re
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "fixtures"))
@@ -99,9 +101,13 @@ def main(argv):
     if sorted(files) != list(range(world)):
         raise SystemExit("python_merge: missing rank files in %s" % ckpt)
 
-    # 1. load every rank (verl loads them all, in a thread pool, before merging)
-    shards = [torch.load(os.path.join(ckpt, files[r][1]), map_location="cpu", weights_only=False)
-              for r in range(world)]
+    # 1. load every rank before merging, in a thread pool as verl does
+    #    (ThreadPoolExecutor(max_workers=min(32, os.cpu_count())), one torch.load per rank file)
+    def load(r):
+        return torch.load(os.path.join(ckpt, files[r][1]), map_location="cpu", weights_only=False)
+
+    with ThreadPoolExecutor(max_workers=min(32, os.cpu_count() or 1)) as pool:
+        shards = list(pool.map(load, range(world)))
     t_load = time.time()
 
     # 2. merge key by key (pop frees each rank's copy as verl's merger does)

@@ -43,6 +43,13 @@ grep -qiE "signal 9|killed" "$work/killed.log" || fail "the launcher does not sa
 [[ -d $staging ]] || fail "the staging folder was not kept for --resume"
 echo "ok   killed rank $victim: all ranks stopped in ${took}s, exit $rc, no target, staging kept"
 
+# Resuming with another rank count is refused before anything is written, and the staging
+# folder stays usable.
+"$mpiexec" --oversubscribe -np 2 "$vmerge" merge "${args[@]}" --target_dir "$target" --resume >"$work/np2.log" 2>&1 &&
+    fail "resumed a 4-rank merge with 2 ranks"
+grep -q "resume with the same" "$work/np2.log" || { cat "$work/np2.log"; fail "no clear message for another rank count"; }
+echo "ok   resuming with another rank count is refused"
+
 # Resume with the same plan: finished blocks are checked and kept, the rest written.
 "$mpiexec" --oversubscribe -np 4 "$vmerge" merge "${args[@]}" --target_dir "$target" --resume >"$work/resume.log" 2>&1 ||
     { cat "$work/resume.log"; fail "resume failed"; }

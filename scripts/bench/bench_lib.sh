@@ -1,0 +1,133 @@
+# Helpers shared by bench_fsdp.sh and bench_megatron.sh (sourced, not run).
+#
+# Expects: LOG (log folder, exists), REPS, IN_BYTES (input bytes, for MB/s).
+# Provides: wait_for_idle, drop_caches, secs, rss_mib, run, print_table, ratio_row,
+#           print_log_json, make_rankwrap, make_no_fdatasync; WALL[name], RSS[name] (MiB).
+
+declare -gA WALL RSS
+ROWS=()
+DROPPED=no
+
+# Wait until no CI job (ctest, fuzzers, unit tests) runs on the machine, so timings are not
+# polluted: poll every 15 s, at most BENCH_WAIT_S seconds (default 900). Sets BENCH_LOAD to
+# "none" or a description of what was still running when the wait gave up.
+wait_for_idle() {
+    local waited=0 max=${BENCH_WAIT_S:-900} busy
+    while busy=$(pgrep -f "ctest|run_fuzz|vmerge_unit_tests" | tr '\n' ' '); [ -n "$busy" ]; do
+        if [ "$waited" -ge "$max" ]; then
+            BENCH_LOAD="CI jobs still running after ${max} s (pids $busy)"
+            echo "warning: $BENCH_LOAD; timing anyway" >&2
+            return 0
+        fi
+        [ "$waited" = 0 ] && echo "waiting for CI jobs to finish (pids $busy) ..."
+        sleep 15
+        waited=$((waited + 15))
+    done
+    [ "$waited" -gt 0 ] && echo "machine idle after ${waited} s of waiting"
+    BENCH_LOAD=${BENCH_LOAD:-none}
+}
+
+drop_caches() {
+    sync
+    if echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then DROPPED=yes; else DROPPED=no; fi
+}
+
+secs() {  # "Elapsed (wall clock) ... : [h:]m:ss.ss" from a time -v file -> seconds
+    awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2, p, ":"); s=0;
+                for (i=1; i<=n; i++) s = s*60 + p[i]; printf "%.2f", s}' "$1"
+}
+rss_mib() {  # largest "Maximum resident set size (kbytes)" over the given time -v files
+    awk -F': ' '/Maximum resident set size/ {if ($2+0 > m) m = $2+0} END {printf "%.0f", m/1024}' "$@"
+}
+
+# run NAME CMD... : REPS timed runs of CMD (before each: rm -rf of $CLEAN, sync, drop caches).
+# Wall = median of the runs (min-max shown); RSS = largest over the runs (and, under mpirun,
+# over the per-rank time files $LOG/NAME.i.rank*, written by rankwrap.sh via $RANKTIME).
+# If JSONLOG is set (the --log-json path used in CMD), each run's file is kept as
+# $LOG/NAME.i.json.
+run() {
+    local name=$1; shift
+    local walls=() rssfiles=() i
+    echo "== $name: $*"
+    for i in $(seq 1 "$REPS"); do
+        if [ -n "${CLEAN:-}" ]; then rm -rf "$CLEAN"; fi
+        drop_caches
+        export RANKTIME="$LOG/$name.$i"
+        if ! /usr/bin/time -v -o "$LOG/$name.$i.time" "$@" > "$LOG/$name.$i.out" 2>&1; then
+            cat "$LOG/$name.$i.out" >&2; echo "step $name failed" >&2; exit 1
+        fi
+        walls+=("$(secs "$LOG/$name.$i.time")")
+        if compgen -G "$LOG/$name.$i.rank*" > /dev/null; then
+            rssfiles+=("$LOG/$name.$i".rank*)
+        else
+            rssfiles+=("$LOG/$name.$i.time")
+        fi
+        if [ -n "${JSONLOG:-}" ] && [ -f "$JSONLOG" ]; then mv "$JSONLOG" "$LOG/$name.$i.json"; fi
+        echo "   run $i: ${walls[-1]} s (caches dropped: $DROPPED) $(tail -n 1 "$LOG/$name.$i.out")"
+    done
+    local sorted wall range rss mbs
+    sorted=$(printf '%s\n' "${walls[@]}" | sort -g)
+    wall=$(echo "$sorted" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    range=$(echo "$sorted" | awk 'NR==1 {lo=$1} {hi=$1} END {print lo "-" hi}')
+    rss=$(rss_mib "${rssfiles[@]}")
+    mbs=$(awk -v b="$IN_BYTES" -v s="$wall" 'BEGIN {printf "%.0f", (s > 0 ? b/1e6/s : 0)}')
+    WALL[$name]=$wall
+    RSS[$name]=$rss
+    ROWS+=("| $name | $wall ($range) | $mbs | $rss |")
+}
+
+print_table() {
+    echo "| method | wall s | MB/s (input) | peak RSS MiB |"
+    echo "|---|---:|---:|---:|"
+    printf '%s\n' "${ROWS[@]}"
+}
+
+# ratio_row LABEL A B TARGET_OP TARGET KIND: A/B of WALL (KIND=wall) or RSS (KIND=rss) medians;
+# TARGET_OP is "<=" or ">=" (or "-" for no target).
+ratio_row() {
+    local label=$1 a=$2 b=$3 op=$4 target=$5 kind=$6 va vb
+    if [ "$kind" = rss ]; then va=${RSS[$a]:-}; vb=${RSS[$b]:-}; else va=${WALL[$a]:-}; vb=${WALL[$b]:-}; fi
+    [ -n "$va" ] && [ -n "$vb" ] || return 0
+    awk -v l="$label" -v a="$va" -v b="$vb" -v op="$op" -v t="$target" 'BEGIN {
+        r = (b > 0 ? a / b : 0)
+        if (op == "-") { tgt = "-"; met = "-" }
+        else { tgt = op " " t; met = ((op == "<=" && r <= t) || (op == ">=" && r >= t)) ? "yes" : "**no**" }
+        printf "| %s | %s / %s | %.2f | %s | %s |\n", l, a, b, r, tgt, met }'
+}
+
+# print_log_json NAME: the per-rank breakdown of vmerge --log-json files $LOG/NAME.i.json.
+print_log_json() {
+    local name=$1 f
+    echo "| run | rank | wall s | scan s | map s | copy s | read s | cast s | write s | commit s | read GB | written GB | peak RSS MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for f in "$LOG/$name".*.json; do
+        [ -f "$f" ] || continue
+        local i=${f%.json}; i=${i##*.}
+        jq -r --arg i "$i" '. as $top | .per_rank[] |
+            "| \($i) | \(.rank) | \($top.wall_s*1000|round/1000) | \(.scan_s*1000|round/1000) | \(.map_s*1000|round/1000) | \(.copy_s*1000|round/1000) | \(.read_s*1000|round/1000) | \(.cast_s*1000|round/1000) | \(.write_s*1000|round/1000) | \(.commit_s*1000|round/1000) | \(.bytes_read/1e7|round/100) | \(.bytes_written/1e7|round/100) | \(.peak_rss_bytes/1048576|round) |"' "$f"
+    done
+}
+
+# per-rank /usr/bin/time wrapper for mpirun (rank from Open MPI's environment)
+make_rankwrap() {
+    RANKWRAP=$LOG/rankwrap.sh
+    cat > "$RANKWRAP" <<'EOF'
+#!/bin/bash
+exec /usr/bin/time -v -o "$RANKTIME.rank${OMPI_COMM_WORLD_RANK:-0}" "$@"
+EOF
+    chmod +x "$RANKWRAP"
+}
+
+# LD_PRELOAD shim that turns fdatasync() into a no-op (the final fsync stays): sets NOSYNC_SO.
+make_no_fdatasync() {
+    NOSYNC_SO=$LOG/no_fdatasync.so
+    printf 'int fdatasync(int fd) { (void)fd; return 0; }\n' > "$LOG/no_fdatasync.c"
+    cc -shared -fPIC -O2 -o "$NOSYNC_SO" "$LOG/no_fdatasync.c"
+}
+
+machine_line() {
+    echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo))," \
+         "$(free -g | awk '/Mem:/ {print $2}') GiB RAM," \
+         "$(df -h "$BENCH_DIR" | awk 'NR==2 {print $1}') ($(df -h "$BENCH_DIR" | awk 'NR==2 {print $2}'));" \
+         "other load: ${BENCH_LOAD:-not checked}"
+}

@@ -1,0 +1,98 @@
+#!/bin/bash
+# Benchmarks vmerge-mpi on a generated verl Megatron legacy checkpoint (tp x pp per-rank model.pt)
+# against the copy floor and a Python merge (torch.load + torch.cat by the TP rules + one
+# safetensors file, python_merge_megatron.py).
+#
+#   bash scripts/bench/bench_megatron.sh [SIZE_GB] [TP] [PP]      (defaults: 1 GB, tp=2, pp=2)
+#
+# Environment as bench_fsdp.sh: BENCH_DIR (default /tmp/vmerge-bench; needs about 4*SIZE_GB),
+# NP (ranks of the MPI row, default 2), REPS (default 3), KEEP=1 (keep the files), BENCH_WAIT_S.
+# Same method as bench_fsdp.sh (page cache dropped before every run, cp and Python end with
+# sync, median of REPS, per-rank RSS under mpirun). Correctness: `vmerge-mpi test` against the
+# Python output and against the reference folder written by the generator from the unsplit
+# Hugging Face tensors, both bit for bit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+SIZE_GB=${1:-1}
+TP=${2:-2}
+PP=${3:-2}
+NP=${NP:-2}
+REPS=${REPS:-3}
+BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
+VMERGE=$ROOT/build/vmerge-mpi
+PY=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
+mkdir -p "$BENCH_DIR"
+MDIR=$BENCH_DIR/megatron
+CKPT=$MDIR/actor
+LOG=$BENCH_DIR/logs-megatron
+OUT=$BENCH_DIR/megatron-vmerge-out
+PYOUT=$BENCH_DIR/megatron-python-out
+rm -rf "$LOG" "$BENCH_DIR/megatron-copy" "$OUT" "$PYOUT"
+mkdir -p "$LOG"
+source "$ROOT/scripts/bench/bench_lib.sh"
+
+PARAMS="size_gb=$SIZE_GB tp=$TP pp=$PP"
+if [ "$(cat "$BENCH_DIR/megatron.params" 2>/dev/null)" != "$PARAMS" ] || [ ! -d "$CKPT" ]; then
+    rm -f "$BENCH_DIR/megatron.params"
+    "$PY" scripts/bench/make_bench_megatron.py "$MDIR" --size-gb "$SIZE_GB" --tp "$TP" --pp "$PP"
+    echo "$PARAMS" > "$BENCH_DIR/megatron.params"
+else
+    echo "reusing $CKPT ($PARAMS)"
+fi
+IN_BYTES=$(find "$CKPT/model" -name 'model.pt' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s}')
+make_rankwrap
+wait_for_idle
+
+JSONLOG=$LOG/vmerge.json
+CLEAN=$BENCH_DIR/megatron-copy run "cp -r + sync (copy floor)" \
+    bash -c "cp -r '$CKPT' '$BENCH_DIR/megatron-copy' && sync"
+rm -rf "$BENCH_DIR/megatron-copy"
+V1="vmerge-mpi, 1 rank"
+CLEAN=$OUT run "$V1" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force -q --log-json "$JSONLOG"
+VN="vmerge-mpi, mpirun -np $NP"
+CLEAN=$OUT run "$VN" mpirun --oversubscribe -np "$NP" "$RANKWRAP" "$VMERGE" merge --local_dir "$CKPT" \
+    --target_dir "$OUT" --force -q --log-json "$JSONLOG"
+PYN="python_merge_megatron.py + sync"
+CLEAN=$PYOUT run "$PYN" bash -c "'$PY' scripts/bench/python_merge_megatron.py '$CKPT' '$PYOUT' && sync"
+unset JSONLOG
+
+echo "== vmerge-mpi verify / test against the Python output and the generator's reference"
+"$VMERGE" verify --target_dir "$OUT"
+"$VMERGE" test --local_dir "$CKPT" --test_hf_dir "$PYOUT"
+"$VMERGE" test --local_dir "$CKPT" --test_hf_dir "$MDIR/reference"
+
+echo
+echo "checkpoint: $CKPT, Megatron legacy tp=$TP pp=$PP, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB" \
+     "($IN_BYTES bytes in $((TP * PP)) model.pt), output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
+machine_line
+echo
+echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
+echo
+print_table
+echo
+echo "| ratio | medians | value | target | met |"
+echo "|---|---:|---:|---|---|"
+CP="cp -r + sync (copy floor)"
+ratio_row "vmerge 1 rank / cp" "$V1" "$CP" "<=" 1.3 wall
+ratio_row "vmerge np=$NP / cp" "$VN" "$CP" "<=" 1.3 wall
+ratio_row "Python / vmerge 1 rank" "$PYN" "$V1" ">=" 5 wall
+ratio_row "Python / vmerge np=$NP" "$PYN" "$VN" ">=" 5 wall
+ratio_row "vmerge 1 rank RSS / Python RSS" "$V1" "$PYN" "-" - rss
+ratio_row "vmerge np=$NP RSS (largest rank) / Python RSS" "$VN" "$PYN" "-" - rss
+echo
+echo "vmerge --log-json, 1 rank (seconds per rank; write_s = busy time of the writer thread:"
+echo "pwrite + fdatasync + journal, overlapped with the reads):"
+echo
+print_log_json "$V1"
+echo
+echo "vmerge --log-json, mpirun -np $NP:"
+echo
+print_log_json "$VN"
+
+if [ "${KEEP:-0}" != 1 ]; then
+    rm -rf "$MDIR" "$BENCH_DIR/megatron.params" "$OUT" "$PYOUT" "$BENCH_DIR/megatron-copy"
+fi
