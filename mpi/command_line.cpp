@@ -70,6 +70,18 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("max_shard_size", po::value(&max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("force", po::bool_switch(&o.force), "replace an existing target folder")
         ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder");
+    std::string quantize_ignore;
+    bool symmetric_flag = false;
+    po::options_description quantizing("Quantized output (compressed-tensors pack-quantized, for vLLM)");
+    quantizing.add_options()
+        ("quantize", po::bool_switch(&o.quantize), "write Linear weights quantized (round to nearest), weights only")
+        ("bits", po::value(&o.bits)->default_value(4), "4 or 8")
+        ("group_size", po::value(&o.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
+        ("symmetric", po::bool_switch(&symmetric_flag), "symmetric quantization, no zero point (the default)")
+        ("asymmetric", po::bool_switch(&o.asymmetric), "asymmetric quantization with zero points")
+        ("quantize_ignore", po::value(&quantize_ignore),
+         "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
+         "router gates always are");
     po::options_description run("Running");
     run.add_options()
         ("max_memory", po::value(&max_memory)->default_value("auto"),
@@ -101,7 +113,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         "  inspect  print what was detected and the plan for --np N ranks\n"
         "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n";
     po::options_description visible;
-    visible.add(input).add(output).add(run).add(testing).add(inspecting);
+    visible.add(input).add(output).add(quantizing).add(run).add(testing).add(inspecting);
     po::options_description hidden;
     hidden.add_options()("command", po::value(&o.command));
     po::options_description all;
@@ -118,9 +130,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (vm.count("help") || o.command.empty()) {
         if (print_help) {
             std::cout << usage << "\n";
-            if (o.command == "merge") std::cout << input << output << run;
+            if (o.command == "merge") std::cout << input << output << quantizing << run;
             else if (o.command == "test") std::cout << input << testing << run;
-            else if (o.command == "inspect") std::cout << input << inspecting << run;
+            else if (o.command == "inspect") std::cout << input << inspecting << quantizing << run;
             else if (o.command == "verify") std::cout << "verify: --target_dir DIR\n";
             else std::cout << visible;
             std::cout << "\n";
@@ -133,6 +145,16 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     static const std::set<std::string> dtypes{"auto", "keep", "bf16", "bfloat16", "fp16", "float16", "half",
                                               "fp32", "float32", "float"};
     if (!dtypes.count(o.dtype)) throw UsageError("--dtype " + o.dtype + ": expected auto, keep, bf16, fp16 or fp32");
+    if (symmetric_flag && o.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
+    if (o.bits != 4 && o.bits != 8) throw UsageError("--bits " + std::to_string(o.bits) + ": expected 4 or 8");
+    if (o.group_size < 0) throw UsageError("--group_size must be 0 (per channel) or positive");
+    for (size_t start = 0; start < quantize_ignore.size();) {
+        const size_t comma = std::min(quantize_ignore.find(',', start), quantize_ignore.size());
+        if (comma > start) o.quantize_ignore.push_back(quantize_ignore.substr(start, comma - start));
+        start = comma + 1;
+    }
+    if (o.quantize && o.command == "test")
+        throw UsageError("--quantize applies to merge and inspect; test compares unquantized tensors");
     o.max_shard_size = parse_byte_size(max_shard);
     o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory);
     if (vm.count("tp_size")) o.tp_size = tp;

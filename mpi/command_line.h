@@ -32,6 +32,11 @@ struct Options {
     bool allow_unmapped = false;
     bool resume = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
+    bool quantize = false;
+    int bits = 4;
+    int64_t group_size = 128;
+    bool asymmetric = false;
+    std::vector<std::string> quantize_ignore;
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with

@@ -28,6 +28,7 @@
 #include "vmerge/output_layout.h"
 #include "vmerge/output_rules.h"
 #include "vmerge/progress_monitor.h"
+#include "vmerge/quantization.h"
 #include "vmerge/rank_work.h"
 #include "vmerge/safetensors_file.h"
 #include "vmerge/scan_serialization.h"
@@ -71,8 +72,35 @@ struct MergeInputs {
     std::vector<ScannedFile> scans;
     HfConfig config;
     MappedCheckpoint mapped;
+    std::optional<QuantizeSpec> quantize;
+    QuantizationPlan quantization;
     const TensorMapping& mapping() const { return mapped.mapping; }
 };
+
+std::optional<QuantizeSpec> quantize_spec(const Options& o) {
+    if (!o.quantize) return std::nullopt;
+    QuantizeSpec spec;
+    spec.bits = o.bits;
+    spec.group_size = o.group_size;
+    spec.symmetric = !o.asymmetric;
+    spec.ignore = o.quantize_ignore;
+    return spec;
+}
+
+void plan_quantized_output(MergeInputs& in, const Options& o) {
+    in.quantize = quantize_spec(o);
+    if (!in.quantize) return;
+    in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
+    for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
+}
+
+// config.json of a quantized merge: the source's, plus the quantization_config block.
+std::string quantized_config_json(const MergeInputs& in) {
+    if (!in.quantize) return "";
+    nlohmann::ordered_json config = nlohmann::ordered_json::parse(in.config.json.dump());
+    config["quantization_config"] = quantization_config(*in.quantize, in.quantization.ignored_modules);
+    return config.dump(2) + "\n";
+}
 
 MergeInputs load_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
@@ -109,6 +137,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.tie_word_embedding))
             in.mapped.notes.push_back(note);
+        plan_quantized_output(in, o);
     });
     in.map_seconds = std::chrono::duration<double>(Clock::now() - map_start).count();
     return in;
@@ -162,6 +191,7 @@ MergeInputs simulate_inputs(const Options& o) {
     in.mapped.facts["architecture"] = in.config.architectures.empty() ? "" : in.config.architectures[0];
     for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype), o.tie_word_embedding))
         in.mapped.notes.push_back(note);
+    plan_quantized_output(in, o);
     return in;
 }
 
@@ -223,6 +253,10 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     const double imbalance = mean > 0 ? static_cast<double>(largest) / mean - 1.0 : 0.0;
     const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     j["max_memory_per_rank"] = max_memory(o, comm);
+    if (in.quantize)
+        j["quantization"] = {{"bits", in.quantize->bits}, {"group_size", in.quantize->group_size},
+                             {"symmetric", in.quantize->symmetric}, {"bytes_before", in.quantization.bytes_before},
+                             {"bytes_after", in.quantization.bytes_after}, {"ignored", in.quantization.ignored_modules}};
     j["plan"] = {{"ranks", ranks}, {"largest_rank_bytes", largest}, {"mean_rank_bytes", mean},
                  {"largest_over_mean", imbalance}, {"plan_seconds", plan_seconds}, {"total_seconds", total_seconds},
                  {"per_rank", plan}};
@@ -243,6 +277,10 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     out << "tensors      " << tensors.size() << ", " << human_bytes(layout.total_size) << "\n";
     for (const auto& f : layout.files)
         out << "output       " << f.name << "  " << human_bytes(f.size) << ", " << f.tensors.size() << " tensors\n";
+    if (in.quantize)
+        out << "quantized    " << in.quantize->bits << " bits: " << human_bytes(in.quantization.bytes_before) << " -> "
+            << human_bytes(in.quantization.bytes_after) << " (" << in.quantization.ignored_modules.size()
+            << " Linear modules left unquantized)\n";
     out << "memory       --max-memory " << human_bytes(max_memory(o, comm)) << " per rank"
         << (o.max_memory ? "" : " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)")
         << "\n";
@@ -307,7 +345,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             if (o.resume) done = blocks_by_key(read_journals(staging));
             JournalWriter journal(staging, comm.rank());
             OutputWriter writer(staging, tensors, layout, &journal);
-            CopyExecutor executor(in.mapping(), max_memory(o, comm));
+            CopyExecutor executor(in.mapping(), max_memory(o, comm), in.quantize ? &*in.quantize : nullptr);
             const int delay = block_delay_ms();
             try {
                 executor.run(
@@ -339,7 +377,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     const double copy_seconds = std::chrono::duration<double>(Clock::now() - copy_start).count();
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {
-        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout);
+        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, quantized_config_json(in));
     }, staging);
     const double commit_seconds = std::chrono::duration<double>(Clock::now() - commit_start).count();
 
@@ -350,6 +388,11 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         {"bytes_read", stats.bytes_read}, {"bytes_written", stats.bytes_written},
         {"bytes_kept_from_earlier_run", stats.bytes_skipped}, {"reads", stats.reads},
         {"peak_rss_bytes", peak_rss_bytes()}};
+    if (!stats.quantization_error.empty()) {
+        nlohmann::ordered_json errors = nlohmann::ordered_json::object();
+        for (const auto& [kind, e] : stats.quantization_error) errors[kind] = {e.sum, e.max, e.count};
+        mine["quantization_error"] = errors;
+    }
     const auto gathered = comm.allgather(mine.dump());
     if (comm.rank() != 0) return 0;
     std::vector<nlohmann::ordered_json> ranks;
@@ -360,6 +403,15 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         rss_min = std::min(rss_min, ranks.back()["peak_rss_bytes"].get<uint64_t>());
         rss_max = std::max(rss_max, ranks.back()["peak_rss_bytes"].get<uint64_t>());
     }
+    std::map<std::string, QuantError> quant_errors;
+    for (const auto& r : ranks)
+        if (r.contains("quantization_error"))
+            for (auto it = r["quantization_error"].begin(); it != r["quantization_error"].end(); ++it) {
+                QuantError& e = quant_errors[it.key()];
+                e.sum += (*it)[0].get<double>();
+                e.max = std::max(e.max, (*it)[1].get<double>());
+                e.count += (*it)[2].get<uint64_t>();
+            }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (!o.log_json.empty()) {
         nlohmann::ordered_json log = {{"command", "merge"},        {"local_dir", o.local_dir},
@@ -380,6 +432,16 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             << std::setprecision(2)
             << (seconds > 0 ? static_cast<double>(layout.total_size - resumed_bytes) / seconds / 1e9 : 0.0)
             << " GB/s written); peak memory per rank " << human_bytes(rss_min) << " .. " << human_bytes(rss_max) << "\n";
+        if (in.quantize) {
+            out << "vmerge: quantized to " << in.quantize->bits << " bits ("
+                << (in.quantize->group_size ? "groups of " + std::to_string(in.quantize->group_size) : std::string("per channel"))
+                << ", " << (in.quantize->symmetric ? "symmetric" : "asymmetric") << "): "
+                << human_bytes(in.quantization.bytes_before) << " -> " << human_bytes(in.quantization.bytes_after)
+                << "; |dequantized - original| by kind (mean, max):\n";
+            for (const auto& [kind, e] : quant_errors)
+                out << "  " << kind << ": " << std::scientific << std::setprecision(3)
+                    << (e.count ? e.sum / static_cast<double>(e.count) : 0.0) << ", " << e.max << std::fixed << "\n";
+        }
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
@@ -114,8 +115,8 @@ private:
 
 }  // namespace
 
-CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory)
-    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)) {}
+CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize)
+    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize) {}
 
 const InputFile& CopyExecutor::open(const std::string& path) {
     auto& slot = files_[path];
@@ -126,24 +127,48 @@ const InputFile& CopyExecutor::open(const std::string& path) {
 void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip) {
     PipelinedSink writer(sink);
     std::vector<unsigned char> out;  // the block handed to the writer thread
+    std::vector<unsigned char> scales, zeros;
     for (const WriteTask& task : tasks) {
         const OutputTensor& t = mapping_.tensors.at(task.tensor);
-        const bool cast = t.dtype != t.source_dtype;
+        const bool quantized = t.role == OutputTensor::Role::QuantPacked;
+        if (quantized && !quantize_) throw Error("internal: " + t.name + " is planned as quantized without a spec");
+        const bool cast = !quantized && t.dtype != t.source_dtype;
         const uint64_t out_row = row_bytes(t);
-        const uint64_t src_row = out_row / element_size(t.dtype) * element_size(t.source_dtype);
-        // Half the budget for blocks: the one being assembled (and cast) plus the one being
-        // written; the other half bounds the span read for a non-contiguous source.
-        const uint64_t per_row = std::max<uint64_t>(1, cast ? src_row + 2 * out_row : 2 * src_row);
-        const int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(max_memory_ / 2 / per_row));
+        const int64_t cols = quantized ? t.source_shape[1] : 0;
+        const uint64_t src_row = quantized ? static_cast<uint64_t>(cols) * element_size(t.source_dtype)
+                                           : out_row / element_size(t.dtype) * element_size(t.source_dtype);
+        // Half the budget for blocks: the one being assembled (and cast or quantized) plus the
+        // one being written; the other half bounds the span read for a non-contiguous source.
+        uint64_t per_row = cast ? src_row + 2 * out_row : 2 * src_row;
+        if (quantized) per_row = src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * out_row;
+        const int64_t align = std::max<int64_t>(1, t.row_align);
+        int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(max_memory_ / 2 / std::max<uint64_t>(per_row, 1)));
+        block_rows = std::max(align, block_rows / align * align);
         for (int64_t row = task.row_begin; row < task.row_end; row += block_rows) {
             const int64_t end = std::min(task.row_end, row + block_rows);
             const size_t rows = static_cast<size_t>(end - row);
-            if (skip && skip(task.tensor, row, end)) {
+            // Every block a quantized block writes: itself, its scales, its packed zero points.
+            std::vector<std::tuple<size_t, int64_t, int64_t>> parts{{task.tensor, row, end}};
+            if (quantized) {
+                parts.emplace_back(t.scale_tensor, row, end);
+                if (t.zero_point_tensor)
+                    parts.emplace_back(*t.zero_point_tensor, row / align, (end + align - 1) / align);
+            }
+            if (skip && std::all_of(parts.begin(), parts.end(), [&](const auto& p) {
+                    return skip(std::get<0>(p), std::get<1>(p), std::get<2>(p));
+                })) {
                 stats_.bytes_skipped += rows * out_row;
                 ++stats_.blocks_skipped;
                 continue;
             }
-            std::vector<unsigned char>& assembled = cast ? block_ : out;
+            if (t.role == OutputTensor::Role::Constant) {
+                out.assign(t.constant.begin() + static_cast<std::ptrdiff_t>(row * out_row),
+                           t.constant.begin() + static_cast<std::ptrdiff_t>(end * out_row));
+                out = writer.submit(task.tensor, row, end, std::move(out));
+                stats_.bytes_written += rows * out_row;
+                continue;
+            }
+            std::vector<unsigned char>& assembled = cast || quantized ? block_ : out;
             assembled.resize(rows * src_row);
             if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
             assemble(t, row, end, assembled.data());
@@ -152,6 +177,44 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 out.resize(rows * out_row);
                 cast_elements(block_.data(), t.source_dtype, out.data(), t.dtype, rows * out_row / element_size(t.dtype));
                 stats_.cast_seconds += seconds_since(cast_start);
+            }
+            if (quantized) {
+                const auto start = Clock::now();
+                const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
+                const int64_t groups = scale.shape[1];
+                // Quantize the weight as the unquantized merge would write it (the model dtype),
+                // as quantizing that model with compressed-tensors would.
+                floats_.resize(rows * static_cast<size_t>(cols));
+                const size_t count = floats_.size();
+                if (scale.dtype != t.source_dtype) {
+                    cast_.resize(count * element_size(scale.dtype));
+                    cast_elements(block_.data(), t.source_dtype, cast_.data(), scale.dtype, count);
+                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
+                } else {
+                    cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
+                }
+                out.resize(rows * out_row);
+                scales.resize(rows * row_bytes(scale));
+                zero_points_.resize(rows * static_cast<size_t>(groups));
+                quantize_rows(floats_.data(), static_cast<int64_t>(rows), cols, *quantize_, scale.dtype,
+                              reinterpret_cast<uint32_t*>(out.data()), scales.data(), zero_points_.data(),
+                              stats_.quantization_error[quantized_kind(t.name)]);
+                stats_.cast_seconds += seconds_since(start);
+                out = writer.submit(task.tensor, row, end, std::move(out));
+                const size_t scale_bytes = scales.size();
+                scales = writer.submit(t.scale_tensor, row, end, std::move(scales));
+                stats_.bytes_written += rows * out_row + scale_bytes;
+                if (t.zero_point_tensor) {
+                    const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);
+                    const int64_t packed_rows = (end + align - 1) / align - row / align;
+                    zeros.resize(static_cast<size_t>(packed_rows) * row_bytes(zero));
+                    pack_zero_points(zero_points_.data(), static_cast<int64_t>(rows), groups, quantize_->bits,
+                                     reinterpret_cast<uint32_t*>(zeros.data()));
+                    const size_t zero_bytes = zeros.size();
+                    zeros = writer.submit(*t.zero_point_tensor, row / align, (end + align - 1) / align, std::move(zeros));
+                    stats_.bytes_written += zero_bytes;
+                }
+                continue;
             }
             out = writer.submit(task.tensor, row, end, std::move(out));
             stats_.bytes_written += rows * out_row;
@@ -171,7 +234,7 @@ void CopyExecutor::read(const InputFile& file, uint64_t offset, unsigned char* o
 
 void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
                             unsigned char* block) {
-    Shape block_shape = t.shape;
+    Shape block_shape = t.assembled_shape();
     if (block_shape.empty()) {
         block_shape = {};
     } else {

@@ -183,14 +183,22 @@ std::vector<std::string> non_weight_files(const std::string& hf_dir) {
 }
 
 void commit_staging(const std::string& target, bool force, const std::string& hf_dir,
-                    const std::vector<OutputTensor>& tensors, const OutputLayout& layout) {
+                    const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
+                    const std::string& config_json) {
     const std::string staging = staging_path(target);
     for (const std::string& rel : non_weight_files(hf_dir)) {
         const fs::path to = fs::path(staging) / rel;
         fs::create_directories(to.parent_path());
-        std::error_code ec;
-        fs::copy_file(fs::path(hf_dir) / rel, to, fs::copy_options::overwrite_existing, ec);
-        if (ec) throw Error(hf_dir + "/" + rel + ": cannot copy: " + ec.message());
+        if (rel == "config.json" && !config_json.empty()) {
+            std::ofstream out(to, std::ios::binary);
+            out << config_json;
+            out.close();
+            if (!out) throw Error(to.string() + ": cannot write");
+        } else {
+            std::error_code ec;
+            fs::copy_file(fs::path(hf_dir) / rel, to, fs::copy_options::overwrite_existing, ec);
+            if (ec) throw Error(hf_dir + "/" + rel + ": cannot copy: " + ec.message());
+        }
         fsync_path(to.string(), false);
     }
     {

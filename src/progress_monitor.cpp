@@ -54,7 +54,7 @@ void ProgressMonitor::stop() {
     }
     wake_.notify_all();
     if (thread_.joinable()) thread_.join();
-    if (live_) out_ << "\n" << std::flush;
+    if (live_ && printed_) out_ << "\n" << std::flush;
 }
 
 ProgressMonitor::Snapshot ProgressMonitor::read_snapshot() const {
@@ -82,6 +82,7 @@ void ProgressMonitor::run() {
         if (rate > 0 && s.bytes < total_)
             line << ", ETA " << human_duration(static_cast<double>(total_ - s.bytes) / rate);
         line << ", ranks finished " << s.ranks_done << "/" << ranks_;
+        printed_ = true;
         if (live_) out_ << "\r" << line.str() << "\033[K" << std::flush;
         else out_ << line.str() << "\n" << std::flush;
     }

@@ -24,7 +24,7 @@ std::vector<std::vector<WriteTask>> plan_rank_work(const std::vector<OutputTenso
         for (size_t index : file.tensors) {
             const OutputTensor& t = tensors[index];
             const uint64_t bytes_per_row = row_bytes(t);
-            if (t.nbytes() == 0) continue;
+            if (t.nbytes() == 0 || t.is_derived()) continue;
             int64_t row = 0;
             const int64_t rows = row_count(t);
             while (row < rows) {
@@ -37,7 +37,10 @@ std::vector<std::vector<WriteTask>> plan_rank_work(const std::vector<OutputTenso
                     continue;
                 }
                 if (rank + 1 == ranks) take = rows - row;
-                take = std::clamp<int64_t>(take, 1, rows - row);
+                // Packed zero points: a split inside a group of `row_align` rows would make two
+                // ranks write the same word.
+                const int64_t align = std::max<int64_t>(1, t.row_align);
+                take = std::clamp<int64_t>(take / align * align, align, rows - row);
                 work[rank].push_back({index, row, row + take});
                 row += take;
                 done += static_cast<uint64_t>(take) * bytes_per_row;

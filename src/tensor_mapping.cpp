@@ -9,7 +9,9 @@
 namespace vmerge {
 
 void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef>& sources) {
-    const size_t rank = t.shape.size();
+    if (t.role != OutputTensor::Role::Plain && t.role != OutputTensor::Role::QuantPacked) return;
+    const Shape& shape = t.assembled_shape();
+    const size_t rank = shape.size();
     int64_t covered = 0;
     for (const BoxCopy& c : t.copies) {
         if (c.source >= sources.size() || c.src_start.size() != rank ||
@@ -18,7 +20,7 @@ void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef
         const TensorRef& src = sources[c.source];
         for (size_t d = 0; d < rank; ++d) {
             if (c.extent[d] < 0 || c.dst_start[d] < 0 || c.src_start[d] < 0 ||
-                c.dst_start[d] + c.extent[d] > t.shape[d] ||
+                c.dst_start[d] + c.extent[d] > shape[d] ||
                 c.src_start[d] + c.extent[d] > src.shape[d])
                 throw Error(t.name + ": a shard of " + src.storage.file + " maps outside the tensor (dim " +
                             std::to_string(d) + ")");
@@ -27,9 +29,9 @@ void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef
     }
     // Boxes are disjoint by construction when their volumes add up and no two overlap;
     // check overlap pairwise only for the few-box case that every rule produces.
-    if (covered != numel(t.shape) && !(t.zero_fill && covered < numel(t.shape)))
+    if (covered != numel(shape) && !(t.zero_fill && covered < numel(shape)))
         throw Error(t.name + ": the shards cover " + std::to_string(covered) + " of " +
-                    std::to_string(numel(t.shape)) + " elements of " + shape_to_string(t.shape));
+                    std::to_string(numel(shape)) + " elements of " + shape_to_string(shape));
     // Fast path, what almost every rule produces (FSDP Shard(0) over thousands of ranks, TP
     // concatenation): every box spans the whole tensor except along one dim. Sorting those
     // slabs by start proves them disjoint in O(n log n).
@@ -41,7 +43,7 @@ void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef
         for (const BoxCopy& c : t.copies) {
             if (numel(c.extent) == 0) continue;
             for (size_t d = 0; d < rank && slabs; ++d) {
-                if (c.dst_start[d] == 0 && c.extent[d] == t.shape[d]) continue;
+                if (c.dst_start[d] == 0 && c.extent[d] == shape[d]) continue;
                 if (slab_dim && *slab_dim != d) slabs = false;
                 slab_dim = d;
             }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "vmerge/input_file.h"
+#include "vmerge/quantization.h"
 #include "vmerge/rank_work.h"
 #include "vmerge/tensor_mapping.h"
 
@@ -21,6 +22,7 @@ struct CopyStats {
     double read_seconds = 0;     // in pread
     double cast_seconds = 0;
     double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
+    std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
 // Receives assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
@@ -33,7 +35,8 @@ using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row
 // that thread, one block at a time.
 class CopyExecutor {
 public:
-    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory);
+    // `quantize` (optional) is the spec QuantPacked tensors were planned with.
+    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize = nullptr);
 
     // `skip` (optional) is asked before each block is assembled; true means an earlier run
     // already wrote it (resume), so its sources are not read at all.
@@ -50,6 +53,10 @@ private:
 
     const TensorMapping& mapping_;
     uint64_t max_memory_;
+    const QuantizeSpec* quantize_;
+    std::vector<float> floats_;
+    std::vector<unsigned char> cast_;
+    std::vector<int32_t> zero_points_;
     std::map<std::string, std::unique_ptr<InputFile>> files_;
     std::vector<unsigned char> block_;
     std::vector<unsigned char> span_;

@@ -51,10 +51,12 @@ private:
     std::vector<unsigned char> readback_;
 };
 
-// Rank 0, after all ranks wrote: copies every non-weight file of `hf_dir`, writes the index
-// when there are several shards, fsyncs, and renames the staging folder to `target`.
+// Rank 0, after all ranks wrote: copies every non-weight file of `hf_dir` (config.json
+// replaced by `config_json` when that is not empty: a quantized model's config), writes the
+// index when there are several shards, fsyncs, and renames the staging folder to `target`.
 void commit_staging(const std::string& target, bool force, const std::string& hf_dir,
-                    const std::vector<OutputTensor>& tensors, const OutputLayout& layout);
+                    const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
+                    const std::string& config_json = "");
 
 // Whether a staging folder of an earlier merge of `target` exists.
 bool staging_exists(const std::string& target);

@@ -38,6 +38,7 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;
+    bool printed_ = false;
     std::thread thread_;
 };
 

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,22 @@ struct OutputTensor {
     // Elements no copy covers are zeros (a Megatron vocabulary shorter than config.json's).
     bool zero_fill = false;
 
+    // Weight-only quantization (quantization.h): a Packed tensor's copies assemble the float
+    // weight of `source_shape`; its rows are quantized into itself and its Scale/ZeroPoint
+    // tensors, which get no work of their own. A Constant tensor holds its bytes.
+    enum class Role { Plain, QuantPacked, QuantScale, QuantZeroPoint, Constant };
+    Role role = Role::Plain;
+    Shape source_shape;              // Packed: the float weight's [out, in]
+    size_t scale_tensor = 0;         // Packed: index of its Scale tensor
+    std::optional<size_t> zero_point_tensor;  // Packed, asymmetric: index of its ZeroPoint tensor
+    int64_t row_align = 1;           // rows are split only at multiples of this
+    std::vector<unsigned char> constant;  // Constant: the bytes
+
     uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
+    // The shape the copies fill.
+    const Shape& assembled_shape() const { return source_shape.empty() ? shape : source_shape; }
+    // Written as part of another tensor's rows (no write task of its own).
+    bool is_derived() const { return role == Role::QuantScale || role == Role::QuantZeroPoint; }
 };
 
 struct TensorMapping {

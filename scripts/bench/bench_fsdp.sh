@@ -7,11 +7,12 @@
 #
 #   bash scripts/bench/bench_fsdp.sh [SIZE_GB] [WORLD]      (defaults: 2 GB, W=8)
 #
-# BENCH_MEGATRON=0 skips the Megatron part, BENCH_ZIP64=1 adds the > 4 GiB rank file (needs
-# about 10 GB of disk and 14 GB of RAM), BENCH_NOSYNC=0 drops the row that measures the
-# journal's per-block fdatasync (vmerge with an LD_PRELOAD shim that makes fdatasync a no-op).
+# BENCH_MEGATRON=0 skips the Megatron part; BENCH_ZIP64=1 adds the > 4 GiB rank file of
+# BENCH_ZIP64_GB GB (default 4.5; needs about 10 GB of disk and 14 GB of RAM at 4.5);
+# BENCH_NOSYNC=0 drops the row that measures the journal's per-block fdatasync (vmerge with an
+# LD_PRELOAD shim that makes fdatasync a no-op).
 # Before the timed runs the script waits (up to BENCH_WAIT_S, default 900 s) until no CI job
-# (ctest, run_fuzz, vmerge_unit_tests) is running, and says if it had to time under load.
+# (ctest, run_fuzz, vmerge_unit_tests) is running, and flags runs that ended with one running.
 #
 # Environment: BENCH_DIR (default /tmp/vmerge-bench; needs about 3*SIZE_GB of disk, removed at
 # the end unless KEEP=1), NP (MPI ranks for the parallel row, default 2), REPS (runs per row,
@@ -65,6 +66,7 @@ PYOUT=$BENCH_DIR/python-out
 
 # ---- timed steps ---------------------------------------------------------------------------
 wait_for_idle
+snapshot_vmerge
 CP="cp -r + sync (copy floor)"
 V1="vmerge-mpi, 1 rank"
 VN="vmerge-mpi, mpirun -np $NP"
@@ -143,5 +145,6 @@ if [ "${BENCH_MEGATRON:-1}" = 1 ]; then
 fi
 if [ "${BENCH_ZIP64:-0}" = 1 ]; then
     echo; echo "######## ZIP64: one rank file over 4 GiB"
-    bash "$ROOT/scripts/bench/bench_zip64.sh"
+    bash "$ROOT/scripts/bench/bench_zip64.sh" "${BENCH_ZIP64_GB:-4.5}"
 fi
+drop_snapshot

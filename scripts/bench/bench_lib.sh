@@ -5,15 +5,19 @@
 #           print_log_json, make_rankwrap, make_no_fdatasync; WALL[name], RSS[name] (MiB).
 
 declare -gA WALL RSS
+# what counts as other load: CI jobs and builds (a build also relinks build/vmerge-mpi, which is
+# why the scripts time a private copy of the binary, see snapshot_vmerge)
+CI_PATTERN=${CI_PATTERN:-"ctest|run_fuzz|vmerge_unit_tests|cmake --build|cc1plus"}
 ROWS=()
+LOADED_RUNS=()
 DROPPED=no
 
-# Wait until no CI job (ctest, fuzzers, unit tests) runs on the machine, so timings are not
+# Wait until no CI job (ctest, fuzzers, unit tests, builds: $CI_PATTERN) runs on the machine, so timings are not
 # polluted: poll every 15 s, at most BENCH_WAIT_S seconds (default 900). Sets BENCH_LOAD to
 # "none" or a description of what was still running when the wait gave up.
 wait_for_idle() {
     local waited=0 max=${BENCH_WAIT_S:-900} busy
-    while busy=$(pgrep -f "ctest|run_fuzz|vmerge_unit_tests" | tr '\n' ' '); [ -n "$busy" ]; do
+    while busy=$(pgrep -f "$CI_PATTERN" | tr '\n' ' '); [ -n "$busy" ]; do
         if [ "$waited" -ge "$max" ]; then
             BENCH_LOAD="CI jobs still running after ${max} s (pids $busy)"
             echo "warning: $BENCH_LOAD; timing anyway" >&2
@@ -63,7 +67,12 @@ run() {
             rssfiles+=("$LOG/$name.$i.time")
         fi
         if [ -n "${JSONLOG:-}" ] && [ -f "$JSONLOG" ]; then mv "$JSONLOG" "$LOG/$name.$i.json"; fi
-        echo "   run $i: ${walls[-1]} s (caches dropped: $DROPPED) $(tail -n 1 "$LOG/$name.$i.out")"
+        local load=""
+        if pgrep -f "$CI_PATTERN" > /dev/null; then
+            load=" [CI job running at the end of this run: timing polluted]"
+            LOADED_RUNS+=("$name run $i")
+        fi
+        echo "   run $i: ${walls[-1]} s (caches dropped: $DROPPED)$load $(tail -n 1 "$LOG/$name.$i.out")"
     done
     local sorted wall range rss mbs
     sorted=$(printf '%s\n' "${walls[@]}" | sort -g)
@@ -80,6 +89,10 @@ print_table() {
     echo "| method | wall s | MB/s (input) | peak RSS MiB |"
     echo "|---|---:|---:|---:|"
     printf '%s\n' "${ROWS[@]}"
+    if [ "${#LOADED_RUNS[@]}" -gt 0 ]; then
+        echo
+        echo "warning: a CI job was running at the end of: ${LOADED_RUNS[*]}"
+    fi
 }
 
 # ratio_row LABEL A B TARGET_OP TARGET KIND: A/B of WALL (KIND=wall) or RSS (KIND=rss) medians;
@@ -123,6 +136,27 @@ make_no_fdatasync() {
     NOSYNC_SO=$LOG/no_fdatasync.so
     printf 'int fdatasync(int fd) { (void)fd; return 0; }\n' > "$LOG/no_fdatasync.c"
     cc -shared -fPIC -O2 -o "$NOSYNC_SO" "$LOG/no_fdatasync.c"
+}
+
+# snapshot_vmerge: time a private copy of the binary ($BENCH_DIR/bin/vmerge-mpi), so that a
+# rebuild of build/vmerge-mpi during the benchmark cannot change or break it. A VMERGE given in
+# the environment (e.g. by bench_fsdp.sh to its sub-scripts) is used as it is. Called after
+# wait_for_idle, so that it does not copy a binary in the middle of being linked.
+# drop_snapshot: removes the copy again (only in the script that made it).
+snapshot_vmerge() {
+    if [ -n "${VMERGE_SNAPSHOT:-}" ]; then VMERGE=$VMERGE_SNAPSHOT; return; fi
+    mkdir -p "$BENCH_DIR/bin"
+    cp "$ROOT/build/vmerge-mpi" "$BENCH_DIR/bin/vmerge-mpi.tmp"
+    mv "$BENCH_DIR/bin/vmerge-mpi.tmp" "$BENCH_DIR/bin/vmerge-mpi"
+    VMERGE=$BENCH_DIR/bin/vmerge-mpi
+    export VMERGE_SNAPSHOT=$VMERGE
+    SNAPSHOT_OWNER=1
+    echo "vmerge: copy of build/vmerge-mpi built $(stat -c %y "$ROOT/build/vmerge-mpi" | cut -c1-19)," \
+         "HEAD $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD -- src include mpi 2>/dev/null || echo ' (+ uncommitted changes in src/include/mpi)')"
+}
+
+drop_snapshot() {
+    if [ "${SNAPSHOT_OWNER:-0}" = 1 ]; then rm -rf "$BENCH_DIR/bin"; fi
 }
 
 machine_line() {

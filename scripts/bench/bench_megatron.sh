@@ -6,7 +6,8 @@
 #   bash scripts/bench/bench_megatron.sh [SIZE_GB] [TP] [PP]      (defaults: 1 GB, tp=2, pp=2)
 #
 # Environment as bench_fsdp.sh: BENCH_DIR (default /tmp/vmerge-bench; needs about 4*SIZE_GB),
-# NP (ranks of the MPI row, default 2), REPS (default 3), KEEP=1 (keep the files), BENCH_WAIT_S.
+# NP (ranks of the MPI row, default 2), REPS (default 3), KEEP=1 (keep the files), BENCH_WAIT_S,
+# BENCH_NOSYNC=0 (drop the row with the journal's fdatasync disabled by an LD_PRELOAD shim).
 # Same method as bench_fsdp.sh (page cache dropped before every run, cp and Python end with
 # sync, median of REPS, per-rank RSS under mpirun). Correctness: `vmerge-mpi test` against the
 # Python output and against the reference folder written by the generator from the unsplit
@@ -45,7 +46,9 @@ else
 fi
 IN_BYTES=$(find "$CKPT/model" -name 'model.pt' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s}')
 make_rankwrap
+[ "${BENCH_NOSYNC:-1}" = 1 ] && make_no_fdatasync
 wait_for_idle
+snapshot_vmerge
 
 JSONLOG=$LOG/vmerge.json
 CLEAN=$BENCH_DIR/megatron-copy run "cp -r + sync (copy floor)" \
@@ -56,6 +59,11 @@ CLEAN=$OUT run "$V1" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --f
 VN="vmerge-mpi, mpirun -np $NP"
 CLEAN=$OUT run "$VN" mpirun --oversubscribe -np "$NP" "$RANKWRAP" "$VMERGE" merge --local_dir "$CKPT" \
     --target_dir "$OUT" --force -q --log-json "$JSONLOG"
+VNS="vmerge-mpi, 1 rank, fdatasync disabled (LD_PRELOAD)"
+if [ -n "${NOSYNC_SO:-}" ]; then
+    CLEAN=$OUT run "$VNS" env LD_PRELOAD="$NOSYNC_SO" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" \
+        --force -q --log-json "$JSONLOG"
+fi
 PYN="python_merge_megatron.py + sync"
 CLEAN=$PYOUT run "$PYN" bash -c "'$PY' scripts/bench/python_merge_megatron.py '$CKPT' '$PYOUT' && sync"
 unset JSONLOG
@@ -79,8 +87,10 @@ echo "|---|---:|---:|---|---|"
 CP="cp -r + sync (copy floor)"
 ratio_row "vmerge 1 rank / cp" "$V1" "$CP" "<=" 1.3 wall
 ratio_row "vmerge np=$NP / cp" "$VN" "$CP" "<=" 1.3 wall
+ratio_row "vmerge 1 rank without fdatasync / cp" "$VNS" "$CP" "<=" 1.3 wall
 ratio_row "Python / vmerge 1 rank" "$PYN" "$V1" ">=" 5 wall
 ratio_row "Python / vmerge np=$NP" "$PYN" "$VN" ">=" 5 wall
+ratio_row "vmerge 1 rank / same without fdatasync" "$V1" "$VNS" "-" - wall
 ratio_row "vmerge 1 rank RSS / Python RSS" "$V1" "$PYN" "-" - rss
 ratio_row "vmerge np=$NP RSS (largest rank) / Python RSS" "$VN" "$PYN" "-" - rss
 echo
@@ -88,6 +98,12 @@ echo "vmerge --log-json, 1 rank (seconds per rank; write_s = busy time of the wr
 echo "pwrite + fdatasync + journal, overlapped with the reads):"
 echo
 print_log_json "$V1"
+if [ -n "${NOSYNC_SO:-}" ]; then
+    echo
+    echo "vmerge --log-json, 1 rank, fdatasync disabled:"
+    echo
+    print_log_json "$VNS"
+fi
 echo
 echo "vmerge --log-json, mpirun -np $NP:"
 echo
@@ -96,3 +112,4 @@ print_log_json "$VN"
 if [ "${KEEP:-0}" != 1 ]; then
     rm -rf "$MDIR" "$BENCH_DIR/megatron.params" "$OUT" "$PYOUT" "$BENCH_DIR/megatron-copy"
 fi
+drop_snapshot

@@ -67,6 +67,7 @@ for zi in infos:
     if 0x0001 in ids:
         z64.append(zi)
 beyond = [zi for zi in infos if zi.header_offset > LIM]
+tensors_beyond = [zi for zi in beyond if "/data/" in zi.filename]
 ends_beyond = [zi for zi in infos if zi.header_offset + zi.file_size > LIM]
 big = max(infos, key=lambda zi: zi.header_offset)
 print("file %d bytes (%.2f GiB), %d records; ZIP64 end of central directory: %s, locator: %s"
@@ -74,16 +75,22 @@ print("file %d bytes (%.2f GiB), %d records; ZIP64 end of central directory: %s,
 print("records with a ZIP64 extra field (0x0001) in the central directory: %d; local headers beyond "
       "4 GiB: %d; records ending beyond 4 GiB: %d; last record %s at offset %d (%d bytes)"
       % (len(z64), len(beyond), len(ends_beyond), big.filename, big.header_offset, big.file_size))
+print("tensor records (data/N) whose local header lies beyond 4 GiB: %d%s"
+      % (len(tensors_beyond), "" if tensors_beyond else
+         " (only small trailing records do: pass a larger SIZE_GB, e.g. 5.5, to put whole tensors there)"))
 if not (eocd64 and locator and z64 and beyond):
     sys.exit("not a ZIP64 archive with records beyond 4 GiB: the check is meaningless")
 EOF
 
 wait_for_idle
+snapshot_vmerge
 echo "== vmerge-mpi merge (1 rank)"
 drop_caches
 /usr/bin/time -v -o "$LOG/vmerge.time" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --force \
     --progress 0 --log-json "$LOG/vmerge.json" 2>&1 | tee "$LOG/vmerge.out"
 VWALL=$(secs "$LOG/vmerge.time"); VRSS=$(rss_mib "$LOG/vmerge.time")
+ci_check() { if pgrep -f "$CI_PATTERN" > /dev/null; then LOADED_RUNS+=("$1"); fi; }
+ci_check "vmerge-mpi merge"
 "$VMERGE" verify --target_dir "$OUT"
 
 echo "== python_merge.py (torch.load reference) + sync"
@@ -91,6 +98,7 @@ drop_caches
 /usr/bin/time -v -o "$LOG/python.time" \
     bash -c "'$PY' scripts/bench/python_merge.py '$CKPT' '$PYOUT' && sync" 2>&1 | tee "$LOG/python.out"
 PWALL=$(secs "$LOG/python.time"); PRSS=$(rss_mib "$LOG/python.time")
+ci_check "python_merge.py"
 
 echo "== vmerge-mpi test against the Python output"
 "$VMERGE" test --local_dir "$CKPT" --test_hf_dir "$PYOUT"
@@ -106,8 +114,10 @@ for row in "vmerge-mpi, 1 rank|$VWALL|$VRSS" "python_merge.py (threads) + sync|$
     IFS='|' read -r n w r <<< "$row"
     echo "| $n | $w | $(awk -v b="$IN_BYTES" -v s="$w" 'BEGIN {printf "%.0f", b/1e6/s}') | $r |"
 done
+if [ "${#LOADED_RUNS[@]}" -gt 0 ]; then echo; echo "warning: a CI job was running at the end of: ${LOADED_RUNS[*]}"; fi
 echo
 LOG_NAME=vmerge; mv "$LOG/vmerge.json" "$LOG/$LOG_NAME.1.json"
 print_log_json "$LOG_NAME"
 
 if [ "${KEEP:-0}" != 1 ]; then rm -rf "$Z"; fi
+drop_snapshot

@@ -1,0 +1,33 @@
+#!/bin/bash
+# `merge --quantize` writes compressed-tensors pack-quantized weights that an independent checker
+# (tests/tools/check_quantized.py, written from output-formats.md §4) recomputes exactly from an
+# unquantized merge of the same checkpoint; `verify` accepts each quantized folder.
+# usage: quantize_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR WORK
+set -euo pipefail
+vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 work=$5
+actor="$source_dir/examples/tiny-qwen2-fsdp/global_step_1/actor"  # H=128, I=344, bf16
+checker="$source_dir/tests/tools/check_quantized.py"
+fail() { echo "FAIL: $*"; exit 1; }
+rm -rf "$work"
+mkdir -p "$work"
+
+"$vmerge" merge --local_dir "$actor" --target_dir "$work/ref" --quiet || fail "unquantized merge"
+
+# bits group symmetric|asymmetric. I=344 is not a multiple of 32, 64 or 128, so down_proj stays
+# BF16 (and is listed in `ignore`) in every grouped case and is quantized only per channel (G=0).
+cases=("4 32 sym" "4 32 asym" "8 0 sym" "8 64 asym" "4 128 sym")
+for c in "${cases[@]}"; do
+    read -r bits group mode <<<"$c"
+    asym=()
+    [[ $mode == asym ]] && asym=(--asymmetric)
+    out="$work/q_b${bits}_g${group}_${mode}"
+    echo "== bits $bits group $group $mode"
+    "$mpiexec" --oversubscribe -np 2 "$vmerge" merge --local_dir "$actor" --target_dir "$out" \
+        --quantize --bits "$bits" --group_size "$group" "${asym[@]}" --max-memory 1MiB \
+        || fail "quantized merge ($c)"
+    "$python" "$checker" --out "$out" --ref "$work/ref" --bits "$bits" --group "$group" "${asym[@]}" \
+        || fail "check_quantized ($c)"
+    "$vmerge" verify --target_dir "$out" || fail "verify ($c)"
+done
+rm -rf "$work"
+echo "quantize_cases: all ${#cases[@]} cases passed"
