@@ -7,24 +7,15 @@
 
 #include "vmerge/dtensor_placement.h"
 #include "vmerge/error.h"
+#include "test_support.h"
 
 namespace vmerge {
 namespace {
 
-Placement shard(int64_t dim) {
-    Placement p;
-    p.kind = Placement::Kind::Shard;
-    p.dim = dim;
-    return p;
-}
-Placement replicate() { return Placement{}; }
-Placement strided(int64_t dim, int64_t split_factor) {
-    Placement p;
-    p.kind = Placement::Kind::StridedShard;
-    p.dim = dim;
-    p.split_factor = split_factor;
-    return p;
-}
+using testing::replicate;
+using testing::shard;
+using testing::strided;
+
 Placement partial() {
     Placement p;
     p.kind = Placement::Kind::Partial;

@@ -16,30 +16,14 @@
 #include "single_rank_comm.h"
 #include "vmerge/input_file.h"
 #include "vmerge/safetensors_file.h"
+#include "test_support.h"
 
 namespace vmerge {
 namespace {
 namespace fs = std::filesystem;
+using testing::TempDir;
 
 const std::string kFixtures = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2";
-
-class TempDir {
-public:
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "vmerge_e2e_test_XXXXXX").string();
-        char* made = mkdtemp(tmpl.data());
-        if (!made) throw std::runtime_error("mkdtemp failed");
-        path_ = made;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const std::string& path() const { return path_; }
-
-private:
-    std::string path_;
-};
 
 Options parse(std::vector<std::string> args) {
     args.insert(args.begin(), "vmerge-mpi");

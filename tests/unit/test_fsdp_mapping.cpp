@@ -14,18 +14,15 @@
 #include "vmerge/error.h"
 #include "vmerge/fsdp_backend.h"
 #include "vmerge/tensor_mapping.h"
+#include "test_support.h"
 
 namespace vmerge {
 namespace {
 namespace fs = std::filesystem;
+using testing::replicate;
+using testing::shard;
+using testing::TempDir;
 
-Placement shard(int64_t dim) {
-    Placement p;
-    p.kind = Placement::Kind::Shard;
-    p.dim = dim;
-    return p;
-}
-Placement replicate() { return Placement{}; }
 
 Shape contiguous_stride(const Shape& shape) {
     Shape stride(shape.size(), 1);
@@ -351,27 +348,6 @@ TEST(CheckCopiesTileOutput, OutOfBoundsIsCaught) {
 }
 
 // --- discover_fsdp -----------------------------------------------------------------------
-
-class TempDir {
-public:
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "vmerge_fsdp_test_XXXXXX").string();
-        char* made = mkdtemp(tmpl.data());
-        if (!made) throw std::runtime_error("mkdtemp failed");
-        path_ = made;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    const std::string& path() const { return path_; }
-    void touch(const std::string& name, const std::string& content = "x") const {
-        std::ofstream(path_ + "/" + name) << content;
-    }
-
-private:
-    std::string path_;
-};
 
 TEST(DiscoverFsdp, FindsEveryRankWithConfig) {
     TempDir dir;

@@ -11,18 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "vmerge/output_layout.h"
+#include "test_support.h"
 
 namespace vmerge {
 namespace {
 
-OutputTensor tensor(std::string name, DType dtype, Shape shape) {
-    OutputTensor t;
-    t.name = std::move(name);
-    t.source_dtype = dtype;
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    return t;
-}
+using testing::tensor;
+
 
 uint64_t le64(const std::string& bytes) {
     uint64_t n = 0;

@@ -11,18 +11,13 @@
 
 #include "vmerge/error.h"
 #include "vmerge/rank_work.h"
+#include "test_support.h"
 
 namespace vmerge {
 namespace {
 
-OutputTensor tensor(std::string name, DType dtype, Shape shape) {
-    OutputTensor t;
-    t.name = std::move(name);
-    t.source_dtype = dtype;
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    return t;
-}
+using testing::tensor;
+
 
 struct Interval {
     size_t file;

@@ -1,0 +1,63 @@
+#pragma once
+// Small builders the unit tests share.
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge::testing {
+
+// A fresh directory under the system temp folder, removed with everything in it.
+class TempDir {
+public:
+    TempDir() {
+        std::string pattern = (std::filesystem::temp_directory_path() / "vmerge_test_XXXXXX").string();
+        if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
+        path_ = pattern;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path_, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::string& path() const { return path_; }
+    void touch(const std::string& name, const std::string& content = "x") const {
+        std::ofstream(path_ + "/" + name) << content;
+    }
+
+private:
+    std::string path_;
+};
+
+inline OutputTensor tensor(std::string name, DType dtype, Shape shape) {
+    OutputTensor t;
+    t.name = std::move(name);
+    t.source_dtype = dtype;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    return t;
+}
+
+inline Placement shard(int64_t dim) {
+    Placement p;
+    p.kind = Placement::Kind::Shard;
+    p.dim = dim;
+    return p;
+}
+
+inline Placement replicate() { return Placement{}; }
+
+inline Placement strided(int64_t dim, int64_t split_factor) {
+    Placement p;
+    p.kind = Placement::Kind::StridedShard;
+    p.dim = dim;
+    p.split_factor = split_factor;
+    return p;
+}
+
+}  // namespace vmerge::testing
