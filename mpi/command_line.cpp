@@ -92,7 +92,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
         ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
         ("low_cpu_mem_usage", po::bool_switch(&low_cpu_mem_usage),
-         "accepted for verl compatibility; memory is always bounded by --max_memory")
+         "verl's flag: caps the automatic --max_memory at 256MiB (memory is always bounded)")
         ("batch_size", po::value(&batch_size), "accepted for verl compatibility (see --max_memory)")
         ("help,h", "print help (vmerge-mpi COMMAND --help for one command)");
     po::options_description testing("test");
@@ -157,6 +157,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         throw UsageError("--quantize applies to merge and inspect; test compares unquantized tensors");
     o.max_shard_size = parse_byte_size(max_shard);
     o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory);
+    o.low_cpu_mem_usage = low_cpu_mem_usage;
     if (vm.count("tp_size")) o.tp_size = tp;
     if (vm.count("pp_size")) o.pp_size = pp;
     if (vm.count("iteration")) o.iteration = iteration;

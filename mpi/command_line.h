@@ -16,6 +16,7 @@ struct Options {
     std::string dtype = "auto";
     uint64_t max_shard_size = 5'000'000'000;
     uint64_t max_memory = 0;      // 0: auto, see default_max_memory
+    bool low_cpu_mem_usage = false;  // verl's flag: a small automatic budget
     bool force = false;
     bool tie_word_embedding = false;
     bool is_value_model = false;

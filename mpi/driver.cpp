@@ -176,7 +176,11 @@ uint64_t default_max_memory(const Comm& comm) {
     return std::clamp<uint64_t>(share, 64ull << 20, 4ull << 30);
 }
 
-uint64_t max_memory(const Options& o, const Comm& comm) { return o.max_memory ? o.max_memory : default_max_memory(comm); }
+uint64_t max_memory(const Options& o, const Comm& comm) {
+    if (o.max_memory) return o.max_memory;
+    const uint64_t automatic = default_max_memory(comm);
+    return o.low_cpu_mem_usage ? std::min<uint64_t>(automatic, 256ull << 20) : automatic;
+}
 
 // inspect --simulate: the mapping a checkpoint of the declared layout would give, from
 // config.json alone (cluster-scale planning without the files).
