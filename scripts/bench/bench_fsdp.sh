@@ -12,12 +12,14 @@
 # BENCH_NOSYNC=0 drops the row that measures the journal's per-block fdatasync (vmerge with an
 # LD_PRELOAD shim that makes fdatasync a no-op).
 # Before the timed runs the script waits (up to BENCH_WAIT_S, default 900 s) until no CI job
-# (ctest, run_fuzz, vmerge_unit_tests) is running, and flags runs that ended with one running.
+# (ctest, run_fuzz, vmerge_unit_tests, cmake --build, cc1plus) is running, flags runs that ended
+# with one running, and times a private copy of build/vmerge-mpi (a rebuild cannot hit it).
 #
 # Environment: BENCH_DIR (default /tmp/vmerge-bench; needs about 3*SIZE_GB of disk, removed at
 # the end unless KEEP=1), NP (MPI ranks for the parallel row, default 2), REPS (runs per row,
 # default 3; the median wall time is reported).
-# The default run (2 GB, W=8, REPS=3, with the Megatron part) takes about 4 minutes on 2 cores.
+# The default run (2 GB, W=8, REPS=3, with the Megatron part) takes about 3.5 minutes on 2
+# cores, 5 with BENCH_ZIP64=1.
 # Every timed step runs under /usr/bin/time -v (wall clock, max RSS). Before each timed step
 # the page cache is flushed (sync) and, if permitted, dropped (echo 3 > drop_caches), so each
 # step reads its input from disk; the previous run's output is deleted before (not during) each
