@@ -19,6 +19,8 @@ namespace {
 // Row-major strides (elements) of a shape.
 using Clock = std::chrono::steady_clock;
 
+constexpr uint64_t kMaxBlockSourceBytes = 64ull << 20;
+
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -142,7 +144,10 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
         uint64_t per_row = cast ? src_row + 2 * out_row : 2 * src_row;
         if (quantized) per_row = src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * out_row;
         const int64_t align = std::max<int64_t>(1, t.row_align);
-        int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(max_memory_ / 2 / std::max<uint64_t>(per_row, 1)));
+        // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
+        // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
+        const uint64_t block_budget = std::min<uint64_t>(max_memory_ / 2, kMaxBlockSourceBytes / std::max<uint64_t>(src_row, 1) * per_row);
+        int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(block_budget / std::max<uint64_t>(per_row, 1)));
         block_rows = std::max(align, block_rows / align * align);
         for (int64_t row = task.row_begin; row < task.row_end; row += block_rows) {
             const int64_t end = std::min(task.row_end, row + block_rows);

@@ -2,7 +2,9 @@
 // in blocks) through three paths: POSIX pwrite (vmerge's writer), MPI-IO independent
 // MPI_File_write_at, and MPI-IO collective MPI_File_write_at_all. Prints seconds and GB/s per
 // path, so the faster can stay vmerge's default.
-// usage: mpirun -np N vmerge-io-bench FILE SIZE_MIB BLOCK_MIB
+// usage: mpirun -np N vmerge-io-bench FILE SIZE_MIB BLOCK_MIB [pwrite|write_at|write_at_all]
+// (scripts/bench/bench_io_paths.sh runs each path in its own job, caches dropped in between,
+// since one path's file deletion and writeback otherwise slow the next one down).
 #include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -39,8 +41,8 @@ int main(int argc, char** argv) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc != 4) {
-        if (rank == 0) std::fprintf(stderr, "usage: vmerge-io-bench FILE SIZE_MIB BLOCK_MIB\n");
+    if (argc != 4 && argc != 5) {
+        if (rank == 0) std::fprintf(stderr, "usage: vmerge-io-bench FILE SIZE_MIB BLOCK_MIB [pwrite|write_at|write_at_all]\n");
         MPI_Finalize();
         return 2;
     }
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
     const uint64_t block = std::strtoull(argv[3], nullptr, 10) << 20;
     const uint64_t share = total / static_cast<uint64_t>(size);
     const Share mine{share * static_cast<uint64_t>(rank), share, block};
+    const std::string only = argc == 5 ? argv[4] : "";
+    auto wanted = [&](const char* path_name) { return only.empty() || only == path_name; };
     std::vector<char> data(block);
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + static_cast<size_t>(rank));
 
@@ -65,8 +69,9 @@ int main(int argc, char** argv) {
     uint64_t max_blocks = blocks;
     MPI_Allreduce(&blocks, &max_blocks, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
 
-    prepare();
-    const double posix = timed(MPI_COMM_WORLD, [&] {
+    double posix = 0, independent = 0, collective = 0;
+    if (wanted("pwrite")) prepare();
+    if (wanted("pwrite")) posix = timed(MPI_COMM_WORLD, [&] {
         const int fd = ::open(path.c_str(), O_WRONLY);
         for (uint64_t done = 0; done < mine.size; done += block) {
             const size_t n = static_cast<size_t>(std::min(block, mine.size - done));
@@ -77,8 +82,8 @@ int main(int argc, char** argv) {
         ::close(fd);
     });
 
-    prepare();
-    const double independent = timed(MPI_COMM_WORLD, [&] {
+    if (wanted("write_at")) prepare();
+    if (wanted("write_at")) independent = timed(MPI_COMM_WORLD, [&] {
         MPI_File fh;
         MPI_File_open(MPI_COMM_WORLD, path.c_str(), MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
         for (uint64_t done = 0; done < mine.size; done += block) {
@@ -89,8 +94,8 @@ int main(int argc, char** argv) {
         MPI_File_close(&fh);
     });
 
-    prepare();
-    const double collective = timed(MPI_COMM_WORLD, [&] {
+    if (wanted("write_at_all")) prepare();
+    if (wanted("write_at_all")) collective = timed(MPI_COMM_WORLD, [&] {
         MPI_File fh;
         MPI_File_open(MPI_COMM_WORLD, path.c_str(), MPI_MODE_WRONLY, MPI_INFO_NULL, &fh);
         // Every rank joins every collective call, with 0 bytes once its share is done.
@@ -106,10 +111,12 @@ int main(int argc, char** argv) {
     ::unlink(path.c_str());
     if (rank == 0) {
         const double gb = static_cast<double>(share * static_cast<uint64_t>(size)) / 1e9;
-        std::printf("| path | seconds | GB/s |\n|---|---:|---:|\n");
-        std::printf("| POSIX pwrite + fsync (vmerge) | %.2f | %.2f |\n", posix, gb / posix);
-        std::printf("| MPI_File_write_at + sync | %.2f | %.2f |\n", independent, gb / independent);
-        std::printf("| MPI_File_write_at_all + sync | %.2f | %.2f |\n", collective, gb / collective);
+        if (only.empty()) std::printf("| path | ranks | seconds | GB/s |\n|---|---:|---:|---:|\n");
+        if (posix > 0) std::printf("| POSIX pwrite + fsync (vmerge) | %d | %.2f | %.2f |\n", size, posix, gb / posix);
+        if (independent > 0)
+            std::printf("| MPI_File_write_at + sync | %d | %.2f | %.2f |\n", size, independent, gb / independent);
+        if (collective > 0)
+            std::printf("| MPI_File_write_at_all + sync | %d | %.2f | %.2f |\n", size, collective, gb / collective);
     }
     MPI_Finalize();
     return 0;
