@@ -2,9 +2,11 @@
 # `merge --quantize` writes compressed-tensors pack-quantized weights that an independent checker
 # (tests/tools/check_quantized.py, written from output-formats.md §4) recomputes exactly from an
 # unquantized merge of the same checkpoint; `verify` accepts each quantized folder.
-# usage: quantize_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR WORK
+# With MEGATRON_FIXTURES, a Megatron MoE checkpoint too (experts quantized, router gates and
+# the shared-expert gate left as they are and listed in `ignore`).
+# usage: quantize_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR WORK [MEGATRON_FIXTURES]
 set -euo pipefail
-vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 work=$5
+vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 work=$5 megatron_fixtures=${6:-}
 actor="$source_dir/examples/tiny-qwen2-fsdp/global_step_1/actor"  # H=128, I=344, bf16
 checker="$source_dir/tests/tools/check_quantized.py"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -29,5 +31,22 @@ for c in "${cases[@]}"; do
         || fail "check_quantized ($c)"
     "$vmerge" verify --target_dir "$out" || fail "verify ($c)"
 done
+if [[ -n $megatron_fixtures ]]; then
+    moe="$megatron_fixtures/verl_qwen2moe_tp2_ep2/actor"  # H=32, experts Fm=16, shared 24
+    "$vmerge" merge --local_dir "$moe" --target_dir "$work/moe_ref" --quiet || fail "unquantized MoE merge"
+    for c in "4 0 sym" "8 32 asym"; do
+        read -r bits group mode <<<"$c"
+        asym=()
+        [[ $mode == asym ]] && asym=(--asymmetric)
+        out="$work/moe_b${bits}_g${group}_${mode}"
+        echo "== Megatron MoE: bits $bits group $group $mode"
+        "$mpiexec" --oversubscribe -np 3 "$vmerge" merge --local_dir "$moe" --target_dir "$out" \
+            --quantize --bits "$bits" --group_size "$group" "${asym[@]}" --max-memory 1MiB \
+            || fail "quantized MoE merge ($c)"
+        "$python" "$checker" --out "$out" --ref "$work/moe_ref" --bits "$bits" --group "$group" "${asym[@]}" \
+            || fail "check_quantized MoE ($c)"
+        "$vmerge" verify --target_dir "$out" || fail "verify MoE ($c)"
+    done
+fi
 rm -rf "$work"
-echo "quantize_cases: all ${#cases[@]} cases passed"
+echo "quantize_cases: all cases passed"
