@@ -31,8 +31,9 @@ Shape contiguous_strides(const Shape& shape) {
     return strides;
 }
 
-// Hands assembled blocks to the sink on a second thread, so reading and casting the next block
-// overlaps writing this one. One block is in flight at a time; its buffer comes back for reuse.
+// Hands assembled blocks to the sink on a second thread, which also casts them, so reading the
+// next block overlaps casting and writing this one. One block is in flight at a time; its
+// buffer comes back for reuse.
 class PipelinedSink {
 public:
     explicit PipelinedSink(const RowSink& sink) : sink_(sink), thread_([this] { work(); }) {}
@@ -48,17 +49,23 @@ public:
 
     // Waits until the previous block is written, then queues this one. Returns a buffer to
     // reuse (the previous block's).
-    std::vector<unsigned char> submit(size_t tensor, int64_t row, int64_t end, std::vector<unsigned char> data) {
+    // With `cast` = {from, to}, the block holds `from` elements and is cast before the sink.
+    std::vector<unsigned char> submit(size_t tensor, int64_t row, int64_t end, std::vector<unsigned char> data,
+                                      std::optional<std::pair<DType, DType>> cast = std::nullopt) {
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [this] { return !job_ || error_; });
         rethrow_locked();
-        job_ = Job{tensor, row, end, std::move(data)};
+        job_ = Job{tensor, row, end, std::move(data), cast};
         changed_.notify_all();
         return std::move(returned_);
     }
 
-    // Waits for the block in flight; rethrows its error. Returns the seconds spent writing.
-    double drain() {
+    struct Seconds {
+        double write = 0;
+        double cast = 0;
+    };
+    // Waits for the block in flight; rethrows its error. Returns the time spent on this thread.
+    Seconds drain() {
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [this] { return !job_ || error_; });
         rethrow_locked();
@@ -70,6 +77,7 @@ private:
         size_t tensor;
         int64_t row, end;
         std::vector<unsigned char> data;
+        std::optional<std::pair<DType, DType>> cast;
     };
 
     void rethrow_locked() {
@@ -88,15 +96,30 @@ private:
             if (!job_ || error_) return;
             Job& job = *job_;
             lock.unlock();
-            const auto start = Clock::now();
             std::exception_ptr failure;
+            double cast_seconds = 0, write_seconds = 0;
             try {
-                sink_(job.tensor, job.row, job.end, job.data.data(), job.data.size());
+                const unsigned char* data = job.data.data();
+                size_t size = job.data.size();
+                if (job.cast) {
+                    const auto start = Clock::now();
+                    const auto [from, to] = *job.cast;
+                    const size_t count = size / element_size(from);
+                    converted_.resize(count * element_size(to));
+                    cast_elements(job.data.data(), from, converted_.data(), to, count);
+                    data = converted_.data();
+                    size = converted_.size();
+                    cast_seconds = seconds_since(start);
+                }
+                const auto start = Clock::now();
+                sink_(job.tensor, job.row, job.end, data, size);
+                write_seconds = seconds_since(start);
             } catch (...) {
                 failure = std::current_exception();
             }
             lock.lock();
-            seconds_ += seconds_since(start);
+            seconds_.write += write_seconds;
+            seconds_.cast += cast_seconds;
             error_ = failure;
             returned_ = std::move(job.data);
             job_.reset();
@@ -110,7 +133,8 @@ private:
     std::optional<Job> job_;
     std::vector<unsigned char> returned_;
     std::exception_ptr error_;
-    double seconds_ = 0;
+    Seconds seconds_;
+    std::vector<unsigned char> converted_;  // the cast block (this thread only)
     bool stopping_ = false;
     std::thread thread_;
 };
@@ -139,9 +163,9 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
         const int64_t cols = quantized ? t.source_shape[1] : 0;
         const uint64_t src_row = quantized ? static_cast<uint64_t>(cols) * element_size(t.source_dtype)
                                            : out_row / element_size(t.dtype) * element_size(t.source_dtype);
-        // Half the budget for blocks: the one being assembled (and cast or quantized) plus the
-        // one being written; the other half bounds the span read for a non-contiguous source.
-        uint64_t per_row = cast ? src_row + 2 * out_row : 2 * src_row;
+        // Half the budget for blocks: the one being assembled plus the one being cast and
+        // written; the other half bounds the span read for a non-contiguous source.
+        uint64_t per_row = cast ? 2 * src_row + out_row : 2 * src_row;
         if (quantized) per_row = src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * out_row;
         const int64_t align = std::max<int64_t>(1, t.row_align);
         // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
@@ -173,16 +197,10 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 stats_.bytes_written += rows * out_row;
                 continue;
             }
-            std::vector<unsigned char>& assembled = cast || quantized ? block_ : out;
+            std::vector<unsigned char>& assembled = quantized ? block_ : out;
             assembled.resize(rows * src_row);
             if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
             assemble(t, row, end, assembled.data());
-            if (cast) {
-                const auto cast_start = Clock::now();
-                out.resize(rows * out_row);
-                cast_elements(block_.data(), t.source_dtype, out.data(), t.dtype, rows * out_row / element_size(t.dtype));
-                stats_.cast_seconds += seconds_since(cast_start);
-            }
             if (quantized) {
                 const auto start = Clock::now();
                 const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
@@ -221,11 +239,14 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 }
                 continue;
             }
-            out = writer.submit(task.tensor, row, end, std::move(out));
+            if (cast) out = writer.submit(task.tensor, row, end, std::move(out), std::pair{t.source_dtype, t.dtype});
+            else out = writer.submit(task.tensor, row, end, std::move(out));
             stats_.bytes_written += rows * out_row;
         }
     }
-    stats_.sink_seconds = writer.drain();
+    const auto seconds = writer.drain();
+    stats_.sink_seconds = seconds.write;
+    stats_.cast_seconds += seconds.cast;
 }
 
 void CopyExecutor::read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length) {
