@@ -120,21 +120,7 @@ ratio_row "Python / vmerge np=$NP" "$PYN" "$VN" ">=" 5 wall
 ratio_row "vmerge 1 rank / same without fdatasync" "$V1" "$VNS" "-" - wall
 ratio_row "vmerge 1 rank RSS / Python RSS" "$V1" "$PYN" "-" - rss
 ratio_row "vmerge 64MiB RSS / Python RSS" "$V64" "$PYN" "-" - rss
-echo
-echo "vmerge --log-json, 1 rank (seconds per rank; write_s = busy time of the writer thread:"
-echo "pwrite + fdatasync + journal, overlapped with the reads):"
-echo
-print_log_json "$V1"
-if [ -n "${NOSYNC_SO:-}" ]; then
-    echo
-    echo "vmerge --log-json, 1 rank, fdatasync disabled:"
-    echo
-    print_log_json "$VNS"
-fi
-echo
-echo "vmerge --log-json, mpirun -np $NP:"
-echo
-print_log_json "$VN"
+print_vmerge_breakdowns "$V1" "$VNS" "$VN" "$NP"
 
 if [ "${KEEP:-0}" != 1 ]; then
     rm -rf "$CKPT" "$BENCH_DIR/actor.params" "$OUT" "$PYOUT" "$BENCH_DIR/copy"

@@ -165,3 +165,24 @@ machine_line() {
          "$(df -h "$BENCH_DIR" | awk 'NR==2 {print $1}') ($(df -h "$BENCH_DIR" | awk 'NR==2 {print $2}'));" \
          "other load: ${BENCH_LOAD:-not checked}"
 }
+
+# The --log-json breakdowns of the vmerge rows: 1 rank, 1 rank without fdatasync (when run),
+# and NP ranks.
+# usage: print_vmerge_breakdowns LOG_1RANK LOG_NOSYNC LOG_NP NP
+print_vmerge_breakdowns() {
+    echo
+    echo "vmerge --log-json, 1 rank (seconds per rank; write_s = busy time of the writer thread:"
+    echo "cast + pwrite + fdatasync + journal, overlapped with the reads):"
+    echo
+    print_log_json "$1"
+    if [ -n "${NOSYNC_SO:-}" ]; then
+        echo
+        echo "vmerge --log-json, 1 rank, fdatasync disabled:"
+        echo
+        print_log_json "$2"
+    fi
+    echo
+    echo "vmerge --log-json, mpirun -np $4:"
+    echo
+    print_log_json "$3"
+}

@@ -80,6 +80,18 @@ def _shard_dim(t):
     return t._local_tensor, dims[0]
 
 
+def write_hf_folder(out, merged, hf):
+    """One model.safetensors holding `merged` (built in memory, as save_file does) and the
+    files of the huggingface folder `hf`, in a fresh `out`."""
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    fx.write_safetensors(os.path.join(out, "model.safetensors"), merged)
+    for fn in sorted(os.listdir(hf)):
+        if os.path.isfile(os.path.join(hf, fn)):
+            shutil.copyfile(os.path.join(hf, fn), os.path.join(out, fn))
+
+
 def main(argv):
     if len(argv) != 2:
         raise SystemExit("usage: python_merge.py CKPT_DIR OUT_DIR")
@@ -124,13 +136,7 @@ def main(argv):
     t_merge = time.time()
 
     # 3. one safetensors file + the huggingface files
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
-    fx.write_safetensors(os.path.join(out, "model.safetensors"), merged)
-    for fn in sorted(os.listdir(hf)):
-        if os.path.isfile(os.path.join(hf, fn)):
-            shutil.copyfile(os.path.join(hf, fn), os.path.join(out, fn))
+    write_hf_folder(out, merged, hf)
     t_end = time.time()
     print("python_merge: %d tensors, W=%d, %s -> %s; load %.1f s, merge %.1f s, write %.1f s"
           % (len(merged), world, ckpt, out, t_load - t0, t_merge - t_load, t_end - t_merge))

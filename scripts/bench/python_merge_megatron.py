@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "fixtures"))
 
 import torch  # noqa: E402
 
-import make_fsdp_fixtures as fx  # noqa: E402  (write_safetensors)
+sys.path.insert(0, HERE)
+import python_merge  # noqa: E402  (write_hf_folder)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -138,13 +139,7 @@ def main(argv):
     t_merge = time.time()
 
     # 3. one safetensors file + the huggingface files
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
-    fx.write_safetensors(os.path.join(out, "model.safetensors"), merged)
-    for fn in sorted(os.listdir(hf)):
-        if os.path.isfile(os.path.join(hf, fn)):
-            shutil.copyfile(os.path.join(hf, fn), os.path.join(out, fn))
+    python_merge.write_hf_folder(out, merged, hf)
     t_end = time.time()
     print("python_merge_megatron: %d tensors, tp=%d pp=%d, %s -> %s; load %.1f s, merge %.1f s, write %.1f s"
           % (len(merged), tp, pp, actor, out, t_load - t0, t_merge - t_load, t_end - t_merge))
