@@ -89,8 +89,8 @@ void refuse_lora(const TensorMapping& mapping, const std::string& where) {
         if (n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos ||
             n.find(".base_layer.") != std::string::npos || n.find("lora_embedding_") != std::string::npos)
             throw Error(where + ": holds LoRA adapter tensors ('" + n + "'); exporting or merging LoRA adapters "
-                        "(--extract_lora / --merge_lora) is not supported by this build yet, and merging them as "
-                        "plain tensors would give a model that silently ignores the adapter");
+                        "is not supported by this build yet, and merging them as plain tensors would give a model "
+                        "that silently ignores the adapter");
     }
 }
 
