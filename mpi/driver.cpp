@@ -10,6 +10,7 @@
 #include <memory>
 #include <iomanip>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "vmerge/error.h"
 #include "vmerge/checkpoint.h"
 #include "vmerge/hf_config.h"
+#include "vmerge/human_units.h"
 #include "vmerge/input_file.h"
 #include "vmerge/output_folder.h"
 #include "vmerge/output_layout.h"
@@ -107,22 +109,20 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     collective_step(comm, [&] { in.checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); });
     // Scan: rank r parses archives r, r+P, r+2P, ... and everyone receives every scan.
     const auto& jobs = in.checkpoint.jobs;
-    std::vector<std::string> mine;
+    std::vector<ScannedFile> mine;
     const auto scan_start = Clock::now();
     collective_step(comm, [&] {
         for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) {
             const InputFile file(jobs[i].path);
-            mine.push_back(serialize_scan(scan_torch_archive(file, jobs[i].base, jobs[i].length)));
+            mine.push_back(scan_torch_archive(file, jobs[i].base, jobs[i].length));
         }
     });
     in.scan_seconds = std::chrono::duration<double>(Clock::now() - scan_start).count();
-    nlohmann::json bundle = mine;
-    const auto gathered = comm.allgather(bundle.dump());
+    const auto gathered = comm.allgather(serialize_scans(mine));
     in.scans.resize(jobs.size());
     for (int r = 0; r < comm.size(); ++r) {
-        const auto list = nlohmann::json::parse(gathered[r]);
-        for (size_t k = 0; k < list.size(); ++k)
-            in.scans[r + k * comm.size()] = deserialize_scan(list[k].get<std::string>());
+        auto list = deserialize_scans(gathered[r]);
+        for (size_t k = 0; k < list.size(); ++k) in.scans[r + k * comm.size()] = std::move(list[k]);
     }
     const auto map_start = Clock::now();
     collective_step(comm, [&] {
@@ -141,19 +141,6 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     });
     in.map_seconds = std::chrono::duration<double>(Clock::now() - map_start).count();
     return in;
-}
-
-std::string human_bytes(uint64_t bytes) {
-    std::ostringstream s;
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        ++u;
-    }
-    s << std::fixed << std::setprecision(u ? 1 : 0) << v << " " << units[u];
-    return s.str();
 }
 
 // --max-memory auto: a quarter of the memory this node gives the job (physical RAM, or the
@@ -288,7 +275,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     out << "memory       --max-memory " << human_bytes(max_memory(o, comm)) << " per rank"
         << (o.max_memory ? "" : " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)")
         << "\n";
-    out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ": mean " << human_bytes(static_cast<uint64_t>(mean))
+    out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ": mean " << human_bytes(mean)
         << " per rank, largest " << human_bytes(largest) << " (" << std::fixed << std::setprecision(3)
         << 100.0 * imbalance << "% over the mean); planned in " << std::setprecision(2) << plan_seconds << " s, "
         << total_seconds << " s in all\n";
@@ -494,12 +481,10 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
         }
         comparable[i] = true;
     }
-    for (const auto& [name, _] : reference.by_name) {
-        bool found = false;
-        for (const auto& t : tensors) found = found || t.name == name;
-        if (!found) problems.push_back(name + ": in the reference, not in the merge");
-    }
-    if (comm.rank() != 0) problems.clear();
+    std::set<std::string> merged;
+    for (const auto& t : tensors) merged.insert(t.name);
+    for (const auto& [name, _] : reference.by_name)
+        if (!merged.count(name)) problems.push_back(name + ": in the reference, not in the merge");
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     std::vector<std::string> value_problems;

@@ -6,35 +6,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "vmerge/human_units.h"
 #include "vmerge/write_journal.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
-namespace {
-
-std::string bytes_text(double bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) {
-        bytes /= 1024;
-        ++u;
-    }
-    char text[32];
-    std::snprintf(text, sizeof text, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
-    return text;
-}
-
-}  // namespace
-
-std::string human_duration(double seconds) {
-    const long s = static_cast<long>(seconds + 0.5);
-    char text[32];
-    if (s >= 3600) std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
-    else if (s >= 60) std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
-    else std::snprintf(text, sizeof text, "%lds", s);
-    return text;
-}
-
 void mark_rank_done(const std::string& staging, int rank) {
     std::ofstream(journal_dir(staging) + "/done-" + std::to_string(rank)) << "done\n";
 }
@@ -77,8 +53,8 @@ void ProgressMonitor::run() {
         const double rate = elapsed > 0 ? static_cast<double>(s.bytes - std::min(s.bytes, at_start)) / elapsed : 0;
         const double percent = total_ ? 100.0 * static_cast<double>(s.bytes) / static_cast<double>(total_) : 100.0;
         std::ostringstream line;
-        line << "vmerge: " << bytes_text(static_cast<double>(s.bytes)) << " of " << bytes_text(static_cast<double>(total_))
-             << " (" << static_cast<int>(percent) << "%), " << bytes_text(rate) << "/s";
+        line << "vmerge: " << human_bytes(static_cast<double>(s.bytes)) << " of " << human_bytes(static_cast<double>(total_))
+             << " (" << static_cast<int>(percent) << "%), " << human_bytes(rate) << "/s";
         if (rate > 0 && s.bytes < total_)
             line << ", ETA " << human_duration(static_cast<double>(total_ - s.bytes) / rate);
         line << ", ranks finished " << s.ranks_done << "/" << ranks_;

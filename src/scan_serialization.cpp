@@ -22,9 +22,7 @@ Placement placement_from(const json& j) {
     return p;
 }
 
-}  // namespace
-
-std::string serialize_scan(const ScannedFile& scanned) {
+json scan_to_json(const ScannedFile& scanned) {
     json tensors = json::array();
     for (const auto& e : scanned.tensors) {
         const TensorRef& t = e.tensor;
@@ -40,43 +38,69 @@ std::string serialize_scan(const ScannedFile& scanned) {
         }
         tensors.push_back(std::move(j));
     }
-    return json{{"path", scanned.path}, {"tensors", tensors}, {"skipped", scanned.skipped_keys}, {"chunks", scanned.chunks}}.dump();
+    return json{{"path", scanned.path}, {"tensors", tensors}, {"skipped", scanned.skipped_keys}, {"chunks", scanned.chunks}};
 }
 
-ScannedFile deserialize_scan(const std::string& text) {
-    try {
-        const json j = json::parse(text);
-        ScannedFile scanned;
-        scanned.path = j.at("path").get<std::string>();
-        scanned.skipped_keys = j.at("skipped").get<std::vector<std::string>>();
-        scanned.chunks = j.at("chunks").get<int>();
-        for (const auto& e : j.at("tensors")) {
-            StateDictEntry entry;
-            entry.key = e.at("k").get<std::string>();
-            entry.chunk = e.at("c").get<int>();
-            TensorRef& t = entry.tensor;
-            t.dtype = static_cast<DType>(e.at("d").get<int>());
-            t.shape = e.at("s").get<Shape>();
-            t.stride = e.at("st").get<Shape>();
-            t.storage_offset = e.at("o").get<int64_t>();
-            t.storage = {e.at("f").get<std::string>(), e.at("r").get<std::string>(),
-                         e.at("b").get<uint64_t>(), e.at("n").get<uint64_t>()};
-            if (e.contains("dt")) {
-                const json& d = e.at("dt");
-                DTensorLayout layout;
-                layout.global_shape = d.at("g").get<Shape>();
-                layout.mesh_shape = d.at("m").get<Shape>();
-                layout.mesh_dim_names = d.at("names").get<std::vector<std::string>>();
-                layout.coordinates = d.at("c").get<Shape>();
-                for (const auto& p : d.at("p")) layout.placements.push_back(placement_from(p));
-                t.dtensor = std::move(layout);
-            }
-            scanned.tensors.push_back(std::move(entry));
+ScannedFile scan_from_json(const json& j) {
+    ScannedFile scanned;
+    scanned.path = j.at("path").get<std::string>();
+    scanned.skipped_keys = j.at("skipped").get<std::vector<std::string>>();
+    scanned.chunks = j.at("chunks").get<int>();
+    for (const auto& e : j.at("tensors")) {
+        StateDictEntry entry;
+        entry.key = e.at("k").get<std::string>();
+        entry.chunk = e.at("c").get<int>();
+        TensorRef& t = entry.tensor;
+        t.dtype = static_cast<DType>(e.at("d").get<int>());
+        t.shape = e.at("s").get<Shape>();
+        t.stride = e.at("st").get<Shape>();
+        t.storage_offset = e.at("o").get<int64_t>();
+        t.storage = {e.at("f").get<std::string>(), e.at("r").get<std::string>(),
+                     e.at("b").get<uint64_t>(), e.at("n").get<uint64_t>()};
+        if (e.contains("dt")) {
+            const json& d = e.at("dt");
+            DTensorLayout layout;
+            layout.global_shape = d.at("g").get<Shape>();
+            layout.mesh_shape = d.at("m").get<Shape>();
+            layout.mesh_dim_names = d.at("names").get<std::vector<std::string>>();
+            layout.coordinates = d.at("c").get<Shape>();
+            for (const auto& p : d.at("p")) layout.placements.push_back(placement_from(p));
+            t.dtensor = std::move(layout);
         }
-        return scanned;
+        scanned.tensors.push_back(std::move(entry));
+    }
+    return scanned;
+}
+
+template <typename Parse>
+auto parse_message(const std::string& text, Parse parse) {
+    try {
+        return parse(json::parse(text));
     } catch (const json::exception& e) {
         throw Error(std::string("internal: malformed scan message: ") + e.what());
     }
+}
+
+}  // namespace
+
+std::string serialize_scan(const ScannedFile& scanned) { return scan_to_json(scanned).dump(); }
+
+ScannedFile deserialize_scan(const std::string& text) {
+    return parse_message(text, [](const json& j) { return scan_from_json(j); });
+}
+
+std::string serialize_scans(const std::vector<ScannedFile>& scans) {
+    json list = json::array();
+    for (const auto& s : scans) list.push_back(scan_to_json(s));
+    return list.dump();
+}
+
+std::vector<ScannedFile> deserialize_scans(const std::string& text) {
+    return parse_message(text, [](const json& list) {
+        std::vector<ScannedFile> scans;
+        for (const auto& j : list) scans.push_back(scan_from_json(j));
+        return scans;
+    });
 }
 
 }  // namespace vmerge

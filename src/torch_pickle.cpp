@@ -88,7 +88,6 @@ StorageRef resolve_storage(const Value& pid, const ZipArchive& archive, const In
                         " elements of torch." + type.name + " (" +
                         (overflows ? std::string("more than 2^64") : std::to_string(expected)) +
                         " bytes)");
-    (void)file;
     return StorageRef{file.path(), record_name, record.data_offset, record.size};
 }
 

@@ -45,7 +45,4 @@ private:
 // Marks this rank's share as written (read by the monitor).
 void mark_rank_done(const std::string& staging, int rank);
 
-// "2m41s", "1h03m".
-std::string human_duration(double seconds);
-
 }  // namespace vmerge

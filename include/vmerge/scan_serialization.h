@@ -1,5 +1,6 @@
 #pragma once
 #include <string>
+#include <vector>
 
 #include "vmerge/tensor_ref.h"
 
@@ -9,5 +10,8 @@ namespace vmerge {
 // plan from the same metadata without reading every pickle itself.
 std::string serialize_scan(const ScannedFile& scanned);
 ScannedFile deserialize_scan(const std::string& text);
+// One rank's scans as one text (what the all-gather carries).
+std::string serialize_scans(const std::vector<ScannedFile>& scans);
+std::vector<ScannedFile> deserialize_scans(const std::string& text);
 
 }  // namespace vmerge

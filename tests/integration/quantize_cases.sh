@@ -13,39 +13,33 @@ fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work"
 mkdir -p "$work"
 
-"$vmerge" merge --local_dir "$actor" --target_dir "$work/ref" --quiet || fail "unquantized merge"
+# One quantized merge checked three ways. usage: check_case LABEL ACTOR REF NP "BITS GROUP sym|asym"
+check_case() {
+    local label=$1 actor=$2 ref=$3 np=$4 bits group mode
+    read -r bits group mode <<<"$5"
+    local asym=()
+    [[ $mode == asym ]] && asym=(--asymmetric)
+    local out="$work/${label}_b${bits}_g${group}_${mode}"
+    echo "== $label: bits $bits group $group $mode"
+    "$mpiexec" --oversubscribe -np "$np" "$vmerge" merge --local_dir "$actor" --target_dir "$out" \
+        --quantize --bits "$bits" --group_size "$group" "${asym[@]}" --max-memory 1MiB \
+        || fail "quantized merge ($label $5)"
+    "$python" "$checker" --out "$out" --ref "$ref" --bits "$bits" --group "$group" "${asym[@]}" \
+        || fail "check_quantized ($label $5)"
+    "$vmerge" verify --target_dir "$out" || fail "verify ($label $5)"
+}
 
+"$vmerge" merge --local_dir "$actor" --target_dir "$work/ref" --quiet || fail "unquantized merge"
 # bits group symmetric|asymmetric. I=344 is not a multiple of 32, 64 or 128, so down_proj stays
 # BF16 (and is listed in `ignore`) in every grouped case and is quantized only per channel (G=0).
-cases=("4 32 sym" "4 32 asym" "8 0 sym" "8 64 asym" "4 128 sym")
-for c in "${cases[@]}"; do
-    read -r bits group mode <<<"$c"
-    asym=()
-    [[ $mode == asym ]] && asym=(--asymmetric)
-    out="$work/q_b${bits}_g${group}_${mode}"
-    echo "== bits $bits group $group $mode"
-    "$mpiexec" --oversubscribe -np 2 "$vmerge" merge --local_dir "$actor" --target_dir "$out" \
-        --quantize --bits "$bits" --group_size "$group" "${asym[@]}" --max-memory 1MiB \
-        || fail "quantized merge ($c)"
-    "$python" "$checker" --out "$out" --ref "$work/ref" --bits "$bits" --group "$group" "${asym[@]}" \
-        || fail "check_quantized ($c)"
-    "$vmerge" verify --target_dir "$out" || fail "verify ($c)"
+for c in "4 32 sym" "4 32 asym" "8 0 sym" "8 64 asym" "4 128 sym"; do
+    check_case example "$actor" "$work/ref" 2 "$c"
 done
 if [[ -n $megatron_fixtures ]]; then
     moe="$megatron_fixtures/verl_qwen2moe_tp2_ep2/actor"  # H=32, experts Fm=16, shared 24
     "$vmerge" merge --local_dir "$moe" --target_dir "$work/moe_ref" --quiet || fail "unquantized MoE merge"
     for c in "4 0 sym" "8 32 asym"; do
-        read -r bits group mode <<<"$c"
-        asym=()
-        [[ $mode == asym ]] && asym=(--asymmetric)
-        out="$work/moe_b${bits}_g${group}_${mode}"
-        echo "== Megatron MoE: bits $bits group $group $mode"
-        "$mpiexec" --oversubscribe -np 3 "$vmerge" merge --local_dir "$moe" --target_dir "$out" \
-            --quantize --bits "$bits" --group_size "$group" "${asym[@]}" --max-memory 1MiB \
-            || fail "quantized MoE merge ($c)"
-        "$python" "$checker" --out "$out" --ref "$work/moe_ref" --bits "$bits" --group "$group" "${asym[@]}" \
-            || fail "check_quantized MoE ($c)"
-        "$vmerge" verify --target_dir "$out" || fail "verify MoE ($c)"
+        check_case moe "$moe" "$work/moe_ref" 3 "$c"
     done
 fi
 rm -rf "$work"

@@ -12,6 +12,7 @@
 namespace vmerge {
 namespace {
 
+using testing::layout;
 using testing::replicate;
 using testing::shard;
 using testing::strided;
@@ -23,15 +24,6 @@ Placement partial() {
     return p;
 }
 
-DTensorLayout layout(Shape global, Shape mesh, Shape coords, std::vector<Placement> placements) {
-    DTensorLayout l;
-    l.global_shape = std::move(global);
-    l.mesh_shape = std::move(mesh);
-    l.coordinates = std::move(coords);
-    l.placements = std::move(placements);
-    for (size_t i = 0; i < l.mesh_shape.size(); ++i) l.mesh_dim_names.push_back("m" + std::to_string(i));
-    return l;
-}
 
 using P = std::pair<int64_t, int64_t>;
 

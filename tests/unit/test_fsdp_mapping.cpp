@@ -44,13 +44,7 @@ TensorRef plain(Shape shape, const std::string& file, DType dtype = DType::F32) 
 TensorRef dtensor(Shape local, const std::string& file, Shape global, Shape mesh, Shape coords,
                   std::vector<Placement> placements, DType dtype = DType::F32) {
     TensorRef t = plain(local, file, dtype);
-    DTensorLayout l;
-    l.global_shape = std::move(global);
-    l.mesh_shape = std::move(mesh);
-    l.coordinates = std::move(coords);
-    l.placements = std::move(placements);
-    for (size_t i = 0; i < l.mesh_shape.size(); ++i) l.mesh_dim_names.push_back("m" + std::to_string(i));
-    t.dtensor = std::move(l);
+    t.dtensor = testing::layout(std::move(global), std::move(mesh), std::move(coords), std::move(placements));
     return t;
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "vmerge/tensor_mapping.h"
 
@@ -58,6 +59,16 @@ inline Placement strided(int64_t dim, int64_t split_factor) {
     p.dim = dim;
     p.split_factor = split_factor;
     return p;
+}
+
+inline DTensorLayout layout(Shape global, Shape mesh, Shape coords, std::vector<Placement> placements) {
+    DTensorLayout l;
+    l.global_shape = std::move(global);
+    l.mesh_shape = std::move(mesh);
+    l.coordinates = std::move(coords);
+    l.placements = std::move(placements);
+    for (size_t i = 0; i < l.mesh_shape.size(); ++i) l.mesh_dim_names.push_back("m" + std::to_string(i));
+    return l;
 }
 
 }  // namespace vmerge::testing
