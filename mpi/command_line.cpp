@@ -34,6 +34,41 @@ uint64_t parse_byte_size(const std::string& text) {
     return static_cast<uint64_t>(value * scale);
 }
 
+namespace {
+
+// --format, --compress and --backend hdf5 (docs/hdf5.md).
+void parse_archive_options(Options& o, const std::string& compress, bool compress_given) {
+    if (o.format != "safetensors" && o.format != "hdf5")
+        throw UsageError("--format " + o.format + ": expected safetensors or hdf5");
+    if (compress != "none") {
+        if (compress != "zstd" && !compress.starts_with("zstd:"))
+            throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
+        o.zstd_level = 3;
+        if (compress.size() > 5) {
+            const std::string level = compress.substr(5);
+            size_t used = 0;
+            int value = 0;
+            try {
+                value = std::stoi(level, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != level.size() || value < 1 || value > 22)
+                throw UsageError("--compress " + compress + ": the zstd level must be a whole number from 1 to 22");
+            o.zstd_level = value;
+        }
+    }
+    if (compress_given && o.format != "hdf5") throw UsageError("--compress applies to --format hdf5");
+    if (o.format == "hdf5" && o.command == "merge" && (o.quantize || o.resume))
+        throw UsageError(std::string("--format hdf5 does not combine with ") + (o.quantize ? "--quantize" : "--resume"));
+    if (o.format == "hdf5" && o.backend == "hdf5")
+        throw UsageError("--backend hdf5 reads an archive; its output is a safetensors folder (drop --format hdf5)");
+    if (o.backend == "hdf5" && o.command != "merge" && o.command != "inspect")
+        throw UsageError("--backend hdf5 works with merge (archive -> Hugging Face folder) and inspect");
+}
+
+}  // namespace
+
 std::optional<Options> parse_command_line(int argc, const char* const* argv, bool print_help) {
     // One spelling internally: --foo-bar and --foo_bar both become --foo_bar.
     std::vector<std::string> args;
@@ -47,13 +82,13 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         args.push_back(a);
     }
     Options o;
-    std::string max_shard = "5GB", max_memory = "auto";
+    std::string max_shard = "5GB", max_memory = "auto", compress = "none";
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false;
     // Options in groups, so `vmerge-mpi COMMAND --help` shows what that command uses.
     po::options_description input("Checkpoint and model");
     input.add_options()
-        ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp | megatron | dcp")
+        ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp | megatron | dcp | hdf5 (a model.h5 archive: merge it back, inspect it)")
         ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
@@ -69,7 +104,11 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
         ("max_shard_size", po::value(&max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("force", po::bool_switch(&o.force), "replace an existing target folder")
-        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder");
+        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder")
+        ("format", po::value(&o.format)->default_value("safetensors"),
+         "safetensors | hdf5 (one model.h5 archive, written with parallel HDF5; docs/hdf5.md)")
+        ("compress", po::value(&compress)->default_value("none"),
+         "--format hdf5: none | zstd[:LEVEL] (HDF5 filter 32015, LEVEL 1..22, default 3)");
     std::string quantize_ignore;
     bool symmetric_flag = false;
     po::options_description quantizing("Quantized output (compressed-tensors pack-quantized, for vLLM)");
@@ -168,8 +207,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if ((o.command == "merge" || o.command == "verify") && o.target_dir.empty())
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
-    if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp")
-        throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron or dcp");
+    if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp" && o.backend != "hdf5")
+        throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron, dcp or hdf5");
+    parse_archive_options(o, compress, vm.count("compress") > 0);
     return o;
 }
 

@@ -38,6 +38,8 @@ struct Options {
     int64_t group_size = 128;
     bool asymmetric = false;
     std::vector<std::string> quantize_ignore;
+    std::string format = "safetensors";  // merge output: safetensors | hdf5
+    int zstd_level = 0;                  // --compress zstd[:LEVEL] (hdf5); 0: uncompressed
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with

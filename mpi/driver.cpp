@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "collective_step.h"
+#include "hdf5_commands.h"
 #include "vmerge/copy_executor.h"
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
@@ -42,30 +44,6 @@ namespace vmerge {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Runs `step` on every rank; afterwards all ranks know whether all succeeded. On any
-// failure every rank throws the same Error, naming the first failing rank and its host.
-void collective_step(Comm& comm, const std::function<void()>& step, const std::string& staging = "") {
-    std::string error;
-    try {
-        step();
-    } catch (const std::exception& e) {
-        error = e.what();
-        if (error.empty()) error = "unknown error";
-    }
-    const auto errors = comm.allgather(error);
-    for (int r = 0; r < comm.size(); ++r) {
-        if (errors[r].empty()) continue;
-        std::string message = errors[r];
-        if (comm.size() > 1) {
-            const auto hosts = comm.allgather(comm.host());
-            message = "rank " + std::to_string(r) + " on " + hosts[r] + ": " + message;
-        }
-        if (!staging.empty())
-            message += "\nthe unfinished output is kept in " + staging + "; rerun the same command with --resume to continue it";
-        throw Error(message);
-    }
-}
 
 struct MergeInputs {
     double scan_seconds = 0;
@@ -187,6 +165,7 @@ MergeInputs simulate_inputs(const Options& o) {
 }
 
 int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
+    if (o.backend == "hdf5") return inspect_hdf5_archive(o, comm, out);
     const auto start = Clock::now();
     MergeInputs in;
     if (o.simulate.empty()) in = load_inputs(o, comm);
@@ -304,8 +283,14 @@ uint64_t peak_rss_bytes() {
 }
 
 int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
+    if (o.backend == "hdf5") return convert_hdf5_archive(o, comm, max_memory(o, comm), out);
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
+    if (o.format == "hdf5") {
+        if (comm.rank() == 0 && !o.quiet)
+            for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
+        return write_hdf5_archive(o, comm, in.mapping(), in.config.dir, max_memory(o, comm), out);
+    }
     const auto plan_start = Clock::now();
     const auto& tensors = in.mapping().tensors;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);

@@ -1,0 +1,26 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace vmerge {
+
+// The codec of the HDF5 zstd filter (registered ID 32015): every chunk is one complete zstd
+// frame that records its decompressed size, which is what the HDFGroup plugin's decoder
+// requires. Pure libzstd: no HDF5, no MPI, so the filter plugin and the tests can use it alone.
+
+// Levels accepted on the command line: 1..22 are what every reader's plugin handles (negative
+// levels only since hdf5plugin 7).
+constexpr int kZstdMinLevel = 1;
+constexpr int kZstdMaxLevel = 22;
+constexpr int kZstdDefaultLevel = 3;
+
+size_t zstd_frame_bound(size_t size);
+// Compresses `size` bytes into `out` (capacity at least zstd_frame_bound(size)); returns the
+// frame's length. Throws Error.
+size_t zstd_compress_frame(const void* data, size_t size, void* out, size_t capacity, int level);
+// The decompressed size a frame records. Throws Error for a frame without one (streaming API).
+uint64_t zstd_frame_content_size(const void* frame, size_t size);
+// Decompresses one frame into exactly `content_size` bytes. Throws Error.
+void zstd_decompress_frame(const void* frame, size_t size, void* out, uint64_t content_size);
+
+}  // namespace vmerge

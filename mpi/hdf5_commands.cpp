@@ -1,0 +1,312 @@
+#include "hdf5_commands.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "archive_layout.h"
+#include "archive_reader.h"
+#include "archive_writer.h"
+#include "collective_step.h"
+#include "vmerge/copy_executor.h"
+#include "vmerge/error.h"
+#include "vmerge/human_units.h"
+#include "vmerge/output_folder.h"
+#include "vmerge/output_layout.h"
+#include "vmerge/progress_monitor.h"
+#include "vmerge/rank_work.h"
+#include "vmerge/write_journal.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::string read_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    if (!in) throw Error(path.string() + ": cannot read");
+    return bytes.str();
+}
+
+void write_file(const fs::path& path, const std::string& bytes) {
+    fs::create_directories(path.parent_path());
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+    out.close();
+    if (!out) throw Error(path.string() + ": cannot write");
+}
+
+// Rank 0: a fresh staging folder for the archive (an archive has no --resume).
+void prepare_archive_staging(const std::string& target, bool force) {
+    std::error_code ec;
+    if (fs::exists(target, ec) && !force) throw Error(target + ": already exists; pass --force to replace it");
+    const std::string staging = staging_path(target);
+    fs::remove_all(staging, ec);
+    fs::create_directories(staging, ec);
+    if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
+}
+
+// Rank 0, after every rank closed the archive: the HF files beside it, then the rename.
+void commit_archive_staging(const std::string& target, bool force, const std::string& hf_dir) {
+    const fs::path staging = staging_path(target);
+    for (const std::string& rel : non_weight_files(hf_dir)) write_file(staging / rel, read_file(fs::path(hf_dir) / rel));
+    std::error_code ec;
+    std::string old;
+    if (fs::exists(target, ec)) {
+        if (!force) throw Error(target + ": appeared during the merge; pass --force to replace it");
+        old = staging.string() + ".old";
+        fs::remove_all(old, ec);
+        fs::rename(target, old, ec);
+        if (ec) throw Error(target + ": cannot move the old folder aside: " + ec.message());
+    }
+    fs::rename(staging, target, ec);
+    if (ec) throw Error(target + ": cannot move the archive folder into place: " + ec.message());
+    if (!old.empty()) fs::remove_all(old, ec);
+}
+
+// Rows per write: whole chunks (one writer each), as many as fit a quarter of --max-memory.
+int64_t rows_per_piece(const OutputTensor& t, int64_t chunk_rows, uint64_t max_memory) {
+    const uint64_t budget = std::max<uint64_t>(kArchiveChunkBytes, max_memory / 4);
+    int64_t rows = static_cast<int64_t>(std::max<uint64_t>(1, budget / std::max<uint64_t>(row_bytes(t), 1)));
+    if (chunk_rows > 0) rows = std::max(chunk_rows, rows / chunk_rows * chunk_rows);
+    return rows;
+}
+
+std::vector<WriteTask> pieces_of(const WriteTask& task, int64_t rows) {
+    std::vector<WriteTask> out;
+    for (int64_t row = task.row_begin; row < task.row_end; row += rows)
+        out.push_back({task.tensor, row, std::min(task.row_end, row + rows)});
+    return out;
+}
+
+std::string ratio_text(uint64_t bytes, uint64_t stored) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(3) << (stored ? static_cast<double>(bytes) / static_cast<double>(stored) : 0.0);
+    return s.str();
+}
+
+void print_storage(const std::vector<ArchiveTensor>& tensors, std::ostream& out, const std::string& prefix) {
+    for (const auto& s : archive_storage_by_dtype(tensors))
+        out << prefix << std::left << std::setw(5) << safetensors_name(s.dtype) << std::right << " " << s.tensors
+            << " tensors, " << human_bytes(s.bytes) << " -> " << human_bytes(s.stored_bytes) << " stored (ratio "
+            << ratio_text(s.bytes, s.stored_bytes) << ")\n";
+}
+
+}  // namespace
+
+int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source, const std::string& hf_dir,
+                       uint64_t max_memory, std::ostream& out) {
+    const auto start = Clock::now();
+    // Chunk boundaries become the rank split's row alignment, so every chunk has one writer.
+    TensorMapping mapping = source;
+    std::vector<int64_t> chunk_rows(mapping.tensors.size(), 0);
+    if (o.zstd_level > 0)
+        for (size_t i = 0; i < mapping.tensors.size(); ++i) {
+            chunk_rows[i] = archive_chunk_rows(mapping.tensors[i]);
+            if (chunk_rows[i] > 0) mapping.tensors[i].row_align = chunk_rows[i];
+        }
+    const auto& tensors = mapping.tensors;
+    collective_step(comm, [&] { check_archive_paths(tensors); });
+    const OutputLayout layout = plan_output_layout(tensors, UINT64_MAX);
+    const auto work = plan_rank_work(tensors, layout, comm.size());
+    // Collective writes: every rank joins every round of a compressed dataset, so all count
+    // every rank's pieces (the plan is the same everywhere).
+    std::vector<size_t> rounds(tensors.size(), 0);
+    std::vector<std::vector<WriteTask>> mine(tensors.size());
+    for (int r = 0; r < comm.size(); ++r) {
+        std::map<size_t, size_t> count;
+        for (const WriteTask& task : work[r]) {
+            auto pieces = pieces_of(task, rows_per_piece(tensors[task.tensor], chunk_rows[task.tensor], max_memory));
+            count[task.tensor] += pieces.size();
+            if (r == comm.rank()) mine[task.tensor].insert(mine[task.tensor].end(), pieces.begin(), pieces.end());
+        }
+        for (const auto& [t, n] : count) rounds[t] = std::max(rounds[t], n);
+    }
+    const std::string staging = staging_path(o.target_dir);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) prepare_archive_staging(o.target_dir, o.force);
+    });
+    std::vector<std::pair<std::string, std::string>> files;
+    collective_step(comm, [&] {
+        for (const std::string& rel : non_weight_files(hf_dir)) files.emplace_back(rel, read_file(fs::path(hf_dir) / rel));
+    });
+    const std::string compression = o.zstd_level > 0 ? "zstd:" + std::to_string(o.zstd_level) : "none";
+    CopyStats stats;
+    const auto copy_start = Clock::now();
+    collective_step(comm, [&] {
+        std::unique_ptr<ArchiveWriter> archive;
+        try {
+            archive = std::make_unique<ArchiveWriter>(staging + "/" + kArchiveFileName, tensors, chunk_rows, o.zstd_level);
+            ArchiveWriter& writer = *archive;
+            CopyExecutor executor(mapping, max_memory / 2);
+            std::vector<unsigned char> buffer;
+            auto fill = [&](const WriteTask& piece) {
+                const uint64_t bytes_per_row = row_bytes(tensors[piece.tensor]);
+                buffer.resize(static_cast<size_t>(piece.row_end - piece.row_begin) * bytes_per_row);
+                executor.run({piece}, [&](size_t, int64_t row, int64_t, const unsigned char* data, size_t size) {
+                    std::memcpy(buffer.data() + static_cast<size_t>(row - piece.row_begin) * bytes_per_row, data, size);
+                });
+            };
+            for (size_t t = 0; t < tensors.size(); ++t) {
+                const bool collective = writer.parallel() && writer.compressed(t);
+                const size_t n = collective ? rounds[t] : mine[t].size();
+                for (size_t k = 0; k < n; ++k) {
+                    if (k < mine[t].size()) {
+                        fill(mine[t][k]);
+                        writer.write_rows(t, mine[t][k].row_begin, mine[t][k].row_end, buffer.data());
+                    } else {
+                        writer.write_rows(t, 0, 0, nullptr);  // joins the collective write with nothing
+                    }
+                }
+            }
+            for (const auto& [rel, bytes] : files) writer.add_file(rel, bytes);
+            writer.write_index({layout.total_size, [&] {
+                                    std::vector<std::string> names;
+                                    for (const auto& t : tensors) names.push_back(t.name);
+                                    return names;
+                                }(),
+                                compression});
+            writer.close();
+            stats = executor.stats();
+        } catch (const std::exception& e) {
+            // The others may wait in a collective HDF5 call that this rank will never join (closing
+            // the archive here would be one more): stop every rank now.
+            if (comm.size() > 1) {
+                std::cerr << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << e.what() << "\n";
+                std::cerr.flush();
+                comm.abort(1);
+            }
+            archive.reset();
+            discard_staging(o.target_dir);
+            throw;
+        }
+    });
+    const double copy_seconds = seconds_since(copy_start);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) commit_archive_staging(o.target_dir, o.force, hf_dir);
+    });
+    if (comm.rank() != 0 || o.quiet) return 0;
+    const double seconds = seconds_since(start);
+    const ArchiveReader written(o.target_dir + "/" + kArchiveFileName);
+    uint64_t stored = 0;
+    for (const auto& t : written.tensors()) stored += t.stored_bytes;
+    out << "vmerge: wrote " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") into "
+        << o.target_dir << "/" << kArchiveFileName << " (" << compression << ", " << human_bytes(stored)
+        << " stored) with " << comm.size() << " rank" << (comm.size() > 1 ? "s" : "") << " in " << std::fixed
+        << std::setprecision(2) << seconds << " s (writing " << copy_seconds << " s, "
+        << (copy_seconds > 0 ? static_cast<double>(layout.total_size) / copy_seconds / 1e9 : 0.0)
+        << " GB/s of tensor bytes)\n";
+    print_storage(written.tensors(), out, "vmerge:   ");
+    return 0;
+}
+
+int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std::ostream& out) {
+    const auto start = Clock::now();
+    const std::string path = (fs::path(o.local_dir) / kArchiveFileName).string();
+    std::unique_ptr<ArchiveReader> reader;
+    collective_step(comm, [&] { reader = std::make_unique<ArchiveReader>(path); });
+    std::vector<OutputTensor> tensors;
+    for (const auto& a : reader->tensors()) {
+        OutputTensor t;
+        t.name = a.name;
+        t.source_dtype = t.dtype = a.dtype;
+        t.shape = a.shape;
+        tensors.push_back(std::move(t));
+    }
+    const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
+    const auto work = plan_rank_work(tensors, layout, comm.size());
+    const std::string staging = staging_path(o.target_dir);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0)
+            prepare_staging(o.target_dir, o.force, false, layout, resume_identity(layout, comm.size(), max_memory));
+    });
+    collective_step(comm, [&] {
+        try {
+            JournalWriter journal(staging, comm.rank());
+            OutputWriter writer(staging, tensors, layout, &journal);
+            std::vector<unsigned char> buffer;
+            for (const WriteTask& task : work[comm.rank()]) {
+                const OutputTensor& t = tensors[task.tensor];
+                // Whole chunks per read: each compressed chunk is decompressed once.
+                const int64_t rows = rows_per_piece(t, reader->tensors()[task.tensor].chunk_rows, max_memory);
+                for (const WriteTask& piece : pieces_of(task, rows)) {
+                    buffer.resize(static_cast<size_t>(piece.row_end - piece.row_begin) * row_bytes(t));
+                    reader->read_rows(piece.tensor, piece.row_begin, piece.row_end, buffer.data());
+                    writer.write(piece.tensor, piece.row_begin, piece.row_end, buffer.data(), buffer.size());
+                }
+            }
+            writer.finish();
+            mark_rank_done(staging, comm.rank());
+        } catch (...) {
+            discard_staging(o.target_dir);
+            throw;
+        }
+    });
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        try {
+            for (const auto& [rel, bytes] : reader->files()) write_file(fs::path(staging) / rel, bytes);
+            commit_staging(o.target_dir, o.force, "", tensors, layout);
+        } catch (...) {
+            discard_staging(o.target_dir);
+            throw;
+        }
+    });
+    if (comm.rank() != 0 || o.quiet) return 0;
+    out << "vmerge: converted " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from " << path
+        << " into " << o.target_dir << " (" << layout.files.size() << " file" << (layout.files.size() > 1 ? "s" : "")
+        << ") with " << comm.size() << " rank" << (comm.size() > 1 ? "s" : "") << " in " << std::fixed
+        << std::setprecision(2) << seconds_since(start) << " s\n";
+    return 0;
+}
+
+int inspect_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
+    const std::string path = (fs::path(o.local_dir) / kArchiveFileName).string();
+    std::unique_ptr<ArchiveReader> reader;
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) reader = std::make_unique<ArchiveReader>(path);
+    });
+    if (comm.rank() != 0) return 0;
+    uint64_t stored = 0;
+    for (const auto& t : reader->tensors()) stored += t.stored_bytes;
+    if (o.json) {
+        nlohmann::ordered_json j = {{"backend", "hdf5"}, {"archive", path}, {"compression", reader->compression()},
+                                    {"total_bytes", reader->total_size()}, {"stored_bytes", stored}};
+        nlohmann::ordered_json by = nlohmann::ordered_json::object();
+        for (const auto& s : archive_storage_by_dtype(reader->tensors()))
+            by[std::string(safetensors_name(s.dtype))] = {
+                {"tensors", s.tensors}, {"bytes", s.bytes}, {"stored_bytes", s.stored_bytes},
+                {"ratio", s.stored_bytes ? static_cast<double>(s.bytes) / static_cast<double>(s.stored_bytes) : 0.0}};
+        j["by_dtype"] = by;
+        nlohmann::ordered_json list = nlohmann::ordered_json::array();
+        for (const auto& t : reader->tensors())
+            list.push_back({{"name", t.name}, {"shape", t.shape}, {"dtype", std::string(safetensors_name(t.dtype))},
+                            {"bytes", t.nbytes()}, {"stored_bytes", t.stored_bytes}, {"chunk_rows", t.chunk_rows},
+                            {"compressed", t.compressed}});
+        j["tensors"] = list;
+        out << j.dump(2) << "\n";
+        return 0;
+    }
+    out << "backend      hdf5: vmerge archive " << path << "\n"
+        << "compression  " << reader->compression() << "\n"
+        << "tensors      " << reader->tensors().size() << ", " << human_bytes(reader->total_size()) << " -> "
+        << human_bytes(stored) << " stored (ratio " << ratio_text(reader->total_size(), stored) << ")\n";
+    print_storage(reader->tensors(), out, "dtype        ");
+    return 0;
+}
+
+}  // namespace vmerge

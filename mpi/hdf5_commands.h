@@ -1,0 +1,23 @@
+#pragma once
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "command_line.h"
+#include "comm.h"
+#include "vmerge/tensor_mapping.h"
+
+namespace vmerge {
+
+// merge --format hdf5: the mapped checkpoint into <target_dir>/model.h5 (docs/hdf5.md), every
+// rank writing its share of the plan through parallel HDF5, plus the HF files beside it.
+int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& mapping, const std::string& hf_dir,
+                       uint64_t max_memory, std::ostream& out);
+
+// merge --backend hdf5: <local_dir>/model.h5 back into a Hugging Face safetensors folder.
+int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std::ostream& out);
+
+// inspect --backend hdf5: the archive's tensors and its compression ratio per dtype.
+int inspect_hdf5_archive(const Options& o, Comm& comm, std::ostream& out);
+
+}  // namespace vmerge
