@@ -82,7 +82,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         args.push_back(a);
     }
     Options o;
-    std::string max_shard = "5GB", max_memory = "auto", compress = "none";
+    std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false;
     // Options in groups, so `vmerge-mpi COMMAND --help` shows what that command uses.
@@ -108,7 +108,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("format", po::value(&o.format)->default_value("safetensors"),
          "safetensors | hdf5 (one model.h5 archive, written with parallel HDF5; docs/hdf5.md)")
         ("compress", po::value(&compress)->default_value("none"),
-         "--format hdf5: none | zstd[:LEVEL] (HDF5 filter 32015, LEVEL 1..22, default 3)");
+         "--format hdf5: none | zstd[:LEVEL] (HDF5 filter 32015, LEVEL 1..22, default 3)")
+        ("hdf5_chunk_size", po::value(&hdf5_chunk)->default_value("4MiB"),
+         "--compress: bytes per compressed chunk (whole rows; a rank's share starts on a chunk boundary)");
     std::string quantize_ignore;
     bool symmetric_flag = false;
     po::options_description quantizing("Quantized output (compressed-tensors pack-quantized, for vLLM)");
@@ -209,7 +211,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
     if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp" && o.backend != "hdf5")
         throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron, dcp or hdf5");
-    parse_archive_options(o, compress, vm.count("compress") > 0);
+    parse_archive_options(o, compress, !vm["compress"].defaulted());
+    o.hdf5_chunk_size = parse_byte_size(hdf5_chunk);
+    if (o.hdf5_chunk_size >= (4ull << 30)) throw UsageError("--hdf5_chunk_size must be below 4 GiB (HDF5's chunk limit)");
     return o;
 }
 

@@ -40,6 +40,7 @@ struct Options {
     std::vector<std::string> quantize_ignore;
     std::string format = "safetensors";  // merge output: safetensors | hdf5
     int zstd_level = 0;                  // --compress zstd[:LEVEL] (hdf5); 0: uncompressed
+    uint64_t hdf5_chunk_size = 4ull << 20;  // bytes per compressed chunk (whole rows)
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with

@@ -80,7 +80,7 @@ void commit_archive_staging(const std::string& target, bool force, const std::st
 
 // Rows per write: whole chunks (one writer each), as many as fit a quarter of --max-memory.
 int64_t rows_per_piece(const OutputTensor& t, int64_t chunk_rows, uint64_t max_memory) {
-    const uint64_t budget = std::max<uint64_t>(kArchiveChunkBytes, max_memory / 4);
+    const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(chunk_rows) * row_bytes(t), max_memory / 4);
     int64_t rows = static_cast<int64_t>(std::max<uint64_t>(1, budget / std::max<uint64_t>(row_bytes(t), 1)));
     if (chunk_rows > 0) rows = std::max(chunk_rows, rows / chunk_rows * chunk_rows);
     return rows;
@@ -116,7 +116,7 @@ int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source
     std::vector<int64_t> chunk_rows(mapping.tensors.size(), 0);
     if (o.zstd_level > 0)
         for (size_t i = 0; i < mapping.tensors.size(); ++i) {
-            chunk_rows[i] = archive_chunk_rows(mapping.tensors[i]);
+            chunk_rows[i] = archive_chunk_rows(mapping.tensors[i], o.hdf5_chunk_size);
             if (chunk_rows[i] > 0) mapping.tensors[i].row_align = chunk_rows[i];
         }
     const auto& tensors = mapping.tensors;
