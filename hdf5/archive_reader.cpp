@@ -31,7 +31,8 @@ std::vector<std::string> read_strings(hid_t object, const char* name, const std:
     if (H5Tget_class(stored) != H5T_STRING || H5Tis_variable_str(stored) <= 0)
         throw Error(where + ": attribute '" + name + "' is not a variable-length string");
     const hssize_t n = H5Sget_simple_extent_npoints(space);
-    std::vector<char*> pointers(static_cast<size_t>(std::max<hssize_t>(n, 0)), nullptr);
+    if (n <= 0) return {};
+    std::vector<char*> pointers(static_cast<size_t>(n), nullptr);
     const H5Handle type = string_type();
     checked(H5Aread(attr, type, pointers.data()), where + ": attribute " + name);
     std::vector<std::string> out;

@@ -34,7 +34,7 @@ void write_strings_attribute(hid_t object, const char* name, const std::vector<s
                                   std::string("HDF5 attribute ") + name);
     std::vector<const char*> pointers;
     for (const auto& v : values) pointers.push_back(v.c_str());
-    checked(H5Awrite(attr, type, pointers.data()), std::string("HDF5 attribute ") + name);
+    if (!pointers.empty()) checked(H5Awrite(attr, type, pointers.data()), std::string("HDF5 attribute ") + name);
 }
 
 template <typename T>

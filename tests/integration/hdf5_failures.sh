@@ -1,0 +1,57 @@
+#!/bin/bash
+# Bad uses of the HDF5 archive: each ends with the expected exit code, an error naming what is wrong, and
+# no target or staging folder left behind.
+# usage: hdf5_failures.sh VMERGE MPIEXEC FIXTURES NP WORK
+set -uo pipefail
+vmerge=$1 mpiexec=$2 fixtures=$3 np=$4 work=$5
+rm -rf "$work"
+mkdir -p "$work"
+launch=("$mpiexec" --oversubscribe -np "$np")
+failures=0
+
+# expect CODE TEXT TARGET -- COMMAND...
+expect() {
+    local code=$1 text=$2 target=$3
+    shift 4
+    "$@" >"$work/log" 2>&1
+    local rc=$?
+    if [[ $rc -ne $code ]] || ! grep -qF -- "$text" "$work/log"; then
+        echo "FAIL: $* -> exit $rc (expected $code with '$text'):"
+        cat "$work/log"
+        failures=$((failures + 1))
+    elif [[ -n $target && ( -e $target || -n $(compgen -G "$(dirname "$target")/.$(basename "$target").vmerge-staging*") ) ]]; then
+        echo "FAIL: $* left $target or its staging folder behind"
+        failures=$((failures + 1))
+    else
+        echo "ok: $text"
+    fi
+}
+
+ckpt="$fixtures/w3_uneven"
+# Usage errors are found before any rank does anything: one process shows them.
+expect 2 "the zstd level must be a whole number from 1 to 22" "$work/out" -- \
+    "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/out" --format hdf5 --compress zstd:23
+expect 2 "--compress zstd:fast: the zstd level must be" "$work/out" -- \
+    "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/out" --format hdf5 --compress zstd:fast
+expect 2 "--compress applies to --format hdf5" "$work/out" -- \
+    "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/out" --compress zstd
+expect 2 "--format parquet: expected safetensors or hdf5" "$work/out" -- \
+    "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/out" --format parquet
+
+# --backend hdf5 on a folder without model.h5, and on a model.h5 that is not HDF5.
+mkdir -p "$work/no-archive" "$work/not-hdf5"
+expect 1 "$work/no-archive/model.h5: missing" "$work/out" -- \
+    "${launch[@]}" "$vmerge" merge --backend hdf5 --local_dir "$work/no-archive" --target_dir "$work/out"
+head -c 4096 /dev/urandom >"$work/not-hdf5/model.h5"
+expect 1 "$work/not-hdf5/model.h5: not an HDF5 file" "$work/out" -- \
+    "${launch[@]}" "$vmerge" merge --backend hdf5 --local_dir "$work/not-hdf5" --target_dir "$work/out"
+
+# An existing target is kept without --force.
+mkdir -p "$work/existing"
+echo keep >"$work/existing/file"
+expect 1 "already exists; pass --force" "" -- \
+    "${launch[@]}" "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/existing" --format hdf5
+[[ $(cat "$work/existing/file") == keep ]] || { echo "FAIL: the existing target was touched"; failures=$((failures + 1)); }
+
+[[ $failures -eq 0 ]] && rm -rf "$work"
+exit $((failures > 0))

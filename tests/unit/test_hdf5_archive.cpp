@@ -1,0 +1,198 @@
+// Unit tests for hdf5/: the zstd codec and filter (frames other zstd decoders read), the HF name ->
+// dataset path rule, chunk rows, and a one-process write/read round trip of an archive (sec2).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <zstd.h>
+
+#include "archive_layout.h"
+#include "archive_reader.h"
+#include "archive_writer.h"
+#include "h5z_zstd_filter.h"
+#include "test_support.h"
+#include "vmerge/error.h"
+#include "vmerge/rank_work.h"
+#include "zstd_codec.h"
+
+namespace vmerge {
+namespace {
+
+using testing::tensor;
+
+std::vector<unsigned char> sample_bytes(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<unsigned char> out(n);
+    // A quarter random, the rest slowly changing: compressible, but not trivially.
+    for (size_t i = 0; i < n; ++i)
+        out[i] = i % 4 == 0 ? static_cast<unsigned char>(rng()) : static_cast<unsigned char>(i / 256);
+    return out;
+}
+
+TEST(ZstdCodec, RoundTripRecordsContentSize) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{1} << 20}) {
+        const auto data = sample_bytes(n, 7);
+        std::vector<unsigned char> frame(zstd_frame_bound(n));
+        const size_t size = zstd_compress_frame(data.data(), n, frame.data(), frame.size(), 3);
+        // What the HDFGroup plugin's decoder needs: the frame says how large it decompresses.
+        EXPECT_EQ(ZSTD_getFrameContentSize(frame.data(), size), n);
+        EXPECT_EQ(zstd_frame_content_size(frame.data(), size), n);
+        std::vector<unsigned char> back(n);
+        zstd_decompress_frame(frame.data(), size, back.data(), n);
+        EXPECT_EQ(back, data);
+    }
+}
+
+TEST(ZstdCodec, RejectsFramesWithoutContentSizeAndGarbage) {
+    const auto data = sample_bytes(4096, 3);
+    // A streaming-API frame records no content size.
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    std::vector<unsigned char> frame(zstd_frame_bound(data.size()));
+    ZSTD_outBuffer out{frame.data(), frame.size(), 0};
+    ZSTD_inBuffer in{data.data(), data.size(), 0};
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0);
+    ASSERT_EQ(ZSTD_compressStream2(cctx, &out, &in, ZSTD_e_end), 0u);
+    ZSTD_freeCCtx(cctx);
+    EXPECT_THROW(zstd_frame_content_size(frame.data(), out.pos), Error);
+    const unsigned char garbage[16] = {1, 2, 3};
+    EXPECT_THROW(zstd_frame_content_size(garbage, sizeof garbage), Error);
+}
+
+TEST(ZstdFilter, CompressesAndDecompressesInHdf5sBuffer) {
+    const H5Z_class2_t* filter = zstd_filter_class();
+    EXPECT_EQ(filter->id, 32015);
+    const auto data = sample_bytes(50000, 11);
+    size_t buf_size = data.size();
+    void* buf = std::malloc(buf_size);
+    std::memcpy(buf, data.data(), data.size());
+    const unsigned level = 5;
+    const size_t compressed = filter->filter(0, 1, &level, data.size(), &buf_size, &buf);
+    ASSERT_GT(compressed, 0u);
+    EXPECT_LT(compressed, data.size());
+    // An independent decoder reads the chunk as stored.
+    std::vector<unsigned char> check(data.size());
+    EXPECT_EQ(ZSTD_decompress(check.data(), check.size(), buf, compressed), data.size());
+    EXPECT_EQ(check, data);
+    const size_t restored = filter->filter(H5Z_FLAG_REVERSE, 1, &level, compressed, &buf_size, &buf);
+    ASSERT_EQ(restored, data.size());
+    EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
+    // A damaged chunk is a filter failure (0), not a crash.
+    std::memset(buf, 0xAB, 16);
+    EXPECT_EQ(filter->filter(H5Z_FLAG_REVERSE, 1, &level, 16, &buf_size, &buf), 0u);
+    std::free(buf);
+}
+
+TEST(ArchiveLayout, DatasetPathOfHfNames) {
+    EXPECT_EQ(archive_dataset_path("model.layers.0.self_attn.q_proj.weight"), "model/layers/0/self_attn/q_proj/weight");
+    EXPECT_EQ(archive_dataset_path("lm_head.weight"), "lm_head/weight");
+    EXPECT_EQ(archive_dataset_path("score"), "score");
+    EXPECT_THROW(archive_dataset_path(""), Error);
+    EXPECT_THROW(archive_dataset_path("model..weight"), Error);
+    EXPECT_THROW(archive_dataset_path(".weight"), Error);
+    EXPECT_THROW(archive_dataset_path("model.weight."), Error);
+    EXPECT_THROW(archive_dataset_path("model/weight"), Error);
+}
+
+TEST(ArchiveLayout, PathsThatCannotCoexist) {
+    EXPECT_NO_THROW(check_archive_paths({tensor("a.b", DType::F32, {2}), tensor("a.b-x", DType::F32, {2}),
+                                         tensor("a.c.d", DType::F32, {2})}));
+    try {
+        check_archive_paths({tensor("a.b", DType::F32, {2}), tensor("a.b-x", DType::F32, {2}),
+                             tensor("a.b.c", DType::F32, {2})});
+        FAIL() << "a.b is both a dataset and a group";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("a.b and a.b.c"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(check_archive_paths({tensor("hf_files.config", DType::F32, {2})}), Error);
+}
+
+TEST(ArchiveLayout, ChunkRows) {
+    EXPECT_EQ(archive_chunk_rows(tensor("s", DType::F32, {})), 0);       // 0-d: contiguous
+    EXPECT_EQ(archive_chunk_rows(tensor("e", DType::F32, {0, 4})), 0);   // empty: contiguous
+    EXPECT_EQ(archive_chunk_rows(tensor("w", DType::BF16, {100, 512}), 4096), 4);
+    EXPECT_EQ(archive_chunk_rows(tensor("w", DType::BF16, {3, 512}), 1 << 20), 3);  // at most the rows
+    EXPECT_EQ(archive_chunk_rows(tensor("w", DType::F32, {10, 4096}), 100), 1);     // at least one row
+}
+
+// One process, no MPI: the writer uses the sec2 driver; what it wrote reads back bit for bit.
+TEST(ArchiveRoundTrip, WritesAndReadsBackEveryDtypeLayout) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/model.h5";
+    std::vector<OutputTensor> tensors = {tensor("model.embed.weight", DType::BF16, {37, 16}),
+                                         tensor("model.norm.weight", DType::F16, {16}),
+                                         tensor("model.scale", DType::F32, {}),
+                                         tensor("model.empty", DType::F32, {0, 3}),
+                                         tensor("model.ids", DType::I64, {5, 2})};
+    std::vector<std::vector<unsigned char>> data;
+    for (size_t i = 0; i < tensors.size(); ++i) data.push_back(sample_bytes(tensors[i].nbytes(), 100 + i));
+    // bf16 specials survive as bits: NaN with a payload, -0, inf.
+    const uint16_t specials[] = {0x7FC1, 0x8000, 0x7F80, 0xFF81};
+    std::memcpy(data[0].data(), specials, sizeof specials);
+    for (int level : {0, 3}) {
+        std::filesystem::remove(path);
+        std::vector<int64_t> chunk_rows;
+        for (const auto& t : tensors) chunk_rows.push_back(level ? archive_chunk_rows(t, 64) : 0);
+        EXPECT_EQ(chunk_rows[0], level ? 2 : 0);
+        {
+            ArchiveWriter writer(path, tensors, chunk_rows, level);
+            EXPECT_FALSE(writer.parallel());
+            for (size_t t = 0; t < tensors.size(); ++t) {
+                if (tensors[t].nbytes() == 0) continue;
+                const int64_t rows = row_count(tensors[t]);
+                const int64_t half = rows / 2;
+                const uint64_t rb = row_bytes(tensors[t]);
+                writer.write_rows(t, 0, half, data[t].data());
+                writer.write_rows(t, half, rows, data[t].data() + half * rb);
+            }
+            writer.add_file("config.json", "{\"a\": 1}\n");
+            writer.add_file("sub/empty.txt", "");
+            writer.write_index({1, {}, level ? "zstd:3" : "none"});
+            writer.close();
+        }
+        // The index above claims 1 byte and lists no tensor: the reader refuses the mismatch ...
+        EXPECT_THROW(ArchiveReader{path}, Error);
+        std::filesystem::remove(path);
+        {
+            ArchiveWriter writer(path, tensors, chunk_rows, level);
+            uint64_t total = 0;
+            std::vector<std::string> names;
+            for (size_t t = 0; t < tensors.size(); ++t) {
+                names.push_back(tensors[t].name);
+                total += tensors[t].nbytes();
+                if (tensors[t].nbytes()) writer.write_rows(t, 0, row_count(tensors[t]), data[t].data());
+            }
+            writer.add_file("config.json", "{\"a\": 1}\n");
+            writer.add_file("sub/empty.txt", "");
+            writer.write_index({total, names, level ? "zstd:3" : "none"});
+            writer.close();
+        }
+        // ... and reads a consistent archive back.
+        ArchiveReader reader(path);
+        ASSERT_EQ(reader.tensors().size(), tensors.size());
+        EXPECT_EQ(reader.compression(), level ? "zstd:3" : "none");
+        for (size_t t = 0; t < tensors.size(); ++t) {
+            const ArchiveTensor& a = reader.tensors()[t];
+            EXPECT_EQ(a.name, tensors[t].name);
+            EXPECT_EQ(a.dtype, tensors[t].dtype);
+            EXPECT_EQ(a.shape, tensors[t].shape);
+            EXPECT_EQ(a.compressed, level > 0 && chunk_rows[t] > 0);
+            if (!tensors[t].nbytes()) continue;
+            std::vector<unsigned char> back(tensors[t].nbytes());
+            reader.read_rows(t, 0, row_count(tensors[t]), back.data());
+            EXPECT_EQ(back, data[t]) << tensors[t].name;
+        }
+        const auto files = reader.files();
+        ASSERT_EQ(files.size(), 2u);
+        EXPECT_EQ(files[0].first, "config.json");
+        EXPECT_EQ(files[0].second, "{\"a\": 1}\n");
+        EXPECT_EQ(files[1].first, "sub/empty.txt");
+        EXPECT_EQ(files[1].second, "");
+    }
+}
+
+}  // namespace
+}  // namespace vmerge
