@@ -1,11 +1,16 @@
 #!/bin/bash
 # Installs the Debian 12 packages vmerge needs: `install-deps.sh` for building and running,
 # `install-deps.sh --tests` adds what the tests use (torch 1.13 for the fixture generator, Slurm
-# and munge for the job-template test).
+# and munge for the job-template test, h5py and zstd for the HDF5 archive tests).
 set -euo pipefail
 packages=(cmake g++ make libopenmpi-dev openmpi-bin nlohmann-json3-dev libboost-program-options-dev)
+# --format hdf5: parallel HDF5 (Open MPI build) and libzstd for the filter 32015 (docs/hdf5.md).
+packages+=(libhdf5-openmpi-dev libzstd-dev pkg-config)
 if [[ ${1:-} == --tests ]]; then
     packages+=(libgtest-dev python3-torch python3-numpy)
+    # tests/tools/check_hdf5_archive.py: h5py reads the archive, an independent zstd its chunks;
+    # h5dump (hdf5-tools) prints a compressed dataset through the plugin.
+    packages+=(python3-h5py python3-zstandard zstd hdf5-tools)
     # tests/slurm: a private single-node Slurm (slurmctld, slurmd, sbatch/srun) with munge.
     packages+=(slurmctld slurmd slurm-client munge)
     # tests/fuzz: libFuzzer targets built with Debian's clang.
