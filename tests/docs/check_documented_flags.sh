@@ -19,7 +19,7 @@ foreign=(
     # lfs (Lustre)
     stripe_count stripe_size
     # ctest / cmake
-    output_on_failure build target preset test_dir
+    output_on_failure build target preset test_dir install prefix
     # project helper scripts: tests/corpus/make_bad_inputs.py, scripts/bench/make_bench_checkpoint.py,
     # scripts/install-deps.sh
     fsdp megatron size_gb world small tests
