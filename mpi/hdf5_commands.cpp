@@ -145,7 +145,6 @@ int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source
         for (const std::string& rel : non_weight_files(hf_dir)) files.emplace_back(rel, read_file(fs::path(hf_dir) / rel));
     });
     const std::string compression = o.zstd_level > 0 ? "zstd:" + std::to_string(o.zstd_level) : "none";
-    CopyStats stats;
     const auto copy_start = Clock::now();
     collective_step(comm, [&] {
         std::unique_ptr<ArchiveWriter> archive;
@@ -181,7 +180,6 @@ int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source
                                 }(),
                                 compression});
             writer.close();
-            stats = executor.stats();
         } catch (const std::exception& e) {
             // The others may wait in a collective HDF5 call that this rank will never join (closing
             // the archive here would be one more): stop every rank now.

@@ -42,11 +42,17 @@ make_rankwrap
 wait_for_idle
 snapshot_vmerge
 
-declare -A SIZE
-sized_run() {  # sized_run NAME ARGS...: run, then record the output folder's bytes
+declare -A SIZE H5SIZE STORED
+SIZED=()
+sized_run() {  # sized_run NAME ARGS...: run, then record the folder's, model.h5's and the chunks' bytes
     local name=$1; shift
     CLEAN=$OUT run "$name" "$@"
+    SIZED+=("$name")
     SIZE[$name]=$(du -sb "$OUT" | awk '{print $1}')
+    if [ -f "$OUT/model.h5" ]; then
+        H5SIZE[$name]=$(stat -c %s "$OUT/model.h5")
+        STORED[$name]=$("$VMERGE" inspect --backend hdf5 --local_dir "$OUT" --json | jq .stored_bytes)
+    fi
 }
 mpi=(mpirun --oversubscribe -np "$NP" "$RANKWRAP")
 merge=(merge --local_dir "$CKPT" --target_dir "$OUT" --force -q)
@@ -70,11 +76,11 @@ echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs
 echo
 print_table
 echo
-echo "| output | folder bytes | vs safetensors |"
-echo "|---|---:|---:|"
-for name in "safetensors, 1 rank" "hdf5, 1 rank" "hdf5 zstd:$LEVEL, 1 rank"; do
-    awk -v n="$name" -v s="${SIZE[$name]}" -v b="${SIZE["safetensors, 1 rank"]}" \
-        'BEGIN {printf "| %s | %d | %.3f |\n", n, s, s / b}'
+echo "| output | folder bytes | vs safetensors | model.h5 bytes | tensor bytes stored (inspect) |"
+echo "|---|---:|---:|---:|---:|"
+for name in "${SIZED[@]}"; do
+    awk -v n="$name" -v s="${SIZE[$name]}" -v b="${SIZE["safetensors, 1 rank"]}" -v h="${H5SIZE[$name]:--}" \
+        -v t="${STORED[$name]:--}" 'BEGIN {printf "| %s | %d | %.3f | %s | %s |\n", n, s, s / b, h, t}'
 done
 rm -rf "$OUT" "$OUT.archive"
 drop_snapshot
