@@ -4,7 +4,8 @@
 # and munge for the job-template test, h5py and zstd for the HDF5 archive tests).
 set -euo pipefail
 packages=(cmake g++ make libopenmpi-dev openmpi-bin nlohmann-json3-dev libboost-program-options-dev)
-# --format hdf5: parallel HDF5 (Open MPI build) and libzstd for the filter 32015 (docs/hdf5.md).
+# --format hdf5: parallel HDF5 (Open MPI build) and libzstd for the filter 32015 (docs/hdf5.md);
+# pkg-config finds a libzstd that has no CMake config.
 packages+=(libhdf5-openmpi-dev libzstd-dev pkg-config)
 if [[ ${1:-} == --tests ]]; then
     packages+=(libgtest-dev python3-torch python3-numpy)
