@@ -65,6 +65,10 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
         throw UsageError("--backend hdf5 reads an archive; its output is a safetensors folder (drop --format hdf5)");
     if (o.backend == "hdf5" && o.command != "merge" && o.command != "inspect")
         throw UsageError("--backend hdf5 works with merge (archive -> Hugging Face folder) and inspect");
+    // An archive converts back as stored: bit for bit what was merged into it.
+    if (o.backend == "hdf5" && ((o.dtype != "auto" && o.dtype != "keep") || o.quantize))
+        throw UsageError(std::string("--backend hdf5 writes the archive's tensors as stored; ") +
+                         (o.quantize ? "--quantize" : "--dtype " + o.dtype) + " applies to checkpoints");
 }
 
 }  // namespace

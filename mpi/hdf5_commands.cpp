@@ -106,6 +106,32 @@ void print_storage(const std::vector<ArchiveTensor>& tensors, std::ostream& out,
             << ratio_text(s.bytes, s.stored_bytes) << ")\n";
 }
 
+// Under MPI: each rank assembles its pieces on the main thread (MPI is initialised for one
+// thread) and writes them; for a compressed dataset every rank makes rounds[t] collective
+// writes, joining with an empty selection once it has nothing left.
+void write_in_rounds(ArchiveWriter& writer, const TensorMapping& mapping,
+                     const std::vector<std::vector<WriteTask>>& mine, const std::vector<size_t>& rounds,
+                     uint64_t max_memory) {
+    CopyExecutor executor(mapping, max_memory / 2);
+    std::vector<unsigned char> buffer;
+    for (size_t t = 0; t < mapping.tensors.size(); ++t) {
+        const uint64_t bytes_per_row = row_bytes(mapping.tensors[t]);
+        const size_t n = writer.compressed(t) ? rounds[t] : mine[t].size();
+        for (size_t k = 0; k < n; ++k) {
+            if (k >= mine[t].size()) {
+                writer.write_rows(t, 0, 0, nullptr);
+                continue;
+            }
+            const WriteTask& piece = mine[t][k];
+            buffer.resize(static_cast<size_t>(piece.row_end - piece.row_begin) * bytes_per_row);
+            executor.run({piece}, [&](size_t, int64_t row, int64_t, const unsigned char* data, size_t size) {
+                std::memcpy(buffer.data() + static_cast<size_t>(row - piece.row_begin) * bytes_per_row, data, size);
+            });
+            writer.write_rows(t, piece.row_begin, piece.row_end, buffer.data());
+        }
+    }
+}
+
 }  // namespace
 
 int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source, const std::string& hf_dir,
@@ -151,26 +177,15 @@ int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source
         try {
             archive = std::make_unique<ArchiveWriter>(staging + "/" + kArchiveFileName, tensors, chunk_rows, o.zstd_level);
             ArchiveWriter& writer = *archive;
-            CopyExecutor executor(mapping, max_memory / 2);
-            std::vector<unsigned char> buffer;
-            auto fill = [&](const WriteTask& piece) {
-                const uint64_t bytes_per_row = row_bytes(tensors[piece.tensor]);
-                buffer.resize(static_cast<size_t>(piece.row_end - piece.row_begin) * bytes_per_row);
-                executor.run({piece}, [&](size_t, int64_t row, int64_t, const unsigned char* data, size_t size) {
-                    std::memcpy(buffer.data() + static_cast<size_t>(row - piece.row_begin) * bytes_per_row, data, size);
-                });
-            };
-            for (size_t t = 0; t < tensors.size(); ++t) {
-                const bool collective = writer.parallel() && writer.compressed(t);
-                const size_t n = collective ? rounds[t] : mine[t].size();
-                for (size_t k = 0; k < n; ++k) {
-                    if (k < mine[t].size()) {
-                        fill(mine[t][k]);
-                        writer.write_rows(t, mine[t][k].row_begin, mine[t][k].row_end, buffer.data());
-                    } else {
-                        writer.write_rows(t, 0, 0, nullptr);  // joins the collective write with nothing
-                    }
-                }
+            if (!writer.parallel()) {
+                // One process, no MPI: the executor's writer thread may call HDF5 itself (only
+                // it does while run() lasts), so reading the next block overlaps writing and
+                // compressing this one. Blocks are whole chunks (row_align).
+                CopyExecutor executor(mapping, max_memory);
+                executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data,
+                                                    size_t) { writer.write_rows(t, row, row_end, data); });
+            } else {
+                write_in_rounds(writer, mapping, mine, rounds, max_memory);
             }
             for (const auto& [rel, bytes] : files) writer.add_file(rel, bytes);
             writer.write_index({layout.total_size, [&] {

@@ -7,7 +7,8 @@
 #  - inspect --backend hdf5 prints the compression ratio per dtype;
 #  - merge --backend hdf5 turns the archive back into an HF folder: checked by check_hf_output.py against
 #    the reference, by verify, and byte-identical to the safetensors merge of the checkpoint.
-# Small chunks (--hdf5_chunk_size 1KB) so that tensors span several chunks and ranks.
+# Small chunks (--hdf5_chunk_size 1KB) so that tensors span several chunks and ranks. NP 1 runs without
+# mpiexec (the one-process sec2 path), NP > 1 under it (MPI-IO, collective filtered writes).
 # usage: hdf5_case.sh VMERGE MPIEXEC PYTHON SOURCE_DIR FIXTURES CASE NP COMPRESS WORK
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fixtures=$5 case=$6 np=$7 compress=$8 work=$9
@@ -18,7 +19,9 @@ hf_dir="$local_dir/huggingface"
 target="$work/$case.np$np.$compress"
 rm -rf "$target" "$target.hf" "$target.st"
 mkdir -p "$work"
+# One rank runs as a plain process (no MPI: the sec2 driver); more under mpiexec (MPI-IO).
 launch=("$mpiexec" --oversubscribe -np "$np")
+[[ $np -eq 1 ]] && launch=()
 
 "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" --format hdf5 --compress "$compress" \
     --hdf5_chunk_size 1KB --max-memory 64KiB
