@@ -196,3 +196,33 @@ TEST(ArchiveRoundTrip, WritesAndReadsBackEveryDtypeLayout) {
 
 }  // namespace
 }  // namespace vmerge
+
+namespace vmerge {
+namespace {
+
+// A large model's tensor_names (here 2000 names, about 150 KB) is beyond HDF5's 64 KiB limit of
+// compact attributes: it needs the dense attribute storage of the 1.8+ file format.
+TEST(ArchiveRoundTrip, TensorNamesBeyondCompactAttributeLimit) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/model.h5";
+    std::vector<OutputTensor> tensors;
+    std::vector<std::string> names;
+    for (int i = 0; i < 2000; ++i) {
+        tensors.push_back(tensor("model.layers." + std::to_string(i) + ".mlp.experts_projection_with_a_long_name.weight",
+                                 DType::F32, {1}));
+        names.push_back(tensors.back().name);
+    }
+    {
+        ArchiveWriter writer(path, tensors, std::vector<int64_t>(tensors.size(), 0), 0);
+        const float one = 1.0f;
+        for (size_t t = 0; t < tensors.size(); ++t) writer.write_rows(t, 0, 1, &one);
+        writer.write_index({tensors.size() * 4, names, "none"});
+        writer.close();
+    }
+    ArchiveReader reader(path);
+    ASSERT_EQ(reader.tensors().size(), tensors.size());
+    EXPECT_EQ(reader.tensors().back().name, names.back());
+}
+
+}  // namespace
+}  // namespace vmerge
