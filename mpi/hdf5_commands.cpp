@@ -11,6 +11,11 @@
 #include <memory>
 #include <sstream>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <nlohmann/json.hpp>
 
 #include "archive_layout.h"
@@ -60,10 +65,25 @@ void prepare_archive_staging(const std::string& target, bool force) {
     if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
 }
 
-// Rank 0, after every rank closed the archive: the HF files beside it, then the rename.
+// Makes `path` (a file or folder) durable; H5Fclose writes but does not sync.
+void fsync_path(const fs::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(path.string() + ": cannot open to sync: " + std::strerror(errno));
+    const int rc = ::fsync(fd);
+    ::close(fd);
+    if (rc != 0) throw Error(path.string() + ": fsync failed: " + std::strerror(errno));
+}
+
+// Rank 0, after every rank closed the archive: the HF files beside it, everything synced, then
+// the rename.
 void commit_archive_staging(const std::string& target, bool force, const std::string& hf_dir) {
     const fs::path staging = staging_path(target);
-    for (const std::string& rel : non_weight_files(hf_dir)) write_file(staging / rel, read_file(fs::path(hf_dir) / rel));
+    for (const std::string& rel : non_weight_files(hf_dir)) {
+        write_file(staging / rel, read_file(fs::path(hf_dir) / rel));
+        fsync_path(staging / rel);
+    }
+    fsync_path(staging / kArchiveFileName);
+    fsync_path(staging);
     std::error_code ec;
     std::string old;
     if (fs::exists(target, ec)) {
