@@ -44,7 +44,7 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
         if (compress != "zstd" && !compress.starts_with("zstd:"))
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
         o.zstd_level = 3;
-        if (compress.size() > 5) {
+        if (compress != "zstd") {
             const std::string level = compress.substr(5);
             size_t used = 0;
             int value = 0;
