@@ -38,6 +38,10 @@ struct Options {
     int64_t group_size = 128;
     bool asymmetric = false;
     std::vector<std::string> quantize_ignore;
+    bool merge_lora = false;          // fold a LoRA adapter in (default: extract it)
+    std::optional<double> lora_alpha;
+    bool use_rslora = false;
+    std::string lora_base;            // Megatron adapter checkpoints: the HF base model folder
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with

@@ -26,6 +26,7 @@
 #include "vmerge/hf_config.h"
 #include "vmerge/human_units.h"
 #include "vmerge/input_file.h"
+#include "vmerge/lora_adapter.h"
 #include "vmerge/output_folder.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/output_rules.h"
@@ -76,6 +77,7 @@ struct MergeInputs {
     MappedCheckpoint mapped;
     std::optional<QuantizeSpec> quantize;
     QuantizationPlan quantization;
+    LoraResult lora;
     const TensorMapping& mapping() const { return mapped.mapping; }
 };
 
@@ -96,12 +98,31 @@ void plan_quantized_output(MergeInputs& in, const Options& o) {
     for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
 }
 
-// config.json of a quantized merge: the source's, plus the quantization_config block.
-std::string quantized_config_json(const MergeInputs& in) {
-    if (!in.quantize) return "";
-    nlohmann::ordered_json config = nlohmann::ordered_json::parse(in.config.json.dump());
-    config["quantization_config"] = quantization_config(*in.quantize, in.quantization.ignored_modules);
-    return config.dump(2) + "\n";
+// Files rank 0 writes at commit: a quantized model's config.json (the source's plus the
+// quantization_config block), an extracted adapter's adapter_config.json.
+std::map<std::string, std::string> generated_files(const MergeInputs& in) {
+    std::map<std::string, std::string> files;
+    if (in.quantize) {
+        nlohmann::ordered_json config = nlohmann::ordered_json::parse(in.config.json.dump());
+        config["quantization_config"] = quantization_config(*in.quantize, in.quantization.ignored_modules);
+        files["config.json"] = config.dump(2) + "\n";
+    }
+    if (!in.lora.adapter_config.is_null())
+        files[std::string(kAdapterFolder) + "/adapter_config.json"] = in.lora.adapter_config.dump(2) + "\n";
+    return files;
+}
+
+void apply_lora_choice(MergeInputs& in, const Options& o) {
+    LoraOptions lora;
+    lora.mode = o.merge_lora ? LoraMode::Merge : LoraMode::Extract;
+    lora.alpha = o.lora_alpha;
+    if (o.use_rslora) lora.use_rslora = true;
+    lora.checkpoint_dir = o.local_dir;
+    lora.task_type = o.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
+    // The extracted adapter sits inside the folder that holds its base model.
+    if (!o.target_dir.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.target_dir).lexically_normal().string();
+    in.lora = apply_lora(in.mapped.mapping, lora, o.local_dir);
+    for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
 }
 
 MergeInputs load_inputs(const Options& o, Comm& comm) {
@@ -134,6 +155,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         options.tp_size = o.tp_size;
         options.pp_size = o.pp_size;
         in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
+        apply_lora_choice(in, o);
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.tie_word_embedding))
             in.mapped.notes.push_back(note);
@@ -368,14 +390,15 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     const double copy_seconds = std::chrono::duration<double>(Clock::now() - copy_start).count();
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {
-        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, quantized_config_json(in));
+        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, generated_files(in));
     }, staging);
     const double commit_seconds = std::chrono::duration<double>(Clock::now() - commit_start).count();
 
     nlohmann::ordered_json mine = {
         {"rank", comm.rank()}, {"host", comm.host()}, {"scan_s", in.scan_seconds}, {"map_s", in.map_seconds},
         {"plan_s", plan_seconds}, {"copy_s", copy_seconds}, {"read_s", stats.read_seconds},
-        {"cast_s", stats.cast_seconds}, {"write_s", stats.sink_seconds}, {"commit_s", commit_seconds},
+        {"cast_s", stats.cast_seconds}, {"lora_s", stats.lora_seconds}, {"write_s", stats.sink_seconds},
+        {"commit_s", commit_seconds},
         {"bytes_read", stats.bytes_read}, {"bytes_written", stats.bytes_written},
         {"bytes_kept_from_earlier_run", stats.bytes_skipped}, {"reads", stats.reads},
         {"peak_rss_bytes", peak_rss_bytes()}};
@@ -460,7 +483,17 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const auto& tensors = in.mapping().tensors;
     HfWeights reference;
     std::vector<std::string> problems;
-    collective_step(comm, [&] { reference = read_hf_weights(o.test_hf_dir); });
+    collective_step(comm, [&] {
+        reference = read_hf_weights(o.test_hf_dir);
+        // An extracted adapter is compared with the reference's lora_adapter/ folder.
+        const std::string adapter = o.test_hf_dir + "/" + kAdapterWeightsFile;
+        if (std::filesystem::exists(adapter)) {
+            reference.files.push_back(read_safetensors_header(adapter));
+            const auto& entries = reference.files.back().entries;
+            for (size_t e = 0; e < entries.size(); ++e)
+                reference.by_name[entries[e].name] = {reference.files.size() - 1, e};
+        }
+    });
     std::vector<bool> comparable(tensors.size(), false);
     for (size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
@@ -488,8 +521,13 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     std::vector<std::string> value_problems;
+    // With --merge_lora, a reference that differs from the merge is also compared with the
+    // unmerged base weight: equal means whoever wrote it dropped the adapter.
+    TensorMapping base = in.mapping();
+    for (auto& t : base.tensors) t.lora_delta.reset();
     collective_step(comm, [&] {
         CopyExecutor executor(in.mapping(), max_memory(o, comm));
+        CopyExecutor base_executor(base, max_memory(o, comm));
         std::map<std::string, std::unique_ptr<InputFile>> files;
         std::vector<unsigned char> expected;
         executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
@@ -504,9 +542,17 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
             const size_t count = size / element_size(tensors[t].dtype);
             if (!values_match(data, expected.data(), tensors[t].dtype, count, o.atol, o.rtol, &bad)) {
                 const size_t row_elems = row_bytes(tensors[t]) / element_size(tensors[t].dtype);
+                bool equals_base = false;
+                if (tensors[t].lora_delta)
+                    base_executor.run({{t, row, row_end}}, [&](size_t, int64_t, int64_t, const unsigned char* unmerged, size_t n) {
+                        size_t ignored = 0;
+                        equals_base = n == size && values_match(unmerged, expected.data(), tensors[t].dtype, count, 0, 0, &ignored);
+                    });
                 value_problems.push_back(tensors[t].name + ": values differ first at row " +
                                          std::to_string(row + static_cast<int64_t>(bad / std::max<size_t>(row_elems, 1))) +
-                                         " (rows " + std::to_string(row) + ".." + std::to_string(row_end) + " checked)");
+                                         " (rows " + std::to_string(row) + ".." + std::to_string(row_end) + " checked)" +
+                                         (equals_base ? "; the reference equals the base weight without the LoRA update: "
+                                                        "the adapter was not merged into it (lora_alpha 0?)" : ""));
             }
         });
     });

@@ -80,20 +80,6 @@ TensorMapping strip_dcp_prefixes(TensorMapping mapping, std::vector<std::string>
     return out;
 }
 
-// PEFT-wrapped state dicts (base_layer, lora_A/lora_B) written under their own names would be a
-// model that loads as its base with the adapter silently lost: refuse them until the LoRA
-// export/merge exists.
-void refuse_lora(const TensorMapping& mapping, const std::string& where) {
-    for (const auto& t : mapping.tensors) {
-        const std::string& n = t.name;
-        if (n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos ||
-            n.find(".base_layer.") != std::string::npos || n.find("lora_embedding_") != std::string::npos)
-            throw Error(where + ": holds LoRA adapter tensors ('" + n + "'); exporting or merging LoRA adapters "
-                        "is not supported by this build yet, and merging them as plain tensors would give a model "
-                        "that silently ignores the adapter");
-    }
-}
-
 }  // namespace
 
 DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
@@ -184,7 +170,6 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
             m.facts["world_size"] = ckpt.fsdp.world_size;
             m.facts["world_size_inferred"] = ckpt.fsdp.world_size_inferred;
             m.mapping = map_fsdp(scans);
-            refuse_lora(m.mapping, ckpt.fsdp.dir);
             break;
         case Layout::MegatronLegacy: {
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
@@ -211,7 +196,6 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
         }
         case Layout::Dcp: {
             m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, m.notes), m.notes);
-            refuse_lora(m.mapping, ckpt.dcp.dir);
             break;
         }
         case Layout::HfSafetensors: {

@@ -3,10 +3,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "vmerge/input_file.h"
+#include "vmerge/lora_kernel.h"
 #include "vmerge/quantization.h"
 #include "vmerge/rank_work.h"
 #include "vmerge/tensor_mapping.h"
@@ -22,6 +24,7 @@ struct CopyStats {
     double read_seconds = 0;     // in pread
     double cast_seconds = 0;
     double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
+    double lora_seconds = 0;     // assembling LoRA factors and adding B·A to merged weights
     std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
@@ -46,6 +49,8 @@ public:
 
 private:
     const InputFile& open(const std::string& path);
+    // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
+    const LoraFactors& lora_factors(size_t delta);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
     void read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
@@ -60,6 +65,8 @@ private:
     std::map<std::string, std::unique_ptr<InputFile>> files_;
     std::vector<unsigned char> block_;
     std::vector<unsigned char> span_;
+    std::optional<size_t> lora_factors_for_;
+    LoraFactors lora_factors_;
     CopyStats stats_;
 };
 
