@@ -316,7 +316,8 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
     if (module_order.empty() && trained.empty())
         throw Error(where + ": holds PEFT-wrapped names (base_layer) but no lora_A/lora_B tensors");
 
-    std::string summary = where + ": LoRA adapter on " + std::to_string(module_order.size()) + " modules (r = ";
+    std::string summary = where + ": LoRA adapter on " + std::to_string(module_order.size()) + " module" +
+                          (module_order.size() == 1 ? "" : "s") + " (r = ";
     for (auto r : ranks) summary += (r == *ranks.begin() ? "" : "/") + std::to_string(r);
     summary += ")";
     const LoraHyperparameters h = resolve_lora_hyperparameters(options, summary);
@@ -396,7 +397,6 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
                 break;
         }
     }
-    for (auto& t : adapter) t.dtype = t.source_dtype;  // an adapter keeps the dtype it was trained in
     mapping.tensors = std::move(model);
     for (auto& t : adapter) mapping.tensors.push_back(std::move(t));
     mapping.lora_deltas = std::move(deltas);
@@ -445,18 +445,20 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
             {"use_rslora", h.use_rslora},
         };
         result.adapter_config = c;
-        result.notes.push_back("LoRA adapter (" + std::to_string(module_order.size()) + " modules, lora_alpha " +
+        result.notes.push_back("LoRA adapter (" + std::to_string(module_order.size()) + " module" +
+                               (module_order.size() == 1 ? "" : "s") + ", lora_alpha " +
                                number_text(h.alpha) + " from " + h.source + ") written to " + kAdapterFolder +
                                "/ in PEFT format; the model folder holds the base weights (--merge_lora folds the adapter in)");
         if (!saved.empty())
-            result.notes.push_back("the adapter has modules_to_save (" + std::to_string(saved.size()) +
-                                   " modules): PEFT loads it, vLLM does not (use --merge_lora for vLLM)");
+            result.notes.push_back("the adapter has modules_to_save (" + std::to_string(saved.size()) + " module" +
+                                   (saved.size() > 1 ? "s" : "") + "): PEFT loads it, vLLM does not (use --merge_lora for vLLM)");
     } else {
-        result.notes.push_back("LoRA adapter folded into " + std::to_string(module_order.size()) + " weights: W + " +
+        result.notes.push_back("LoRA adapter folded into " + std::to_string(module_order.size()) + " weight" +
+                               (module_order.size() == 1 ? "" : "s") + ": W + " +
                                std::string(h.use_rslora ? "alpha/sqrt(r)" : "alpha/r") + " · B·A in fp32 (lora_alpha " +
                                number_text(h.alpha) + " from " + h.source + ")" +
-                               (trained.empty() ? "" : "; " + std::to_string(trained.size()) +
-                                                           " modules_to_save tensors replace their originals"));
+                               (trained.empty() ? "" : "; " + std::to_string(trained.size()) + " modules_to_save tensor" +
+                                                           (trained.size() > 1 ? "s replace their originals" : " replaces its original")));
     }
     return result;
 }
