@@ -153,6 +153,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         options.tie_word_embedding = o.tie_word_embedding;
         options.allow_unmapped = o.allow_unmapped;
         options.tp_size = o.tp_size;
+        options.lora_base = o.lora_base;
         options.pp_size = o.pp_size;
         in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
         apply_lora_choice(in, o);
@@ -439,7 +440,10 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (resumed)
             out << "vmerge: resumed: " << human_bytes(resumed_bytes) << " written by the interrupted run were checked and kept, "
                 << human_bytes(layout.total_size - resumed_bytes) << " written now\n";
-        out << "vmerge: merged " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
+        const size_t adapter_tensors = std::count_if(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return t.adapter; });
+        out << "vmerge: merged " << tensors.size() - adapter_tensors << " tensors"
+            << (adapter_tensors ? " and " + std::to_string(adapter_tensors) + " adapter tensors" : std::string()) << " ("
+            << human_bytes(layout.total_size) << ") from "
             << in.checkpoint.jobs.size() << " archives into " << o.target_dir << " (" << layout.files.size()
             << " file" << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank"
             << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s ("

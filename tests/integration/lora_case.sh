@@ -28,7 +28,7 @@ launch=("$mpiexec" --oversubscribe -np "$np")
 if [[ -n $expected_error ]]; then
     for args in --extract_lora --merge_lora; do
         set +e
-        "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" $args >"$target.log" 2>&1
+        "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${merge_args[@]}" $args >"$target.log" 2>&1
         rc=$?
         set -e
         cat "$target.log"
