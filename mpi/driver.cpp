@@ -112,6 +112,15 @@ std::map<std::string, std::string> generated_files(const MergeInputs& in) {
     return files;
 }
 
+// A LoRA merge with another alpha writes other bytes into the same layout: --resume must
+// not mix the two.
+std::string lora_fingerprint(const TensorMapping& mapping) {
+    std::ostringstream out;
+    out << std::hexfloat;
+    for (const auto& d : mapping.lora_deltas) out << d.scale << ";";
+    return out.str();
+}
+
 void apply_lora_choice(MergeInputs& in, const Options& o) {
     LoraOptions lora;
     lora.mode = o.merge_lora ? LoraMode::Merge : LoraMode::Extract;
@@ -184,6 +193,12 @@ uint64_t default_max_memory(const Comm& comm) {
         if (per_rank > 0) share = std::min(share, per_rank / 2);
     }
     return std::clamp<uint64_t>(share, 64ull << 20, 4ull << 30);
+}
+
+// Threads a rank may use for LoRA products: its share of the node's cores.
+int compute_threads(const Comm& comm) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::max(1, cores / std::max(1, comm.local_size()));
 }
 
 uint64_t max_memory(const Options& o, const Comm& comm) {
@@ -341,7 +356,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
         const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout,
-                                                   resume_identity(layout, comm.size(), max_memory(o, comm)));
+                                                   resume_identity(layout, comm.size(), max_memory(o, comm), lora_fingerprint(in.mapping())));
         resumed = state.resumed;
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
@@ -359,7 +374,8 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             if (o.resume) done = blocks_by_key(read_journals(staging));
             JournalWriter journal(staging, comm.rank());
             OutputWriter writer(staging, tensors, layout, &journal);
-            CopyExecutor executor(in.mapping(), max_memory(o, comm), in.quantize ? &*in.quantize : nullptr);
+            CopyExecutor executor(in.mapping(), max_memory(o, comm), in.quantize ? &*in.quantize : nullptr,
+                                  compute_threads(comm));
             const int delay = block_delay_ms();
             try {
                 executor.run(

@@ -142,8 +142,9 @@ private:
 
 }  // namespace
 
-CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize)
-    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize) {}
+CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize, int threads)
+    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize),
+      threads_(std::max(1, threads)) {}
 
 const InputFile& CopyExecutor::open(const std::string& path) {
     auto& slot = files_[path];
@@ -215,7 +216,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 if (lora) {
                     // The merged weight, rounded to the model dtype, is what gets quantized.
                     cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
-                    add_lora_delta(floats_.data(), row, end, *lora);
+                    add_lora_delta(floats_.data(), row, end, *lora, threads_);
                     cast_.resize(count * element_size(scale.dtype));
                     cast_elements(floats_.data(), DType::F32, cast_.data(), scale.dtype, count);
                     cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
@@ -255,7 +256,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 out.resize(count * sizeof(float));
                 float* merged = reinterpret_cast<float*>(out.data());
                 cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
-                add_lora_delta(merged, row, end, *lora);
+                add_lora_delta(merged, row, end, *lora, threads_);
                 stats_.lora_seconds += seconds_since(start);
                 if (t.dtype == DType::F32) out = writer.submit(task.tensor, row, end, std::move(out));
                 else out = writer.submit(task.tensor, row, end, std::move(out), std::pair{DType::F32, t.dtype});

@@ -38,8 +38,10 @@ using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row
 // that thread, one block at a time.
 class CopyExecutor {
 public:
-    // `quantize` (optional) is the spec QuantPacked tensors were planned with.
-    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize = nullptr);
+    // `quantize` (optional) is the spec QuantPacked tensors were planned with; `threads` is how
+    // many threads a LoRA update may use (the rank's share of the node's cores).
+    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize = nullptr,
+                 int threads = 1);
 
     // `skip` (optional) is asked before each block is assembled; true means an earlier run
     // already wrote it (resume), so its sources are not read at all.
@@ -59,6 +61,7 @@ private:
     const TensorMapping& mapping_;
     uint64_t max_memory_;
     const QuantizeSpec* quantize_;
+    int threads_;
     std::vector<float> floats_;
     std::vector<unsigned char> cast_;
     std::vector<int32_t> zero_points_;

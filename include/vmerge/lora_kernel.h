@@ -22,7 +22,8 @@ LoraFactors make_lora_factors(const LoraDelta& delta, const float* a, const floa
 
 // Adds the update to rows [row_begin, row_end) of W held in `rows` (fp32, row-major, `cols`
 // wide), as PEFT and Megatron-Bridge compute it: the product in fp32, times the scale, added
-// to the fp32 weight, so the caller rounds to the output dtype once.
-void add_lora_delta(float* rows, int64_t row_begin, int64_t row_end, const LoraFactors& factors);
+// to the fp32 weight, so the caller rounds to the output dtype once. Rows are shared among
+// up to `threads` threads when the block is large enough to be worth it.
+void add_lora_delta(float* rows, int64_t row_begin, int64_t row_end, const LoraFactors& factors, int threads = 1);
 
 }  // namespace vmerge
