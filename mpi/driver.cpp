@@ -286,6 +286,9 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
         j["quantization"] = {{"bits", in.quantize->bits}, {"group_size", in.quantize->group_size},
                              {"symmetric", in.quantize->symmetric}, {"bytes_before", in.quantization.bytes_before},
                              {"bytes_after", in.quantization.bytes_after}, {"ignored", in.quantization.ignored_modules}};
+    if (in.lora.found)
+        j["lora"] = {{"mode", o.merge_lora ? "merge" : "extract"}, {"modules", in.lora.modules}, {"ranks", in.lora.ranks},
+                     {"alpha", in.lora.alpha}, {"alpha_source", in.lora.alpha_source}};
     j["plan"] = {{"ranks", ranks}, {"largest_rank_bytes", largest}, {"mean_rank_bytes", mean},
                  {"largest_over_mean", imbalance}, {"plan_seconds", plan_seconds}, {"total_seconds", total_seconds},
                  {"per_rank", plan}};
@@ -310,6 +313,13 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
         out << "quantized    " << in.quantize->bits << " bits: " << human_bytes(in.quantization.bytes_before) << " -> "
             << human_bytes(in.quantization.bytes_after) << " (" << in.quantization.ignored_modules.size()
             << " Linear modules left unquantized)\n";
+    if (in.lora.found) {
+        out << "lora         " << in.lora.modules << " adapted modules, r";
+        for (size_t i = 0; i < in.lora.ranks.size(); ++i) out << (i ? "/" : " ") << in.lora.ranks[i];
+        out << ", lora_alpha " << in.lora.alpha << " (" << in.lora.alpha_source << "): "
+            << (o.merge_lora ? "folded into the weights (--merge_lora)" : "exported to lora_adapter/ (--merge_lora folds it)")
+            << "\n";
+    }
     out << "memory       --max-memory " << human_bytes(max_memory(o, comm)) << " per rank"
         << (o.max_memory ? "" : " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)")
         << "\n";
