@@ -105,6 +105,25 @@ TensorMapping map_hf_safetensors(const std::string& dir) {
     return mapping;
 }
 
+// Legacy per-rank files (model or adapter): assembled by the TP/PP rules, the parallelism
+// found recorded for inspect and checked against --tp_size/--pp_size.
+TensorMapping assemble_rank_files(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                  const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m) {
+    MegatronParallelism found;
+    TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes);
+    m.facts["tp"] = found.tp;
+    m.facts["pp"] = found.pp;
+    m.facts["vpp"] = found.vpp;
+    m.facts["ep"] = found.ep;
+    if (options.tp_size && *options.tp_size != found.tp)
+        throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + ckpt.legacy.dir + " holds tp " +
+                    std::to_string(found.tp));
+    if (options.pp_size && *options.pp_size != found.pp)
+        throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + ckpt.legacy.dir + " holds pp " +
+                    std::to_string(found.pp));
+    return canonical;
+}
+
 }  // namespace
 
 DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
@@ -196,7 +215,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
     m.facts["backend"] = ckpt.backend;
     m.facts["layout"] = ckpt.description;
     m.facts["architecture"] = config.architectures.empty() ? "" : config.architectures[0];
-    if ((options.tp_size || options.pp_size) && ckpt.layout != Layout::MegatronLegacy)
+    if ((options.tp_size || options.pp_size) && ckpt.layout != Layout::MegatronLegacy && ckpt.layout != Layout::MegatronAdapter)
         m.notes.push_back("--tp_size/--pp_size not checked: " + ckpt.description +
                           " does not record them (its tensors carry their own placement)");
     switch (ckpt.layout) {
@@ -207,18 +226,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
             break;
         case Layout::MegatronLegacy: {
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
-            MegatronParallelism found;
-            const TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes);
-            m.facts["tp"] = found.tp;
-            m.facts["pp"] = found.pp;
-            m.facts["vpp"] = found.vpp;
-            m.facts["ep"] = found.ep;
-            if (options.tp_size && *options.tp_size != found.tp)
-                throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + ckpt.legacy.dir + " holds tp " +
-                            std::to_string(found.tp));
-            if (options.pp_size && *options.pp_size != found.pp)
-                throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + ckpt.legacy.dir + " holds pp " +
-                            std::to_string(found.pp));
+            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m);
             m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes);
             break;
         }
@@ -241,12 +249,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
                             "the frozen base with LoRA); pass --lora_base with the Hugging Face model it was trained on "
                             "(actor_rollout_ref.model.path)");
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
-            MegatronParallelism found;
-            const TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes);
-            m.facts["tp"] = found.tp;
-            m.facts["pp"] = found.pp;
-            m.facts["vpp"] = found.vpp;
-            m.facts["ep"] = found.ep;
+            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m);
             const TensorMapping adapters = megatron_adapters_to_peft(canonical, arch, config, m.notes);
             m.mapping = map_hf_safetensors(options.lora_base);
             check_against_config(m.mapping, config, arch);

@@ -26,18 +26,11 @@ mkdir -p "$work"
 launch=("$mpiexec" --oversubscribe -np "$np")
 
 if [[ -n $expected_error ]]; then
-    for args in --extract_lora --merge_lora; do
-        set +e
-        "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${merge_args[@]}" $args >"$target.log" 2>&1
-        rc=$?
-        set -e
-        cat "$target.log"
-        [[ $rc -ne 0 ]] || { echo "FAIL: exit 0 with $args, expected an error naming '$expected_error'"; exit 1; }
-        grep -qF -- "$expected_error" "$target.log" || { echo "FAIL: the message does not name '$expected_error'"; exit 1; }
-        [[ ! -e $target ]] || { echo "FAIL: left $target behind"; exit 1; }
-        ! compgen -G "$work/.$case.np$np.vmerge-staging*" >/dev/null || { echo "FAIL: left a staging folder"; exit 1; }
+    source "$source_dir/tests/integration/expect_failed_merge.sh"
+    for mode_flag in --extract_lora --merge_lora; do
+        expect_failed_merge "$target" "$expected_error" \
+            "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${merge_args[@]}" "$mode_flag"
     done
-    rm -f "$target.log"
     exit 0
 fi
 
