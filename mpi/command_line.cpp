@@ -127,6 +127,19 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("quantize_ignore", po::value(&quantize_ignore),
          "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
          "router gates always are");
+    double lora_alpha = 0;
+    bool extract_lora = false;
+    po::options_description lora("LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)");
+    lora.add_options()
+        ("extract_lora", po::bool_switch(&extract_lora),
+         "write the base model plus the adapter in PEFT format to <target_dir>/lora_adapter/ (the default)")
+        ("merge_lora", po::bool_switch(&o.merge_lora), "fold the adapter into the weights: W + alpha/r * B@A in fp32")
+        ("lora_alpha", po::value(&lora_alpha),
+         "the adapter's alpha (default: from lora_adapter/adapter_config.json or lora_train_meta.json beside the "
+         "checkpoint; never guessed)")
+        ("use_rslora", po::bool_switch(&o.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
+        ("lora_base", po::value(&o.lora_base),
+         "Megatron adapter checkpoints (adapter_checkpoint/): the Hugging Face base model the adapter was trained on");
     po::options_description run("Running");
     run.add_options()
         ("max_memory", po::value(&max_memory)->default_value("auto"),
@@ -158,7 +171,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         "  inspect  print what was detected and the plan for --np N ranks\n"
         "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n";
     po::options_description visible;
-    visible.add(input).add(output).add(quantizing).add(run).add(testing).add(inspecting);
+    visible.add(input).add(output).add(lora).add(quantizing).add(run).add(testing).add(inspecting);
     po::options_description hidden;
     hidden.add_options()("command", po::value(&o.command));
     po::options_description all;
@@ -175,9 +188,9 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (vm.count("help") || o.command.empty()) {
         if (print_help) {
             std::cout << usage << "\n";
-            if (o.command == "merge") std::cout << input << output << quantizing << run;
-            else if (o.command == "test") std::cout << input << testing << run;
-            else if (o.command == "inspect") std::cout << input << inspecting << quantizing << run;
+            if (o.command == "merge") std::cout << input << output << lora << quantizing << run;
+            else if (o.command == "test") std::cout << input << lora << testing << run;
+            else if (o.command == "inspect") std::cout << input << inspecting << lora << quantizing << run;
             else if (o.command == "verify") std::cout << "verify: --target_dir DIR\n";
             else std::cout << visible;
             std::cout << "\n";
@@ -200,6 +213,11 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     }
     if (o.quantize && o.command == "test")
         throw UsageError("--quantize applies to merge and inspect; test compares unquantized tensors");
+    if (extract_lora && o.merge_lora) throw UsageError("--extract_lora and --merge_lora exclude each other");
+    if (vm.count("lora_alpha")) {
+        if (!(lora_alpha > 0)) throw UsageError("--lora_alpha must be positive (0 would make the adapter do nothing)");
+        o.lora_alpha = lora_alpha;
+    }
     o.max_shard_size = parse_byte_size(max_shard);
     o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory);
     o.low_cpu_mem_usage = low_cpu_mem_usage;

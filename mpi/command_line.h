@@ -38,6 +38,10 @@ struct Options {
     int64_t group_size = 128;
     bool asymmetric = false;
     std::vector<std::string> quantize_ignore;
+    bool merge_lora = false;          // fold a LoRA adapter in (default: extract it)
+    std::optional<double> lora_alpha;
+    bool use_rslora = false;
+    std::string lora_base;            // Megatron adapter checkpoints: the HF base model folder
     std::string format = "safetensors";  // merge output: safetensors | hdf5
     int zstd_level = 0;                  // --compress zstd[:LEVEL] (hdf5); 0: uncompressed
     uint64_t hdf5_chunk_size = 4ull << 20;  // bytes per compressed chunk (whole rows)

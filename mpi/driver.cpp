@@ -28,6 +28,7 @@
 #include "vmerge/hf_config.h"
 #include "vmerge/human_units.h"
 #include "vmerge/input_file.h"
+#include "vmerge/lora_adapter.h"
 #include "vmerge/output_folder.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/output_rules.h"
@@ -54,6 +55,7 @@ struct MergeInputs {
     MappedCheckpoint mapped;
     std::optional<QuantizeSpec> quantize;
     QuantizationPlan quantization;
+    LoraResult lora;
     const TensorMapping& mapping() const { return mapped.mapping; }
 };
 
@@ -74,12 +76,40 @@ void plan_quantized_output(MergeInputs& in, const Options& o) {
     for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
 }
 
-// config.json of a quantized merge: the source's, plus the quantization_config block.
-std::string quantized_config_json(const MergeInputs& in) {
-    if (!in.quantize) return "";
-    nlohmann::ordered_json config = nlohmann::ordered_json::parse(in.config.json.dump());
-    config["quantization_config"] = quantization_config(*in.quantize, in.quantization.ignored_modules);
-    return config.dump(2) + "\n";
+// Files rank 0 writes at commit: a quantized model's config.json (the source's plus the
+// quantization_config block), an extracted adapter's adapter_config.json.
+std::map<std::string, std::string> generated_files(const MergeInputs& in) {
+    std::map<std::string, std::string> files;
+    if (in.quantize) {
+        nlohmann::ordered_json config = nlohmann::ordered_json::parse(in.config.json.dump());
+        config["quantization_config"] = quantization_config(*in.quantize, in.quantization.ignored_modules);
+        files["config.json"] = config.dump(2) + "\n";
+    }
+    if (!in.lora.adapter_config.is_null())
+        files[std::string(kAdapterFolder) + "/adapter_config.json"] = in.lora.adapter_config.dump(2) + "\n";
+    return files;
+}
+
+// A LoRA merge with another alpha writes other bytes into the same layout: --resume must
+// not mix the two.
+std::string lora_fingerprint(const TensorMapping& mapping) {
+    std::ostringstream out;
+    out << std::hexfloat;
+    for (const auto& d : mapping.lora_deltas) out << d.scale << ";";
+    return out.str();
+}
+
+void apply_lora_choice(MergeInputs& in, const Options& o) {
+    LoraOptions lora;
+    lora.mode = o.merge_lora ? LoraMode::Merge : LoraMode::Extract;
+    lora.alpha = o.lora_alpha;
+    if (o.use_rslora) lora.use_rslora = true;
+    lora.checkpoint_dir = o.local_dir;
+    lora.task_type = o.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
+    // The extracted adapter sits inside the folder that holds its base model.
+    if (!o.target_dir.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.target_dir).lexically_normal().string();
+    in.lora = apply_lora(in.mapped.mapping, lora, o.local_dir);
+    for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
 }
 
 MergeInputs load_inputs(const Options& o, Comm& comm) {
@@ -110,8 +140,10 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         options.tie_word_embedding = o.tie_word_embedding;
         options.allow_unmapped = o.allow_unmapped;
         options.tp_size = o.tp_size;
+        options.lora_base = o.lora_base;
         options.pp_size = o.pp_size;
         in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
+        apply_lora_choice(in, o);
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.tie_word_embedding))
             in.mapped.notes.push_back(note);
@@ -139,6 +171,12 @@ uint64_t default_max_memory(const Comm& comm) {
         if (per_rank > 0) share = std::min(share, per_rank / 2);
     }
     return std::clamp<uint64_t>(share, 64ull << 20, 4ull << 30);
+}
+
+// Threads a rank may use for LoRA products: its share of the node's cores.
+int compute_threads(const Comm& comm) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return std::max(1, cores / std::max(1, comm.local_size()));
 }
 
 uint64_t max_memory(const Options& o, const Comm& comm) {
@@ -227,6 +265,9 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
         j["quantization"] = {{"bits", in.quantize->bits}, {"group_size", in.quantize->group_size},
                              {"symmetric", in.quantize->symmetric}, {"bytes_before", in.quantization.bytes_before},
                              {"bytes_after", in.quantization.bytes_after}, {"ignored", in.quantization.ignored_modules}};
+    if (in.lora.found)
+        j["lora"] = {{"mode", o.merge_lora ? "merge" : "extract"}, {"modules", in.lora.modules}, {"ranks", in.lora.ranks},
+                     {"alpha", in.lora.alpha}, {"alpha_source", in.lora.alpha_source}};
     j["plan"] = {{"ranks", ranks}, {"largest_rank_bytes", largest}, {"mean_rank_bytes", mean},
                  {"largest_over_mean", imbalance}, {"plan_seconds", plan_seconds}, {"total_seconds", total_seconds},
                  {"per_rank", plan}};
@@ -251,6 +292,13 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
         out << "quantized    " << in.quantize->bits << " bits: " << human_bytes(in.quantization.bytes_before) << " -> "
             << human_bytes(in.quantization.bytes_after) << " (" << in.quantization.ignored_modules.size()
             << " Linear modules left unquantized)\n";
+    if (in.lora.found) {
+        out << "lora         " << in.lora.modules << " adapted modules, r";
+        for (size_t i = 0; i < in.lora.ranks.size(); ++i) out << (i ? "/" : " ") << in.lora.ranks[i];
+        out << ", lora_alpha " << in.lora.alpha << " (" << in.lora.alpha_source << "): "
+            << (o.merge_lora ? "folded into the weights (--merge_lora)" : "exported to lora_adapter/ (--merge_lora folds it)")
+            << "\n";
+    }
     out << "memory       --max-memory " << human_bytes(max_memory(o, comm)) << " per rank"
         << (o.max_memory ? "" : " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)")
         << "\n";
@@ -303,7 +351,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
         const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout,
-                                                   resume_identity(layout, comm.size(), max_memory(o, comm)));
+                                                   resume_identity(layout, comm.size(), max_memory(o, comm), lora_fingerprint(in.mapping())));
         resumed = state.resumed;
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
@@ -321,7 +369,8 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             if (o.resume) done = blocks_by_key(read_journals(staging));
             JournalWriter journal(staging, comm.rank());
             OutputWriter writer(staging, tensors, layout, &journal);
-            CopyExecutor executor(in.mapping(), max_memory(o, comm), in.quantize ? &*in.quantize : nullptr);
+            CopyExecutor executor(in.mapping(), max_memory(o, comm), in.quantize ? &*in.quantize : nullptr,
+                                  compute_threads(comm));
             const int delay = block_delay_ms();
             try {
                 executor.run(
@@ -353,14 +402,15 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     const double copy_seconds = std::chrono::duration<double>(Clock::now() - copy_start).count();
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {
-        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, quantized_config_json(in));
+        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, generated_files(in));
     }, staging);
     const double commit_seconds = std::chrono::duration<double>(Clock::now() - commit_start).count();
 
     nlohmann::ordered_json mine = {
         {"rank", comm.rank()}, {"host", comm.host()}, {"scan_s", in.scan_seconds}, {"map_s", in.map_seconds},
         {"plan_s", plan_seconds}, {"copy_s", copy_seconds}, {"read_s", stats.read_seconds},
-        {"cast_s", stats.cast_seconds}, {"write_s", stats.sink_seconds}, {"commit_s", commit_seconds},
+        {"cast_s", stats.cast_seconds}, {"lora_s", stats.lora_seconds}, {"write_s", stats.sink_seconds},
+        {"commit_s", commit_seconds},
         {"bytes_read", stats.bytes_read}, {"bytes_written", stats.bytes_written},
         {"bytes_kept_from_earlier_run", stats.bytes_skipped}, {"reads", stats.reads},
         {"peak_rss_bytes", peak_rss_bytes()}};
@@ -401,7 +451,10 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (resumed)
             out << "vmerge: resumed: " << human_bytes(resumed_bytes) << " written by the interrupted run were checked and kept, "
                 << human_bytes(layout.total_size - resumed_bytes) << " written now\n";
-        out << "vmerge: merged " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
+        const size_t adapter_tensors = std::count_if(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return t.adapter; });
+        out << "vmerge: merged " << tensors.size() - adapter_tensors << " tensors"
+            << (adapter_tensors ? " and " + std::to_string(adapter_tensors) + " adapter tensors" : std::string()) << " ("
+            << human_bytes(layout.total_size) << ") from "
             << in.checkpoint.jobs.size() << " archives into " << o.target_dir << " (" << layout.files.size()
             << " file" << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank"
             << (comm.size() > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
@@ -445,7 +498,17 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const auto& tensors = in.mapping().tensors;
     HfWeights reference;
     std::vector<std::string> problems;
-    collective_step(comm, [&] { reference = read_hf_weights(o.test_hf_dir); });
+    collective_step(comm, [&] {
+        reference = read_hf_weights(o.test_hf_dir);
+        // An extracted adapter is compared with the reference's lora_adapter/ folder.
+        const std::string adapter = o.test_hf_dir + "/" + kAdapterWeightsFile;
+        if (std::filesystem::exists(adapter)) {
+            reference.files.push_back(read_safetensors_header(adapter));
+            const auto& entries = reference.files.back().entries;
+            for (size_t e = 0; e < entries.size(); ++e)
+                reference.by_name[entries[e].name] = {reference.files.size() - 1, e};
+        }
+    });
     std::vector<bool> comparable(tensors.size(), false);
     for (size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
@@ -473,8 +536,13 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     std::vector<std::string> value_problems;
+    // With --merge_lora, a reference that differs from the merge is also compared with the
+    // unmerged base weight: equal means whoever wrote it dropped the adapter.
+    TensorMapping base = in.mapping();
+    for (auto& t : base.tensors) t.lora_delta.reset();
     collective_step(comm, [&] {
         CopyExecutor executor(in.mapping(), max_memory(o, comm));
+        CopyExecutor base_executor(base, max_memory(o, comm));
         std::map<std::string, std::unique_ptr<InputFile>> files;
         std::vector<unsigned char> expected;
         executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
@@ -489,9 +557,17 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
             const size_t count = size / element_size(tensors[t].dtype);
             if (!values_match(data, expected.data(), tensors[t].dtype, count, o.atol, o.rtol, &bad)) {
                 const size_t row_elems = row_bytes(tensors[t]) / element_size(tensors[t].dtype);
+                bool equals_base = false;
+                if (tensors[t].lora_delta)
+                    base_executor.run({{t, row, row_end}}, [&](size_t, int64_t, int64_t, const unsigned char* unmerged, size_t n) {
+                        size_t ignored = 0;
+                        equals_base = n == size && values_match(unmerged, expected.data(), tensors[t].dtype, count, 0, 0, &ignored);
+                    });
                 value_problems.push_back(tensors[t].name + ": values differ first at row " +
                                          std::to_string(row + static_cast<int64_t>(bad / std::max<size_t>(row_elems, 1))) +
-                                         " (rows " + std::to_string(row) + ".." + std::to_string(row_end) + " checked)");
+                                         " (rows " + std::to_string(row) + ".." + std::to_string(row_end) + " checked)" +
+                                         (equals_base ? "; the reference equals the base weight without the LoRA update: "
+                                                        "the adapter was not merged into it (lora_alpha 0?)" : ""));
             }
         });
     });

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "vmerge/error.h"
+#include "vmerge/megatron_lora.h"
 #include "vmerge/safetensors_file.h"
 
 namespace vmerge {
@@ -80,18 +81,47 @@ TensorMapping strip_dcp_prefixes(TensorMapping mapping, std::vector<std::string>
     return out;
 }
 
-// PEFT-wrapped state dicts (base_layer, lora_A/lora_B) written under their own names would be a
-// model that loads as its base with the adapter silently lost: refuse them until the LoRA
-// export/merge exists.
-void refuse_lora(const TensorMapping& mapping, const std::string& where) {
-    for (const auto& t : mapping.tensors) {
-        const std::string& n = t.name;
-        if (n.find(".lora_A.") != std::string::npos || n.find(".lora_B.") != std::string::npos ||
-            n.find(".base_layer.") != std::string::npos || n.find("lora_embedding_") != std::string::npos)
-            throw Error(where + ": holds LoRA adapter tensors ('" + n + "'); exporting or merging LoRA adapters "
-                        "is not supported by this build yet, and merging them as plain tensors would give a model "
-                        "that silently ignores the adapter");
-    }
+// An HF safetensors folder as it is: every tensor copied whole.
+TensorMapping map_hf_safetensors(const std::string& dir) {
+    TensorMapping mapping;
+    const HfWeights weights = read_hf_weights(dir);
+    for (const auto& file : weights.files)
+        for (const auto& e : file.entries) {
+            TensorRef ref;
+            ref.dtype = e.dtype;
+            ref.shape = e.shape;
+            ref.stride.assign(e.shape.size(), 1);
+            for (size_t d = e.shape.size(); d-- > 1;) ref.stride[d - 1] = ref.stride[d] * e.shape[d];
+            ref.storage = {file.path, e.name, e.begin, e.end - e.begin};
+            OutputTensor t;
+            t.name = e.name;
+            t.source_dtype = t.dtype = e.dtype;
+            t.shape = e.shape;
+            const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
+            mapping.sources.push_back(ref);
+            if (numel(e.shape) > 0) t.copies.push_back({source, Shape(e.shape.size(), 0), Shape(e.shape.size(), 0), e.shape});
+            mapping.tensors.push_back(std::move(t));
+        }
+    return mapping;
+}
+
+// Legacy per-rank files (model or adapter): assembled by the TP/PP rules, the parallelism
+// found recorded for inspect and checked against --tp_size/--pp_size.
+TensorMapping assemble_rank_files(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                  const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m) {
+    MegatronParallelism found;
+    TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes);
+    m.facts["tp"] = found.tp;
+    m.facts["pp"] = found.pp;
+    m.facts["vpp"] = found.vpp;
+    m.facts["ep"] = found.ep;
+    if (options.tp_size && *options.tp_size != found.tp)
+        throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + ckpt.legacy.dir + " holds tp " +
+                    std::to_string(found.tp));
+    if (options.pp_size && *options.pp_size != found.pp)
+        throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + ckpt.legacy.dir + " holds pp " +
+                    std::to_string(found.pp));
+    return canonical;
 }
 
 }  // namespace
@@ -115,6 +145,15 @@ DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::st
         return d;
     }
     if (backend == "fsdp") throw Error(local_dir + ": no model_world_size_*_rank_*.pt files (--backend fsdp)");
+    if (want_megatron && has_megatron_adapters(local_dir)) {
+        d.legacy = discover_megatron_adapters(local_dir);
+        d.layout = Layout::MegatronAdapter;
+        d.backend = "megatron";
+        d.weights_dir = d.legacy.dir;
+        d.description = "verl Megatron LoRA adapter checkpoint (" + d.legacy.dir + ")";
+        for (const auto& f : d.legacy.files) d.jobs.push_back({f.path});
+        return d;
+    }
     if (want_megatron) {
         // torch_dist: verl's dist_ckpt/, or a Megatron-LM iteration folder with metadata.json.
         const fs::path iter = resolve_iteration(dir, iteration);
@@ -176,7 +215,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
     m.facts["backend"] = ckpt.backend;
     m.facts["layout"] = ckpt.description;
     m.facts["architecture"] = config.architectures.empty() ? "" : config.architectures[0];
-    if ((options.tp_size || options.pp_size) && ckpt.layout != Layout::MegatronLegacy)
+    if ((options.tp_size || options.pp_size) && ckpt.layout != Layout::MegatronLegacy && ckpt.layout != Layout::MegatronAdapter)
         m.notes.push_back("--tp_size/--pp_size not checked: " + ckpt.description +
                           " does not record them (its tensors carry their own placement)");
     switch (ckpt.layout) {
@@ -184,22 +223,10 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
             m.facts["world_size"] = ckpt.fsdp.world_size;
             m.facts["world_size_inferred"] = ckpt.fsdp.world_size_inferred;
             m.mapping = map_fsdp(scans);
-            refuse_lora(m.mapping, ckpt.fsdp.dir);
             break;
         case Layout::MegatronLegacy: {
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
-            MegatronParallelism found;
-            const TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes);
-            m.facts["tp"] = found.tp;
-            m.facts["pp"] = found.pp;
-            m.facts["vpp"] = found.vpp;
-            m.facts["ep"] = found.ep;
-            if (options.tp_size && *options.tp_size != found.tp)
-                throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + ckpt.legacy.dir + " holds tp " +
-                            std::to_string(found.tp));
-            if (options.pp_size && *options.pp_size != found.pp)
-                throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + ckpt.legacy.dir + " holds pp " +
-                            std::to_string(found.pp));
+            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m);
             m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes);
             break;
         }
@@ -211,29 +238,28 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
         }
         case Layout::Dcp: {
             m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, m.notes), m.notes);
-            refuse_lora(m.mapping, ckpt.dcp.dir);
             break;
         }
-        case Layout::HfSafetensors: {
-            const HfWeights weights = read_hf_weights(ckpt.weights_dir);
-            for (const auto& file : weights.files)
-                for (const auto& e : file.entries) {
-                    TensorRef ref;
-                    ref.dtype = e.dtype;
-                    ref.shape = e.shape;
-                    ref.stride.assign(e.shape.size(), 1);
-                    for (size_t d = e.shape.size(); d-- > 1;) ref.stride[d - 1] = ref.stride[d] * e.shape[d];
-                    ref.storage = {file.path, e.name, e.begin, e.end - e.begin};
-                    OutputTensor t;
-                    t.name = e.name;
-                    t.source_dtype = t.dtype = e.dtype;
-                    t.shape = e.shape;
-                    const uint32_t source = static_cast<uint32_t>(m.mapping.sources.size());
-                    m.mapping.sources.push_back(ref);
-                    if (numel(e.shape) > 0)
-                        t.copies.push_back({source, Shape(e.shape.size(), 0), Shape(e.shape.size(), 0), e.shape});
-                    m.mapping.tensors.push_back(std::move(t));
-                }
+        case Layout::HfSafetensors:
+            m.mapping = map_hf_safetensors(ckpt.weights_dir);
+            break;
+        case Layout::MegatronAdapter: {
+            if (options.lora_base.empty())
+                throw Error(ckpt.legacy.dir + ": a Megatron LoRA adapter checkpoint without its base weights (verl does not save "
+                            "the frozen base with LoRA); pass --lora_base with the Hugging Face model it was trained on "
+                            "(actor_rollout_ref.model.path)");
+            const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
+            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m);
+            const TensorMapping adapters = megatron_adapters_to_peft(canonical, arch, config, m.notes);
+            m.mapping = map_hf_safetensors(options.lora_base);
+            check_against_config(m.mapping, config, arch);
+            const uint32_t offset = static_cast<uint32_t>(m.mapping.sources.size());
+            m.mapping.sources.insert(m.mapping.sources.end(), adapters.sources.begin(), adapters.sources.end());
+            for (OutputTensor t : adapters.tensors) {
+                for (auto& c : t.copies) c.source += offset;
+                m.mapping.tensors.push_back(std::move(t));
+            }
+            m.notes.push_back("base weights from " + options.lora_base);
             break;
         }
     }

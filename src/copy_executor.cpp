@@ -12,6 +12,7 @@
 
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
+#include "vmerge/lora_kernel.h"
 
 namespace vmerge {
 namespace {
@@ -141,8 +142,9 @@ private:
 
 }  // namespace
 
-CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize)
-    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize) {}
+CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize, int threads)
+    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize),
+      threads_(std::max(1, threads)) {}
 
 const InputFile& CopyExecutor::open(const std::string& path) {
     auto& slot = files_[path];
@@ -158,6 +160,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
         const OutputTensor& t = mapping_.tensors.at(task.tensor);
         const bool quantized = t.role == OutputTensor::Role::QuantPacked;
         if (quantized && !quantize_) throw Error("internal: " + t.name + " is planned as quantized without a spec");
+        const LoraFactors* lora = t.lora_delta ? &lora_factors(*t.lora_delta) : nullptr;
         const bool cast = !quantized && t.dtype != t.source_dtype;
         const uint64_t out_row = row_bytes(t);
         const int64_t cols = quantized ? t.source_shape[1] : 0;
@@ -167,6 +170,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
         // written; the other half bounds the span read for a non-contiguous source.
         uint64_t per_row = cast ? 2 * src_row + out_row : 2 * src_row;
         if (quantized) per_row = src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * out_row;
+        if (lora && !quantized) per_row = src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + out_row;
         const int64_t align = std::max<int64_t>(1, t.row_align);
         // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
         // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
@@ -197,7 +201,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 stats_.bytes_written += rows * out_row;
                 continue;
             }
-            std::vector<unsigned char>& assembled = quantized ? block_ : out;
+            std::vector<unsigned char>& assembled = quantized || lora ? block_ : out;
             assembled.resize(rows * src_row);
             if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
             assemble(t, row, end, assembled.data());
@@ -209,7 +213,14 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 // as quantizing that model with compressed-tensors would.
                 floats_.resize(rows * static_cast<size_t>(cols));
                 const size_t count = floats_.size();
-                if (scale.dtype != t.source_dtype) {
+                if (lora) {
+                    // The merged weight, rounded to the model dtype, is what gets quantized.
+                    cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
+                    add_lora_delta(floats_.data(), row, end, *lora, threads_);
+                    cast_.resize(count * element_size(scale.dtype));
+                    cast_elements(floats_.data(), DType::F32, cast_.data(), scale.dtype, count);
+                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
+                } else if (scale.dtype != t.source_dtype) {
                     cast_.resize(count * element_size(scale.dtype));
                     cast_elements(block_.data(), t.source_dtype, cast_.data(), scale.dtype, count);
                     cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
@@ -239,7 +250,17 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 }
                 continue;
             }
-            if (cast) out = writer.submit(task.tensor, row, end, std::move(out), std::pair{t.source_dtype, t.dtype});
+            if (lora) {
+                const auto start = Clock::now();
+                const size_t count = rows * static_cast<size_t>(t.shape[1]);
+                out.resize(count * sizeof(float));
+                float* merged = reinterpret_cast<float*>(out.data());
+                cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
+                add_lora_delta(merged, row, end, *lora, threads_);
+                stats_.lora_seconds += seconds_since(start);
+                if (t.dtype == DType::F32) out = writer.submit(task.tensor, row, end, std::move(out));
+                else out = writer.submit(task.tensor, row, end, std::move(out), std::pair{DType::F32, t.dtype});
+            } else if (cast) out = writer.submit(task.tensor, row, end, std::move(out), std::pair{t.source_dtype, t.dtype});
             else out = writer.submit(task.tensor, row, end, std::move(out));
             stats_.bytes_written += rows * out_row;
         }
@@ -247,6 +268,25 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
     const auto seconds = writer.drain();
     stats_.sink_seconds = seconds.write;
     stats_.cast_seconds += seconds.cast;
+}
+
+const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
+    if (lora_factors_for_ == delta) return lora_factors_;
+    const LoraDelta& d = mapping_.lora_deltas.at(delta);
+    const auto start = Clock::now();
+    auto assemble_f32 = [&](const OutputTensor& factor, std::vector<float>& to) {
+        std::vector<unsigned char> raw(static_cast<size_t>(numel(factor.shape)) * element_size(factor.source_dtype));
+        assemble(factor, 0, factor.shape[0], raw.data());
+        to.resize(static_cast<size_t>(numel(factor.shape)));
+        cast_elements(raw.data(), factor.source_dtype, to.data(), DType::F32, to.size());
+    };
+    std::vector<float> a, b;
+    assemble_f32(d.a, a);
+    assemble_f32(d.b, b);
+    lora_factors_ = make_lora_factors(d, a.data(), b.data());
+    lora_factors_for_ = delta;
+    stats_.lora_seconds += seconds_since(start);
+    return lora_factors_;
 }
 
 void CopyExecutor::read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length) {

@@ -43,6 +43,16 @@ struct Piece {
 }  // namespace
 
 TpRule megatron_tp_rule(const std::string& key, bool value_model) {
+    // LoRA adapters (Megatron-Bridge ParallelLinearAdapter): linear_in is split over r for a
+    // column-parallel base and over its input for a row-parallel one; linear_out always over
+    // its output rows, laid out like a column-parallel base's rows.
+    if (const size_t at = key.find(".adapter.linear_"); at != std::string::npos) {
+        const std::string base = key.substr(0, at) + ".weight";
+        const TpRule base_rule = megatron_tp_rule(base, value_model);
+        const bool row_parallel = base_rule == TpRule::Concat1;
+        if (key.compare(at, 18, ".adapter.linear_in") == 0) return row_parallel ? TpRule::Concat1 : TpRule::Concat0;
+        return row_parallel ? TpRule::Concat0 : base_rule;
+    }
     auto ends = [&](std::string_view suffix) { return key.ends_with(suffix); };
     if (ends("word_embeddings.weight")) return TpRule::Concat0;
     if (ends("output_layer.weight")) return value_model ? TpRule::Replicated : TpRule::Concat0;

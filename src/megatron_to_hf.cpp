@@ -60,6 +60,77 @@ void check_against_config(const TensorMapping& mapping, const HfConfig& config, 
                     message);
 }
 
+std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
+                                      const HfConfig& config, std::vector<std::string>& notes) {
+    std::vector<OutputTensor> made;
+    const auto& names = match.hf_names;
+    switch (match.rule->split) {
+        case NameSplit::None: {
+            OutputTensor o = new_output(t, names[0], t.shape);
+            o.copies = t.copies;
+            made.push_back(std::move(o));
+            break;
+        }
+        case NameSplit::Vocab: {
+            const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
+            Shape shape = t.shape;
+            shape[0] = arch.vocab;
+            OutputTensor o = new_output(t, names[0], shape);
+            take_rows(t, 0, std::min(rows, arch.vocab), o, 0);
+            if (rows > arch.vocab)
+                notes.push_back(t.name + ": " + std::to_string(rows - arch.vocab) + " padded vocabulary rows dropped (vocab_size " +
+                                std::to_string(arch.vocab) + ")");
+            if (rows < arch.vocab) {
+                o.zero_fill = true;
+                notes.push_back(t.name + ": " + std::to_string(rows) + " rows, config.json vocab_size is " +
+                                std::to_string(arch.vocab) + "; the missing rows are written as zeros");
+            }
+            made.push_back(std::move(o));
+            break;
+        }
+        case NameSplit::GateUp: {
+            if (t.shape.empty() || t.shape[0] % 2 != 0)
+                throw Error(t.name + ": " + shape_to_string(t.shape) + " cannot be split into gate and up halves");
+            const int64_t half = t.shape[0] / 2;
+            for (int part = 0; part < 2; ++part) {
+                Shape shape = t.shape;
+                shape[0] = half;
+                OutputTensor o = new_output(t, names[part], shape);
+                take_rows(t, part * half, half, o, 0);
+                made.push_back(std::move(o));
+            }
+            break;
+        }
+        case NameSplit::Qkv: {
+            // Rows grouped per query group: [q heads of the group; k head; v head].
+            const int64_t nq = arch.heads, ng = arch.kv_heads, d = arch.head_dim;
+            if (ng <= 0 || nq % ng != 0)
+                throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
+                            " is not a multiple of num_key_value_heads " + std::to_string(ng));
+            if (t.shape.empty() || t.shape[0] != (nq + 2 * ng) * d)
+                throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but (heads " + std::to_string(nq) +
+                            " + 2 x kv heads " + std::to_string(ng) + ") x head_dim " + std::to_string(d) + " = " +
+                            std::to_string((nq + 2 * ng) * d));
+            const int64_t per_group = nq / ng;
+            Shape q = t.shape, kv = t.shape;
+            q[0] = nq * d;
+            kv[0] = ng * d;
+            OutputTensor oq = new_output(t, names[0], q), ok = new_output(t, names[1], kv), ov = new_output(t, names[2], kv);
+            for (int64_t g = 0; g < ng; ++g) {
+                const int64_t base = g * (per_group + 2) * d;
+                take_rows(t, base, per_group * d, oq, g * per_group * d);
+                take_rows(t, base + per_group * d, d, ok, g * d);
+                take_rows(t, base + (per_group + 1) * d, d, ov, g * d);
+            }
+            made.push_back(std::move(oq));
+            made.push_back(std::move(ok));
+            made.push_back(std::move(ov));
+            break;
+        }
+    }
+    return made;
+}
+
 TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
                              bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes) {
     TensorMapping out;
@@ -78,72 +149,7 @@ TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureI
             unmapped.push_back(t.name);
             continue;
         }
-        std::vector<OutputTensor> made;
-        const auto& names = match->hf_names;
-        switch (match->rule->split) {
-            case NameSplit::None: {
-                OutputTensor o = new_output(t, names[0], t.shape);
-                o.copies = t.copies;
-                made.push_back(std::move(o));
-                break;
-            }
-            case NameSplit::Vocab: {
-                const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
-                Shape shape = t.shape;
-                shape[0] = arch.vocab;
-                OutputTensor o = new_output(t, names[0], shape);
-                take_rows(t, 0, std::min(rows, arch.vocab), o, 0);
-                if (rows > arch.vocab)
-                    notes.push_back(t.name + ": " + std::to_string(rows - arch.vocab) + " padded vocabulary rows dropped (vocab_size " +
-                                    std::to_string(arch.vocab) + ")");
-                if (rows < arch.vocab) {
-                    o.zero_fill = true;
-                    notes.push_back(t.name + ": " + std::to_string(rows) + " rows, config.json vocab_size is " +
-                                    std::to_string(arch.vocab) + "; the missing rows are written as zeros");
-                }
-                made.push_back(std::move(o));
-                break;
-            }
-            case NameSplit::GateUp: {
-                if (t.shape.empty() || t.shape[0] % 2 != 0)
-                    throw Error(t.name + ": " + shape_to_string(t.shape) + " cannot be split into gate and up halves");
-                const int64_t half = t.shape[0] / 2;
-                for (int part = 0; part < 2; ++part) {
-                    Shape shape = t.shape;
-                    shape[0] = half;
-                    OutputTensor o = new_output(t, names[part], shape);
-                    take_rows(t, part * half, half, o, 0);
-                    made.push_back(std::move(o));
-                }
-                break;
-            }
-            case NameSplit::Qkv: {
-                // Rows grouped per query group: [q heads of the group; k head; v head].
-                const int64_t nq = arch.heads, ng = arch.kv_heads, d = arch.head_dim;
-                if (ng <= 0 || nq % ng != 0)
-                    throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
-                                " is not a multiple of num_key_value_heads " + std::to_string(ng));
-                if (t.shape.empty() || t.shape[0] != (nq + 2 * ng) * d)
-                    throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but (heads " + std::to_string(nq) +
-                                " + 2 x kv heads " + std::to_string(ng) + ") x head_dim " + std::to_string(d) + " = " +
-                                std::to_string((nq + 2 * ng) * d));
-                const int64_t per_group = nq / ng;
-                Shape q = t.shape, kv = t.shape;
-                q[0] = nq * d;
-                kv[0] = ng * d;
-                OutputTensor oq = new_output(t, names[0], q), ok = new_output(t, names[1], kv), ov = new_output(t, names[2], kv);
-                for (int64_t g = 0; g < ng; ++g) {
-                    const int64_t base = g * (per_group + 2) * d;
-                    take_rows(t, base, per_group * d, oq, g * per_group * d);
-                    take_rows(t, base + per_group * d, d, ok, g * d);
-                    take_rows(t, base + (per_group + 1) * d, d, ov, g * d);
-                }
-                made.push_back(std::move(oq));
-                made.push_back(std::move(ok));
-                made.push_back(std::move(ov));
-                break;
-            }
-        }
+        std::vector<OutputTensor> made = split_to_hf(t, *match, arch, config, notes);
         for (auto& o : made) {
             auto [it, fresh] = produced_by.emplace(o.name, t.name);
             if (!fresh)

@@ -63,6 +63,7 @@ namespace {
 void create_output_files(const std::string& staging, const OutputLayout& layout) {
     for (const OutputFile& file : layout.files) {
         const std::string path = staging + "/" + file.name;
+        fs::create_directories(fs::path(path).parent_path());
         int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0) throw Error(path + ": cannot create: " + errno_text());
         try {
@@ -184,21 +185,24 @@ std::vector<std::string> non_weight_files(const std::string& hf_dir) {
 
 void commit_staging(const std::string& target, bool force, const std::string& hf_dir,
                     const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
-                    const std::string& config_json) {
+                    const std::map<std::string, std::string>& generated_files) {
     const std::string staging = staging_path(target);
     for (const std::string& rel : non_weight_files(hf_dir)) {
+        if (generated_files.count(rel)) continue;
         const fs::path to = fs::path(staging) / rel;
         fs::create_directories(to.parent_path());
-        if (rel == "config.json" && !config_json.empty()) {
-            std::ofstream out(to, std::ios::binary);
-            out << config_json;
-            out.close();
-            if (!out) throw Error(to.string() + ": cannot write");
-        } else {
-            std::error_code ec;
-            fs::copy_file(fs::path(hf_dir) / rel, to, fs::copy_options::overwrite_existing, ec);
-            if (ec) throw Error(hf_dir + "/" + rel + ": cannot copy: " + ec.message());
-        }
+        std::error_code ec;
+        fs::copy_file(fs::path(hf_dir) / rel, to, fs::copy_options::overwrite_existing, ec);
+        if (ec) throw Error(hf_dir + "/" + rel + ": cannot copy: " + ec.message());
+        fsync_path(to.string(), false);
+    }
+    for (const auto& [rel, text] : generated_files) {
+        const fs::path to = fs::path(staging) / rel;
+        fs::create_directories(to.parent_path());
+        std::ofstream out(to, std::ios::binary);
+        out << text;
+        out.close();
+        if (!out) throw Error(to.string() + ": cannot write");
         fsync_path(to.string(), false);
     }
     {
@@ -211,7 +215,7 @@ void commit_staging(const std::string& target, bool force, const std::string& hf
         std::error_code ec;
         fs::remove_all(journal_dir(staging), ec);
     }
-    if (layout.files.size() > 1) {
+    if (layout.model_files > 1) {
         const std::string path = staging + "/model.safetensors.index.json";
         std::ofstream out(path, std::ios::binary);
         out << index_json(tensors, layout);

@@ -34,59 +34,80 @@ std::string safetensors_header(const std::vector<const OutputTensor*>& tensors) 
     return header + json;
 }
 
+namespace {
+
+OutputFile plan_file(const std::vector<OutputTensor>& tensors, std::string name, std::vector<size_t> members) {
+    OutputFile file;
+    file.name = std::move(name);
+    file.tensors = std::move(members);
+    std::stable_sort(file.tensors.begin(), file.tensors.end(), [&](size_t a, size_t b) {
+        const size_t ea = element_size(tensors[a].dtype), eb = element_size(tensors[b].dtype);
+        if (ea != eb) return ea > eb;
+        return tensors[a].name < tensors[b].name;
+    });
+    std::vector<const OutputTensor*> ordered;
+    for (size_t i : file.tensors) ordered.push_back(&tensors[i]);
+    file.header = safetensors_header(ordered);
+    return file;
+}
+
+}  // namespace
+
 OutputLayout plan_output_layout(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size) {
     OutputLayout layout;
     std::vector<std::vector<size_t>> groups;
+    std::vector<size_t> adapter;
     uint64_t current = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
         const uint64_t bytes = tensors[i].nbytes();
+        layout.total_size += bytes;
+        if (tensors[i].adapter) {
+            adapter.push_back(i);
+            continue;
+        }
         if (groups.empty() || (current > 0 && current + bytes > max_shard_size)) {
             groups.emplace_back();
             current = 0;
         }
         groups.back().push_back(i);
         current += bytes;
-        layout.total_size += bytes;
     }
     if (groups.empty()) groups.emplace_back();
-    layout.locations.resize(tensors.size());
     for (size_t g = 0; g < groups.size(); ++g) {
-        OutputFile file;
-        if (groups.size() == 1) {
-            file.name = "model.safetensors";
-        } else {
-            char name[64];
-            std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
-            file.name = name;
+        std::string name = "model.safetensors";
+        if (groups.size() > 1) {
+            char buffer[64];
+            std::snprintf(buffer, sizeof buffer, "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
+            name = buffer;
         }
-        file.tensors = groups[g];
-        std::stable_sort(file.tensors.begin(), file.tensors.end(), [&](size_t a, size_t b) {
-            const size_t ea = element_size(tensors[a].dtype), eb = element_size(tensors[b].dtype);
-            if (ea != eb) return ea > eb;
-            return tensors[a].name < tensors[b].name;
-        });
-        std::vector<const OutputTensor*> ordered;
-        for (size_t i : file.tensors) ordered.push_back(&tensors[i]);
-        file.header = safetensors_header(ordered);
+        layout.files.push_back(plan_file(tensors, name, groups[g]));
+    }
+    layout.model_files = layout.files.size();
+    if (!adapter.empty()) layout.files.push_back(plan_file(tensors, kAdapterWeightsFile, adapter));
+    layout.locations.resize(tensors.size());
+    for (size_t f = 0; f < layout.files.size(); ++f) {
+        OutputFile& file = layout.files[f];
         uint64_t offset = file.header.size();
         for (size_t i : file.tensors) {
-            layout.locations[i] = {g, offset};
+            layout.locations[i] = {f, offset};
             offset += tensors[i].nbytes();
         }
         file.size = offset;
-        layout.files.push_back(std::move(file));
     }
     return layout;
 }
 
 std::string index_json(const std::vector<OutputTensor>& tensors, const OutputLayout& layout) {
     nlohmann::json index;
-    uint64_t parameters = 0;
-    for (const auto& t : tensors) parameters += static_cast<uint64_t>(numel(t.shape));
-    index["metadata"] = {{"total_size", layout.total_size}, {"total_parameters", parameters}};
+    uint64_t parameters = 0, bytes = 0;
     index["weight_map"] = nlohmann::json::object();
-    for (size_t i = 0; i < tensors.size(); ++i)
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        if (tensors[i].adapter) continue;
+        parameters += static_cast<uint64_t>(numel(tensors[i].shape));
+        bytes += tensors[i].nbytes();
         index["weight_map"][tensors[i].name] = layout.files[layout.locations[i].file].name;
+    }
+    index["metadata"] = {{"total_size", bytes}, {"total_parameters", parameters}};
     return index.dump(2) + "\n";
 }
 

@@ -42,7 +42,8 @@ std::vector<std::string> apply_output_rules(TensorMapping& mapping, const HfConf
     if (!target) return notes;
     size_t cast = 0;
     for (auto& t : mapping.tensors) {
-        if (!is_floating(t.source_dtype) || t.source_dtype == *target) continue;
+        // An extracted adapter keeps the dtype it was trained in, as PEFT saves it.
+        if (t.adapter || !is_floating(t.source_dtype) || t.source_dtype == *target) continue;
         if (!can_cast(t.source_dtype, *target))
             throw Error(t.name + ": cannot cast " + std::string(torch_name(t.source_dtype)) + " to " +
                         std::string(torch_name(*target)));

@@ -95,6 +95,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         packed.shape = {rows, (cols + per_word - 1) / per_word};
         packed.copies = std::move(t.copies);
         packed.zero_fill = t.zero_fill;
+        packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
         // Zero points are packed along rows, so a rank or block boundary must not split a word.
         packed.row_align = spec.symmetric ? 1 : per_word;
 

@@ -322,7 +322,7 @@ ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t le
             }
         } else {
             chunks.push_back(top);
-            for (const char* nest : {"model", "state_dict", "module"}) {
+            for (const char* nest : {"model", "state_dict", "module", "adapter_state_dict"}) {
                 const Value* inner = pickle::dict_get(*top, nest);
                 if (inner && inner->kind == Kind::Dict) {
                     chunks.back() = inner;

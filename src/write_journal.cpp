@@ -21,8 +21,8 @@ namespace fs = std::filesystem;
 
 std::string journal_dir(const std::string& staging) { return staging + "/.vmerge-journal"; }
 
-ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory) {
-    std::string all;
+ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory, const std::string& values) {
+    std::string all = values;
     for (const auto& f : layout.files) all += f.name + "\n" + std::to_string(f.size) + "\n" + f.header;
     return {hex64(xxh64(all.data(), all.size())), ranks, max_memory};
 }

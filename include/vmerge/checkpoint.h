@@ -20,7 +20,8 @@ struct ScanJob {
     uint64_t length = 0;  // 0: to the end of the file
 };
 
-enum class Layout { Fsdp, MegatronLegacy, MegatronDist, Dcp, HfSafetensors };
+// MegatronAdapter: verl's adapter_checkpoint/ (LoRA only; the base comes from MapOptions::lora_base).
+enum class Layout { Fsdp, MegatronLegacy, MegatronDist, Dcp, HfSafetensors, MegatronAdapter };
 
 // What `discover` found: the backend, its files, and the archives to scan.
 struct DetectedCheckpoint {
@@ -46,6 +47,7 @@ struct MapOptions {
     bool allow_unmapped = false;
     std::optional<int> tp_size;
     std::optional<int> pp_size;
+    std::string lora_base;  // MegatronAdapter: the HF folder of the base model
 };
 
 struct MappedCheckpoint {

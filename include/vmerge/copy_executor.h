@@ -3,10 +3,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "vmerge/input_file.h"
+#include "vmerge/lora_kernel.h"
 #include "vmerge/quantization.h"
 #include "vmerge/rank_work.h"
 #include "vmerge/tensor_mapping.h"
@@ -22,6 +24,7 @@ struct CopyStats {
     double read_seconds = 0;     // in pread
     double cast_seconds = 0;
     double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
+    double lora_seconds = 0;     // assembling LoRA factors and adding B·A to merged weights
     std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
@@ -35,8 +38,10 @@ using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row
 // that thread, one block at a time.
 class CopyExecutor {
 public:
-    // `quantize` (optional) is the spec QuantPacked tensors were planned with.
-    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize = nullptr);
+    // `quantize` (optional) is the spec QuantPacked tensors were planned with; `threads` is how
+    // many threads a LoRA update may use (the rank's share of the node's cores).
+    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize = nullptr,
+                 int threads = 1);
 
     // `skip` (optional) is asked before each block is assembled; true means an earlier run
     // already wrote it (resume), so its sources are not read at all.
@@ -46,6 +51,8 @@ public:
 
 private:
     const InputFile& open(const std::string& path);
+    // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
+    const LoraFactors& lora_factors(size_t delta);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
     void read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
@@ -54,12 +61,15 @@ private:
     const TensorMapping& mapping_;
     uint64_t max_memory_;
     const QuantizeSpec* quantize_;
+    int threads_;
     std::vector<float> floats_;
     std::vector<unsigned char> cast_;
     std::vector<int32_t> zero_points_;
     std::map<std::string, std::unique_ptr<InputFile>> files_;
     std::vector<unsigned char> block_;
     std::vector<unsigned char> span_;
+    std::optional<size_t> lora_factors_for_;
+    LoraFactors lora_factors_;
     CopyStats stats_;
 };
 

@@ -67,6 +67,10 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
 TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
                              bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes);
 
+// One canonical Megatron tensor as the HF tensors `match` names (the splits above).
+std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
+                                      const HfConfig& config, std::vector<std::string>& notes);
+
 // Checks a mapping's names and shapes against what config.json implies (Error listing the
 // missing, unexpected and misshapen tensors).
 void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch);

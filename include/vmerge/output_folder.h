@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -51,12 +52,13 @@ private:
     std::vector<unsigned char> readback_;
 };
 
-// Rank 0, after all ranks wrote: copies every non-weight file of `hf_dir` (config.json
-// replaced by `config_json` when that is not empty: a quantized model's config), writes the
-// index when there are several shards, fsyncs, and renames the staging folder to `target`.
+// Rank 0, after all ranks wrote: copies every non-weight file of `hf_dir`, writes
+// `generated_files` (path in the folder -> text; a quantized model's config.json replaces the
+// copied one, an extracted adapter's adapter_config.json), the index when the model has
+// several shards, fsyncs, and renames the staging folder to `target`.
 void commit_staging(const std::string& target, bool force, const std::string& hf_dir,
                     const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
-                    const std::string& config_json = "");
+                    const std::map<std::string, std::string>& generated_files = {});
 
 // Whether a staging folder of an earlier merge of `target` exists.
 bool staging_exists(const std::string& target);

@@ -23,20 +23,27 @@ struct TensorLocation {
 struct OutputLayout {
     std::vector<OutputFile> files;
     std::vector<TensorLocation> locations;  // by tensor index
-    uint64_t total_size = 0;                // sum of tensor bytes (index metadata.total_size)
+    uint64_t total_size = 0;                // sum of tensor bytes, adapter included
+    size_t model_files = 0;                 // files[0, model_files) are the model's shards
 };
+
+// Where an extracted LoRA adapter's tensors go, relative to the output folder.
+inline constexpr const char* kAdapterFolder = "lora_adapter";
+inline constexpr const char* kAdapterWeightsFile = "lora_adapter/adapter_model.safetensors";
 
 // Splits the tensors into shards greedily in their order, as transformers does: a shard is
 // closed when the next tensor would push it past `max_shard_size`; a bigger tensor goes
 // alone. Within a file tensors are ordered by element size (descending) then name, so every
-// tensor starts aligned to its element size, as the safetensors writer does.
+// tensor starts aligned to its element size, as the safetensors writer does. Adapter tensors
+// (OutputTensor::adapter) go to one more file, kAdapterWeightsFile, after the model's.
 OutputLayout plan_output_layout(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size);
 
 // The safetensors header for a list of (name, dtype, shape) in data order, with
 // {"format":"pt"} metadata, padded with spaces to a multiple of 8; includes the 8-byte length.
 std::string safetensors_header(const std::vector<const OutputTensor*>& tensors);
 
-// model.safetensors.index.json text (sorted keys, 2-space indent, trailing newline).
+// model.safetensors.index.json text (sorted keys, 2-space indent, trailing newline); the
+// model's tensors only.
 std::string index_json(const std::vector<OutputTensor>& tensors, const OutputLayout& layout);
 
 }  // namespace vmerge

@@ -36,6 +36,10 @@ struct OutputTensor {
     std::optional<size_t> zero_point_tensor;  // Packed, asymmetric: index of its ZeroPoint tensor
     int64_t row_align = 1;           // rows are split only at multiples of this
     std::vector<unsigned char> constant;  // Constant: the bytes
+    // A LoRA merge adds TensorMapping::lora_deltas[*lora_delta] to the assembled rows (lora.h).
+    std::optional<size_t> lora_delta;
+    // Part of the extracted PEFT adapter (lora_adapter/adapter_model.safetensors), not the model.
+    bool adapter = false;
 
     uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
     // The shape the copies fill.
@@ -44,9 +48,21 @@ struct OutputTensor {
     bool is_derived() const { return role == Role::QuantScale || role == Role::QuantZeroPoint; }
 };
 
+// W += scale · L·R for the rows of one merged weight W [out, in]: L is [out, r] and R is
+// [r, in], both assembled whole (they are small) from their own copies. A Linear's L is
+// lora_B and R is lora_A; an Embedding's delta is (B·A)ᵀ, so L is lora_embedding_Aᵀ and R
+// is lora_embedding_Bᵀ (`transposed`).
+struct LoraDelta {
+    OutputTensor a;  // lora_A [r, in] (Embedding: lora_embedding_A [r, vocab])
+    OutputTensor b;  // lora_B [out, r] (Embedding: lora_embedding_B [dim, r])
+    bool transposed = false;
+    double scale = 0;
+};
+
 struct TensorMapping {
     std::vector<TensorRef> sources;
     std::vector<OutputTensor> tensors;  // in output (state dict) order
+    std::vector<LoraDelta> lora_deltas;
 };
 
 // Throws Error unless the copies of `t` stay inside their source and output tensors and

@@ -32,7 +32,9 @@ struct ResumeIdentity {
     int ranks = 1;
     uint64_t max_memory = 0;
 };
-ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory);
+// `values` names what changes the bytes without changing the layout (LoRA scales).
+ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory,
+                               const std::string& values = "");
 void write_resume_identity(const std::string& staging, const ResumeIdentity& identity);
 // Throws Error, before anything is written, when the staging folder was made by another
 // plan or split; the folder stays as it was.

@@ -2,7 +2,8 @@
 # Keeps the user docs honest about vmerge-mpi's options:
 #   1. every --flag mentioned in README.md and docs/*.md (dashes normalised to underscores) is
 #      an option that `VMERGE --help` lists, unless it belongs to another program (the explicit
-#      allow-list below: mpirun, sbatch, srun, lfs, ctest, cmake, the project's helper scripts);
+#      allow-list below: mpirun, sbatch, srun, lfs, vLLM, ctest, cmake, the project's helper
+#      scripts);
 #   2. every option `VMERGE --help` lists is documented in docs/usage.md.
 # usage: check_documented_flags.sh VMERGE SOURCE_DIR
 set -uo pipefail
@@ -18,6 +19,8 @@ foreign=(
     parsable mpi kill_on_bad_exit pty partition account
     # lfs (Lustre)
     stripe_count stripe_size
+    # vLLM (docs/lora.md)
+    lora_modules
     # ctest / cmake
     output_on_failure build target preset test_dir install prefix
     # project helper scripts: tests/corpus/make_bad_inputs.py, scripts/bench/make_bench_checkpoint.py,

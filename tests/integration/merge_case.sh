@@ -33,16 +33,9 @@ mkdir -p "$work"
 launch=("$mpiexec" --oversubscribe -np "$np")
 
 if [[ -n $expected_error ]]; then
-    set +e
-    "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${args[@]}" >"$target.log" 2>&1
-    rc=$?
-    set -e
-    cat "$target.log"
-    [[ $rc -ne 0 ]] || { echo "FAIL: exit 0, expected an error naming '$expected_error'"; exit 1; }
-    grep -qF -- "$expected_error" "$target.log" || { echo "FAIL: the message does not name '$expected_error'"; exit 1; }
-    [[ ! -e $target ]] || { echo "FAIL: left $target behind"; exit 1; }
-    ! compgen -G "$work/.$case.np$np.vmerge-staging*" >/dev/null || { echo "FAIL: left a staging folder"; exit 1; }
-    rm -f "$target.log"
+    source "$source_dir/tests/integration/expect_failed_merge.sh"
+    expect_failed_merge "$target" "$expected_error" \
+        "${launch[@]}" "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${args[@]}"
     exit 0
 fi
 

@@ -1,0 +1,92 @@
+#!/bin/bash
+# Benchmarks the LoRA fold (merge --merge_lora) and export (--extract_lora) on a generated verl
+# FSDP LoRA checkpoint (fp32 base, adapter of rank R on every Linear) against the copy floor and
+# the Python way (python_merge_lora.py: torch.load + torch.cat + W + alpha/r * B@A + one
+# safetensors file).
+#
+#   bash scripts/bench/bench_lora.sh [SIZE_GB] [WORLD] [RANK]      (defaults: 1 GB, W=4, r=64)
+#
+# Environment as bench_fsdp.sh: BENCH_DIR (default /tmp/vmerge-bench), NP (default 2), REPS
+# (default 3), KEEP=1, BENCH_WAIT_S. Same method (page cache dropped before every run, cp and
+# Python end with sync, median of REPS). Correctness: check_lora_output.py compares vmerge's
+# fold with the Python one element by element (ulp distance in the output dtype).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+SIZE_GB=${1:-1}
+WORLD=${2:-4}
+RANK=${3:-64}
+NP=${NP:-2}
+REPS=${REPS:-3}
+BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
+VMERGE=$ROOT/build/vmerge-mpi
+PY=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
+mkdir -p "$BENCH_DIR"
+LDIR=$BENCH_DIR/lora
+CKPT=$LDIR/global_step_1/actor
+LOG=$BENCH_DIR/logs-lora
+OUT=$BENCH_DIR/lora-vmerge-out
+PYOUT=$BENCH_DIR/lora-python-out
+rm -rf "$LOG" "$BENCH_DIR/lora-copy" "$OUT" "$PYOUT"
+mkdir -p "$LOG"
+source "$ROOT/scripts/bench/bench_lib.sh"
+
+PARAMS="size_gb=$SIZE_GB world=$WORLD rank=$RANK"
+if [ "$(cat "$BENCH_DIR/lora.params" 2>/dev/null)" != "$PARAMS" ] || [ ! -d "$CKPT" ]; then
+    rm -f "$BENCH_DIR/lora.params"
+    "$PY" scripts/bench/make_bench_lora.py "$LDIR" --size-gb "$SIZE_GB" --world "$WORLD" --rank "$RANK"
+    echo "$PARAMS" > "$BENCH_DIR/lora.params"
+else
+    echo "reusing $CKPT ($PARAMS)"
+fi
+IN_BYTES=$(find "$CKPT" -name 'model_world_size_*.pt' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s}')
+make_rankwrap
+wait_for_idle
+snapshot_vmerge
+
+JSONLOG=$LOG/vmerge.json
+CP="cp -r + sync (copy floor)"
+CLEAN=$BENCH_DIR/lora-copy run "$CP" bash -c "cp -r '$CKPT' '$BENCH_DIR/lora-copy' && sync"
+rm -rf "$BENCH_DIR/lora-copy"
+VM="vmerge-mpi --merge_lora, 1 rank"
+CLEAN=$OUT run "$VM" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --merge_lora --force -q --log-json "$JSONLOG"
+VN="vmerge-mpi --merge_lora, mpirun -np $NP"
+CLEAN=$OUT run "$VN" mpirun --oversubscribe -np "$NP" "$RANKWRAP" "$VMERGE" merge --local_dir "$CKPT" \
+    --target_dir "$OUT" --merge_lora --force -q --log-json "$JSONLOG"
+VX="vmerge-mpi --extract_lora, 1 rank"
+CLEAN=$OUT.extract run "$VX" "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT.extract" --extract_lora --force -q \
+    --log-json "$JSONLOG"
+PYN="python_merge_lora.py + sync"
+unset JSONLOG
+CLEAN=$PYOUT run "$PYN" bash -c "'$PY' scripts/bench/python_merge_lora.py '$CKPT' '$PYOUT' 16 && sync"
+
+echo "== vmerge's fold against the Python fold"
+"$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --merge_lora --force -q
+"$PY" tests/tools/check_lora_output.py --out "$OUT" --ref "$PYOUT" --mode merge
+
+echo
+echo "checkpoint: $CKPT, verl FSDP W=$WORLD with a LoRA adapter of rank $RANK on every Linear," \
+     "input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB, output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
+machine_line
+echo
+echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
+echo
+print_table
+echo
+echo "| ratio | medians | value | target | met |"
+echo "|---|---:|---:|---|---|"
+ratio_row "vmerge fold 1 rank / cp" "$VM" "$CP" "-" - wall
+ratio_row "Python fold / vmerge fold 1 rank" "$PYN" "$VM" ">=" 5 wall
+ratio_row "Python fold / vmerge fold np=$NP" "$PYN" "$VN" ">=" 5 wall
+ratio_row "vmerge fold 1 rank RSS / Python RSS" "$VM" "$PYN" "-" - rss
+echo
+echo "lora_s (LoRA product) in the 1-rank fold, per run:"
+for f in "$LOG/$VM".*.json; do jq -r '.per_rank[] | "  copy \(.copy_s*100|round/100) s, of which lora \(.lora_s*100|round/100) s, read \(.read_s*100|round/100) s"' "$f"; done
+
+if [ "${KEEP:-0}" != 1 ]; then
+    rm -rf "$LDIR" "$BENCH_DIR/lora.params" "$OUT" "$OUT.extract" "$PYOUT"
+fi
+drop_snapshot

@@ -1,0 +1,244 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "test_support.h"
+#include "vmerge/error.h"
+#include "vmerge/lora_adapter.h"
+#include "vmerge/lora_kernel.h"
+
+namespace vmerge {
+namespace {
+
+using testing::TempDir;
+
+// A mapping whose tensors each copy one whole source of the same shape.
+TensorMapping mapping_of(const std::vector<std::pair<std::string, Shape>>& named) {
+    TensorMapping m;
+    for (const auto& [name, shape] : named) {
+        OutputTensor t = testing::tensor(name, DType::BF16, shape);
+        TensorRef ref;
+        ref.dtype = DType::BF16;
+        ref.shape = shape;
+        ref.stride = shape.size() == 2 ? Shape{shape[1], 1} : Shape{1};
+        ref.storage = {"/ckpt/rank0.pt", "data/" + std::to_string(m.sources.size()), 0, static_cast<uint64_t>(numel(shape)) * 2};
+        t.copies.push_back({static_cast<uint32_t>(m.sources.size()), Shape(shape.size(), 0), Shape(shape.size(), 0), shape});
+        m.sources.push_back(ref);
+        m.tensors.push_back(t);
+    }
+    return m;
+}
+
+const std::string kP = "base_model.model.";
+
+TensorMapping peft_model() {
+    return mapping_of({{kP + "model.embed_tokens.base_layer.weight", {10, 4}},
+                       {kP + "model.embed_tokens.lora_embedding_A.default", {2, 10}},
+                       {kP + "model.embed_tokens.lora_embedding_B.default", {4, 2}},
+                       {kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.base_layer.bias", {4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                       {kP + "model.layers.0.mlp.down_proj.base_layer.weight", {4, 6}},
+                       {kP + "model.layers.0.mlp.down_proj.lora_A.default.weight", {3, 6}},
+                       {kP + "model.layers.0.mlp.down_proj.lora_B.default.weight", {4, 3}},
+                       {kP + "model.norm.weight", {4}},
+                       {kP + "lm_head.original_module.weight", {10, 4}},
+                       {kP + "lm_head.modules_to_save.default.weight", {10, 4}}});
+}
+
+LoraOptions with_alpha(LoraMode mode, double alpha) {
+    LoraOptions o;
+    o.mode = mode;
+    o.alpha = alpha;
+    o.checkpoint_dir = "/nonexistent";
+    o.base_model_name_or_path = "/out";
+    return o;
+}
+
+std::vector<std::string> names(const TensorMapping& m) {
+    std::vector<std::string> out;
+    for (const auto& t : m.tensors) out.push_back(t.name + (t.adapter ? " [adapter]" : ""));
+    return out;
+}
+
+TEST(LoraAdapter, ExtractGivesCleanBaseNamesAndPeftAdapterNames) {
+    TensorMapping m = peft_model();
+    const LoraResult r = apply_lora(m, with_alpha(LoraMode::Extract, 16), "/ckpt");
+    ASSERT_TRUE(r.found);
+    EXPECT_EQ(r.modules, 3u);
+    const std::vector<std::string> expected{
+        "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+        "model.layers.0.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight",
+        kP + "model.embed_tokens.lora_embedding_A [adapter]", kP + "model.embed_tokens.lora_embedding_B [adapter]",
+        kP + "model.layers.0.self_attn.q_proj.lora_A.weight [adapter]",
+        kP + "model.layers.0.self_attn.q_proj.lora_B.weight [adapter]",
+        kP + "model.layers.0.mlp.down_proj.lora_A.weight [adapter]",
+        kP + "model.layers.0.mlp.down_proj.lora_B.weight [adapter]", kP + "lm_head.weight [adapter]"};
+    EXPECT_EQ(names(m), expected);
+    // The base model keeps the frozen lm_head (source 11), the adapter carries the trained one (12).
+    EXPECT_EQ(m.tensors[5].copies[0].source, 11u);
+    EXPECT_EQ(m.tensors.back().copies[0].source, 12u);
+    EXPECT_TRUE(m.lora_deltas.empty());
+    const auto& c = r.adapter_config;
+    EXPECT_EQ(c["peft_type"], "LORA");
+    EXPECT_EQ(c["lora_alpha"], 16);
+    EXPECT_EQ(c["r"], 3);  // the largest r; q_proj and embed_tokens (r = 2) go to rank_pattern
+    EXPECT_EQ(c["rank_pattern"]["model.layers.0.self_attn.q_proj"], 2);
+    EXPECT_EQ(c["rank_pattern"]["model.embed_tokens"], 2);
+    EXPECT_FALSE(c["rank_pattern"].contains("model.layers.0.mlp.down_proj"));
+    EXPECT_EQ(c["target_modules"], nlohmann::json({"down_proj", "embed_tokens", "q_proj"}));
+    EXPECT_EQ(c["modules_to_save"], nlohmann::json({"lm_head"}));
+    EXPECT_EQ(c["base_model_name_or_path"], "/out");
+    EXPECT_EQ(c["task_type"], "CAUSAL_LM");
+    EXPECT_EQ(c["use_rslora"], false);
+}
+
+TEST(LoraAdapter, MergeAttachesDeltasWithAlphaOverRAndReplacesModulesToSave) {
+    TensorMapping m = peft_model();
+    LoraOptions o = with_alpha(LoraMode::Merge, 12);
+    apply_lora(m, o, "/ckpt");
+    ASSERT_EQ(m.tensors.size(), 6u);
+    ASSERT_EQ(m.lora_deltas.size(), 3u);
+    EXPECT_EQ(m.tensors[0].name, "model.embed_tokens.weight");
+    ASSERT_TRUE(m.tensors[0].lora_delta);
+    const LoraDelta& emb = m.lora_deltas[*m.tensors[0].lora_delta];
+    EXPECT_TRUE(emb.transposed);
+    EXPECT_DOUBLE_EQ(emb.scale, 6.0);  // 12 / 2
+    const LoraDelta& down = m.lora_deltas[*m.tensors[3].lora_delta];
+    EXPECT_FALSE(down.transposed);
+    EXPECT_DOUBLE_EQ(down.scale, 4.0);  // 12 / 3
+    EXPECT_FALSE(m.tensors[2].lora_delta);  // the bias
+    EXPECT_EQ(m.tensors[5].name, "lm_head.weight");
+    EXPECT_EQ(m.tensors[5].copies[0].source, 12u);  // the trained copy
+    for (const auto& t : m.tensors) EXPECT_FALSE(t.adapter);
+
+    TensorMapping rs = peft_model();
+    o.use_rslora = true;
+    apply_lora(rs, o, "/ckpt");
+    EXPECT_DOUBLE_EQ(rs.lora_deltas[*rs.tensors[3].lora_delta].scale, 12.0 / std::sqrt(3.0));
+}
+
+TEST(LoraAdapter, NoPeftNamesLeavesTheMappingAlone) {
+    TensorMapping m = mapping_of({{"model.layers.0.self_attn.q_proj.weight", {4, 4}}});
+    EXPECT_FALSE(apply_lora(m, with_alpha(LoraMode::Merge, 8), "/ckpt").found);
+    EXPECT_EQ(m.tensors[0].name, "model.layers.0.self_attn.q_proj.weight");
+}
+
+void expect_error(TensorMapping m, const LoraOptions& o, const std::string& needle) {
+    try {
+        apply_lora(m, o, "/ckpt");
+        FAIL() << "expected an error naming " << needle;
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+}
+
+TEST(LoraAdapter, RefusesWhatAPlainMergeWouldGetWrong) {
+    const auto o = with_alpha(LoraMode::Merge, 8);
+    auto dora = peft_model();
+    auto extra = mapping_of({{kP + "model.layers.0.self_attn.q_proj.lora_magnitude_vector.default.weight", {4}}});
+    dora.tensors.push_back(extra.tensors[0]);
+    dora.sources.push_back(extra.sources[0]);
+    dora.tensors.back().copies[0].source = static_cast<uint32_t>(dora.sources.size() - 1);
+    expect_error(dora, o, "DoRA");
+    expect_error(mapping_of({{kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 4}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_B.default.bias", {4}}}),
+                 o, "lora_bias");
+    expect_error(mapping_of({{kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 4}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                             {kP + "model.layers.0.self_attn.k_proj.base_layer.weight", {4, 4}},
+                             {kP + "model.layers.0.self_attn.k_proj.lora_A.other.weight", {2, 4}},
+                             {kP + "model.layers.0.self_attn.k_proj.lora_B.other.weight", {4, 2}}}),
+                 o, "several LoRA adapters");
+    expect_error(mapping_of({{kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 4}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}}}),
+                 o, "has lora_A but no lora_B");
+    expect_error(mapping_of({{kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 5}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}}}),
+                 o, "but the weight is [4, 5]");
+    expect_error(mapping_of({{kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                             {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}}}),
+                 o, "no base weight 'model.layers.0.self_attn.q_proj.weight'");
+}
+
+TEST(LoraAdapter, AlphaComesFromTheCheckpointOrIsAnError) {
+    TempDir dir;
+    LoraOptions o;
+    o.checkpoint_dir = dir.path() + "/actor";
+    std::filesystem::create_directories(o.checkpoint_dir + "/lora_adapter");
+    expect_error(peft_model(), o, "pass --lora_alpha");
+    std::ofstream(dir.path() + "/lora_train_meta.json") << R"({"r": 3, "lora_alpha": 32, "task_type": "CAUSAL_LM"})";
+    auto h = resolve_lora_hyperparameters(o, "x");
+    EXPECT_EQ(h.alpha, 32);
+    EXPECT_EQ(h.source, dir.path() + "/lora_train_meta.json");
+    std::ofstream(o.checkpoint_dir + "/lora_adapter/adapter_config.json")
+        << R"({"peft_type": "LORA", "r": 3, "lora_alpha": 64, "use_rslora": true})";
+    expect_error(peft_model(), o, "lora_alpha disagrees: 64 in");
+    o.alpha = 8;
+    h = resolve_lora_hyperparameters(o, "x");
+    EXPECT_EQ(h.alpha, 8);
+    EXPECT_TRUE(h.use_rslora);
+    ASSERT_EQ(h.notes.size(), 1u);
+    std::ofstream(o.checkpoint_dir + "/lora_adapter/adapter_config.json") << R"({"peft_type": "LORA", "lora_alpha": 0})";
+    o.alpha.reset();
+    std::filesystem::remove(dir.path() + "/lora_train_meta.json");
+    expect_error(peft_model(), o, "the adapter would change nothing");
+    std::ofstream(o.checkpoint_dir + "/lora_adapter/adapter_config.json") << R"({"peft_type": "LORA", "lora_alpha": 8, "use_dora": true})";
+    expect_error(peft_model(), o, "'use_dora' is true");
+}
+
+TEST(LoraAdapter, AlphaPatternMatchesModuleSuffixes) {
+    LoraHyperparameters h;
+    h.alpha = 16;
+    h.alpha_pattern = {{"q_proj", 4}, {"layers\\.1\\.mlp\\.down_proj", 2}};
+    EXPECT_EQ(module_alpha(h, "model.layers.0.self_attn.q_proj"), 4);
+    EXPECT_EQ(module_alpha(h, "model.layers.0.self_attn.k_proj"), 16);
+    EXPECT_EQ(module_alpha(h, "model.layers.1.mlp.down_proj"), 2);
+    EXPECT_EQ(module_alpha(h, "model.layers.11.mlp.down_proj"), 16);
+    EXPECT_EQ(module_alpha(h, "model.layers.0.self_attn.xq_proj"), 16);
+}
+
+TEST(LoraKernel, LinearAddsScaledBTimesA) {
+    LoraDelta d;
+    d.a.shape = {2, 3};  // A [r=2, in=3]
+    d.b.shape = {2, 2};  // B [out=2, r=2]
+    d.scale = 0.5;
+    const float a[] = {1, 2, 3, 4, 5, 6};
+    const float b[] = {1, 0, 2, -1};
+    const LoraFactors f = make_lora_factors(d, a, b);
+    // B·A = [[1, 2, 3], [2-4, 4-5, 6-6]] = [[1, 2, 3], [-2, -1, 0]]; W = 10 everywhere.
+    float w[] = {10, 10, 10, 10, 10, 10};
+    add_lora_delta(w, 0, 2, f);
+    const float expected[] = {10.5f, 11, 11.5f, 9, 9.5f, 10};
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], expected[i]) << i;
+    float row1[] = {0, 0, 0};
+    add_lora_delta(row1, 1, 2, f);
+    EXPECT_EQ(row1[0], -1.0f);
+    EXPECT_THROW(add_lora_delta(row1, 1, 3, f), Error);
+}
+
+TEST(LoraKernel, EmbeddingAddsTheTransposedProduct) {
+    LoraDelta d;
+    d.transposed = true;
+    d.a.shape = {1, 3};  // lora_embedding_A [r=1, vocab=3]
+    d.b.shape = {2, 1};  // lora_embedding_B [dim=2, r=1]
+    d.scale = 2;
+    const float a[] = {1, 2, 3};
+    const float b[] = {10, 100};
+    const LoraFactors f = make_lora_factors(d, a, b);
+    // (B·A)ᵀ [vocab=3, dim=2] = [[10, 100], [20, 200], [30, 300]], times 2.
+    float w[6] = {};
+    add_lora_delta(w, 0, 3, f);
+    const float expected[] = {20, 200, 40, 400, 60, 600};
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], expected[i]) << i;
+}
+
+}  // namespace
+}  // namespace vmerge
