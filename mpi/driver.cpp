@@ -335,9 +335,13 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
     if (o.format == "hdf5") {
+        // The archive holds one model: an adapter is folded in or not merged at all.
+        if (in.lora.found && !o.merge_lora)
+            throw Error(o.local_dir + " holds a LoRA adapter: --format hdf5 writes no lora_adapter/ folder; pass "
+                                      "--merge_lora to fold it into the archived weights, or merge to safetensors");
         if (comm.rank() == 0 && !o.quiet)
             for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
-        return write_hdf5_archive(o, comm, in.mapping(), in.config.dir, max_memory(o, comm), out);
+        return write_hdf5_archive(o, comm, in.mapping(), in.config.dir, max_memory(o, comm), compute_threads(comm), out);
     }
     const auto plan_start = Clock::now();
     const auto& tensors = in.mapping().tensors;

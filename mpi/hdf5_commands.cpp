@@ -131,8 +131,8 @@ void print_storage(const std::vector<ArchiveTensor>& tensors, std::ostream& out,
 // writes, joining with an empty selection once it has nothing left.
 void write_in_rounds(ArchiveWriter& writer, const TensorMapping& mapping,
                      const std::vector<std::vector<WriteTask>>& mine, const std::vector<size_t>& rounds,
-                     uint64_t max_memory) {
-    CopyExecutor executor(mapping, max_memory / 2);
+                     uint64_t max_memory, int threads) {
+    CopyExecutor executor(mapping, max_memory / 2, nullptr, threads);
     std::vector<unsigned char> buffer;
     for (size_t t = 0; t < mapping.tensors.size(); ++t) {
         const uint64_t bytes_per_row = row_bytes(mapping.tensors[t]);
@@ -155,7 +155,7 @@ void write_in_rounds(ArchiveWriter& writer, const TensorMapping& mapping,
 }  // namespace
 
 int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source, const std::string& hf_dir,
-                       uint64_t max_memory, std::ostream& out) {
+                       uint64_t max_memory, int threads, std::ostream& out) {
     const auto start = Clock::now();
     // Chunk boundaries become the rank split's row alignment, so every chunk has one writer.
     TensorMapping mapping = source;
@@ -201,11 +201,11 @@ int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source
                 // One process, no MPI: the executor's writer thread may call HDF5 itself (only
                 // it does while run() lasts), so reading the next block overlaps writing and
                 // compressing this one. Blocks are whole chunks (row_align).
-                CopyExecutor executor(mapping, max_memory);
+                CopyExecutor executor(mapping, max_memory, nullptr, threads);
                 executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data,
                                                     size_t) { writer.write_rows(t, row, row_end, data); });
             } else {
-                write_in_rounds(writer, mapping, mine, rounds, max_memory);
+                write_in_rounds(writer, mapping, mine, rounds, max_memory, threads);
             }
             for (const auto& [rel, bytes] : files) writer.add_file(rel, bytes);
             writer.write_index({layout.total_size, [&] {
