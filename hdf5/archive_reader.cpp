@@ -5,6 +5,7 @@
 
 #include "archive_layout.h"
 #include "h5z_zstd_filter.h"
+#include "row_selection.h"
 #include "vmerge/error.h"
 
 namespace vmerge {
@@ -132,16 +133,7 @@ void ArchiveReader::read_rows(size_t index, int64_t row_begin, int64_t row_end, 
                              " of " + t.name;
     const H5Handle type = checked(H5Dget_type(dataset), H5Tclose, what);
     const H5Handle file_space = checked(H5Dget_space(dataset), H5Sclose, what);
-    H5Handle memory_space;
-    if (t.shape.empty()) {
-        memory_space = checked(H5Screate(H5S_SCALAR), H5Sclose, what);
-    } else {
-        std::vector<hsize_t> start(t.shape.size(), 0), count(t.shape.begin(), t.shape.end());
-        start[0] = static_cast<hsize_t>(row_begin);
-        count[0] = static_cast<hsize_t>(row_end - row_begin);
-        checked(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), what);
-        memory_space = checked(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose, what);
-    }
+    const H5Handle memory_space = select_rows(file_space, t.shape, row_begin, row_end, what);
     // The file type as memory type: the bytes come back as stored (bf16 bits included).
     checked(H5Dread(dataset, type, memory_space, file_space, H5P_DEFAULT, out), what);
 }

@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include "archive_layout.h"
+#include "row_selection.h"
 #include "h5z_zstd_filter.h"
 #include "hdf5_dtype.h"
 #include "vmerge/error.h"
@@ -130,21 +131,7 @@ void ArchiveWriter::write_rows(size_t tensor, int64_t row_begin, int64_t row_end
     const std::string what = path_ + ": writing rows " + std::to_string(row_begin) + ".." + std::to_string(row_end) +
                              " of " + t.name;
     const H5Handle file_space = checked(H5Dget_space(dataset), H5Sclose, what);
-    H5Handle memory_space;
-    if (row_end <= row_begin) {
-        checked(H5Sselect_none(file_space), what);
-        const hsize_t one = 1;
-        memory_space = checked(H5Screate_simple(1, &one, nullptr), H5Sclose, what);
-        checked(H5Sselect_none(memory_space), what);
-    } else if (t.shape.empty()) {
-        memory_space = checked(H5Screate(H5S_SCALAR), H5Sclose, what);
-    } else {
-        std::vector<hsize_t> start(t.shape.size(), 0), count(t.shape.begin(), t.shape.end());
-        start[0] = static_cast<hsize_t>(row_begin);
-        count[0] = static_cast<hsize_t>(row_end - row_begin);
-        checked(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), what);
-        memory_space = checked(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose, what);
-    }
+    const H5Handle memory_space = select_rows(file_space, t.shape, row_begin, row_end, what);
     const hid_t transfer = !parallel_ ? H5P_DEFAULT : compressed(tensor) ? collective_.get() : independent_.get();
     static const unsigned char nothing = 0;
     checked(H5Dwrite(dataset, types_[tensor], memory_space, file_space, transfer, data ? data : &nothing), what);
