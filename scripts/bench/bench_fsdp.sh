@@ -46,20 +46,14 @@ CKPT=$BENCH_DIR/actor
 LOG=$BENCH_DIR/logs
 rm -rf "$LOG" "$BENCH_DIR/copy" "$BENCH_DIR/vmerge-out" "$BENCH_DIR/python-out"
 mkdir -p "$LOG"
+source "$ROOT/scripts/bench/bench_lib.sh"
 
 # ---- checkpoint (reused when it was made with the same parameters) ------------------------
-PARAMS="size_gb=$SIZE_GB world=$WORLD"
-if [ "$(cat "$BENCH_DIR/actor.params" 2>/dev/null)" != "$PARAMS" ] || [ ! -d "$CKPT" ]; then
-    rm -f "$BENCH_DIR/actor.params"
+reuse_or_generate "$BENCH_DIR/actor.params" "size_gb=$SIZE_GB world=$WORLD" "$CKPT" \
     "$PY" scripts/bench/make_bench_checkpoint.py "$CKPT" --size-gb "$SIZE_GB" --world "$WORLD"
-    echo "$PARAMS" > "$BENCH_DIR/actor.params"
-else
-    echo "reusing $CKPT ($PARAMS)"
-fi
 IN_BYTES=$(find "$CKPT" -maxdepth 1 -name 'model_world_size_*_rank_*.pt' -printf '%s\n' |
            awk '{s+=$1} END {printf "%d", s}')
 
-source "$ROOT/scripts/bench/bench_lib.sh"
 make_rankwrap
 [ "${BENCH_NOSYNC:-1}" = 1 ] && make_no_fdatasync
 

@@ -29,15 +29,11 @@ LOG=$BENCH_DIR/logs
 OUT=$BENCH_DIR/out
 rm -rf "$LOG" "$OUT" "$OUT.hf"
 mkdir -p "$LOG"
-PARAMS="size_gb=$SIZE_GB world=$WORLD"
-if [ "$(cat "$BENCH_DIR/actor.params" 2>/dev/null)" != "$PARAMS" ] || [ ! -d "$CKPT" ]; then
-    rm -f "$BENCH_DIR/actor.params"
+source "$ROOT/scripts/bench/bench_lib.sh"
+reuse_or_generate "$BENCH_DIR/actor.params" "size_gb=$SIZE_GB world=$WORLD" "$CKPT" \
     "$PY" scripts/bench/make_bench_checkpoint.py "$CKPT" --size-gb "$SIZE_GB" --world "$WORLD"
-    echo "$PARAMS" > "$BENCH_DIR/actor.params"
-fi
 IN_BYTES=$(find "$CKPT" -maxdepth 1 -name 'model_world_size_*_rank_*.pt' -printf '%s\n' |
            awk '{s+=$1} END {printf "%d", s}')
-source "$ROOT/scripts/bench/bench_lib.sh"
 make_rankwrap
 wait_for_idle
 snapshot_vmerge

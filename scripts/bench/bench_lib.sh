@@ -186,3 +186,18 @@ print_vmerge_breakdowns() {
     echo
     print_log_json "$3"
 }
+
+# reuse_or_generate PARAMS_FILE PARAMS CKPT GENERATOR...: runs GENERATOR unless CKPT exists and
+# PARAMS_FILE says it was made with the same PARAMS (generating a checkpoint takes longer than
+# benchmarking it).
+reuse_or_generate() {
+    local params_file=$1 params=$2 ckpt=$3
+    shift 3
+    if [ "$(cat "$params_file" 2>/dev/null)" != "$params" ] || [ ! -d "$ckpt" ]; then
+        rm -f "$params_file"
+        "$@"
+        echo "$params" > "$params_file"
+    else
+        echo "reusing $ckpt ($params)"
+    fi
+}

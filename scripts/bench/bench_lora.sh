@@ -34,14 +34,8 @@ rm -rf "$LOG" "$BENCH_DIR/lora-copy" "$OUT" "$PYOUT"
 mkdir -p "$LOG"
 source "$ROOT/scripts/bench/bench_lib.sh"
 
-PARAMS="size_gb=$SIZE_GB world=$WORLD rank=$RANK"
-if [ "$(cat "$BENCH_DIR/lora.params" 2>/dev/null)" != "$PARAMS" ] || [ ! -d "$CKPT" ]; then
-    rm -f "$BENCH_DIR/lora.params"
+reuse_or_generate "$BENCH_DIR/lora.params" "size_gb=$SIZE_GB world=$WORLD rank=$RANK" "$CKPT" \
     "$PY" scripts/bench/make_bench_lora.py "$LDIR" --size-gb "$SIZE_GB" --world "$WORLD" --rank "$RANK"
-    echo "$PARAMS" > "$BENCH_DIR/lora.params"
-else
-    echo "reusing $CKPT ($PARAMS)"
-fi
 IN_BYTES=$(find "$CKPT" -name 'model_world_size_*.pt' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s}')
 make_rankwrap
 wait_for_idle

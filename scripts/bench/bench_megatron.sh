@@ -36,14 +36,8 @@ rm -rf "$LOG" "$BENCH_DIR/megatron-copy" "$OUT" "$PYOUT"
 mkdir -p "$LOG"
 source "$ROOT/scripts/bench/bench_lib.sh"
 
-PARAMS="size_gb=$SIZE_GB tp=$TP pp=$PP"
-if [ "$(cat "$BENCH_DIR/megatron.params" 2>/dev/null)" != "$PARAMS" ] || [ ! -d "$CKPT" ]; then
-    rm -f "$BENCH_DIR/megatron.params"
+reuse_or_generate "$BENCH_DIR/megatron.params" "size_gb=$SIZE_GB tp=$TP pp=$PP" "$CKPT" \
     "$PY" scripts/bench/make_bench_megatron.py "$MDIR" --size-gb "$SIZE_GB" --tp "$TP" --pp "$PP"
-    echo "$PARAMS" > "$BENCH_DIR/megatron.params"
-else
-    echo "reusing $CKPT ($PARAMS)"
-fi
 IN_BYTES=$(find "$CKPT/model" -name 'model.pt' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s}')
 make_rankwrap
 [ "${BENCH_NOSYNC:-1}" = 1 ] && make_no_fdatasync
