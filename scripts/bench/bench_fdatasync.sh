@@ -10,17 +10,11 @@
 # variants end with the output on disk. Page cache dropped before every run; output in
 # BENCH_DIR (default /tmp/vmerge-bench), removed at the end.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
-CKPT=$1
+CKPT=$(realpath "$1")
 PAIRS=${2:-7}
-BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
-VMERGE=$ROOT/build/vmerge-mpi
-LOG=$BENCH_DIR/logs-fdatasync
+source "$(dirname "$0")/bench_lib.sh"
 OUT=$BENCH_DIR/fdatasync-out
-rm -rf "$LOG" "$OUT"
-mkdir -p "$LOG"
-source "$ROOT/scripts/bench/bench_lib.sh"
+fresh_log "$BENCH_DIR/logs-fdatasync" "$OUT"
 make_no_fdatasync
 wait_for_idle
 snapshot_vmerge

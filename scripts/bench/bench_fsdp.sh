@@ -29,24 +29,11 @@
 # largest is reported. MB/s = input bytes (sum of the rank files, 10^6 B) / wall seconds.
 # Needs: build/vmerge-mpi (bash scripts/build.sh), /usr/bin/python3 with torch, mpirun.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 SIZE_GB=${1:-2}
 WORLD=${2:-8}
-NP=${NP:-2}
-REPS=${REPS:-3}
-BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
-VMERGE=$ROOT/build/vmerge-mpi
-PY=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
-mkdir -p "$BENCH_DIR"
+source "$(dirname "$0")/bench_lib.sh"
 CKPT=$BENCH_DIR/actor
-LOG=$BENCH_DIR/logs
-rm -rf "$LOG" "$BENCH_DIR/copy" "$BENCH_DIR/vmerge-out" "$BENCH_DIR/python-out"
-mkdir -p "$LOG"
-source "$ROOT/scripts/bench/bench_lib.sh"
+fresh_log "$BENCH_DIR/logs" "$BENCH_DIR/copy" "$BENCH_DIR/vmerge-out" "$BENCH_DIR/python-out"
 
 # ---- checkpoint (reused when it was made with the same parameters) ------------------------
 reuse_or_generate "$BENCH_DIR/actor.params" "size_gb=$SIZE_GB world=$WORLD" "$CKPT" \
@@ -95,17 +82,8 @@ echo "== vmerge-mpi verify / test against the Python output"
 "$VMERGE" test --local_dir "$CKPT" --test_hf_dir "$PYOUT"
 
 # ---- report --------------------------------------------------------------------------------
-echo
-echo "checkpoint: $CKPT, W=$WORLD, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB" \
-     "($IN_BYTES bytes in $WORLD rank files), output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
-machine_line
-echo
-echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
-echo
-print_table
-echo
-echo "| ratio | medians | value | target | met |"
-echo "|---|---:|---:|---|---|"
+print_report "checkpoint: $CKPT, W=$WORLD, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB \
+($IN_BYTES bytes in $WORLD rank files), output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
 ratio_row "vmerge 1 rank / cp" "$V1" "$CP" "<=" 1.3 wall
 ratio_row "vmerge np=$NP / cp" "$VN" "$CP" "<=" 1.3 wall
 ratio_row "vmerge 1 rank without fdatasync / cp" "$VNS" "$CP" "<=" 1.3 wall

@@ -10,26 +10,14 @@
 # BENCH_WAIT_S (longest wait for CI jobs to finish, default 900). Page cache dropped before every
 # run (bench_lib.sh). Needs build/vmerge-mpi (bash scripts/build.sh), /usr/bin/python3 with torch.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 SIZE_GB=${1:-2}
 WORLD=${2:-8}
-NP=${NP:-2}
-REPS=${REPS:-3}
 LEVEL=${LEVEL:-3}
 BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench-hdf5}
-VMERGE=$ROOT/build/vmerge-mpi
-PY=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
-mkdir -p "$BENCH_DIR"
+source "$(dirname "$0")/bench_lib.sh"
 CKPT=$BENCH_DIR/actor
-LOG=$BENCH_DIR/logs
 OUT=$BENCH_DIR/out
-rm -rf "$LOG" "$OUT" "$OUT.hf"
-mkdir -p "$LOG"
-source "$ROOT/scripts/bench/bench_lib.sh"
+fresh_log "$BENCH_DIR/logs" "$OUT" "$OUT.hf"
 reuse_or_generate "$BENCH_DIR/actor.params" "size_gb=$SIZE_GB world=$WORLD" "$CKPT" \
     "$PY" scripts/bench/make_bench_checkpoint.py "$CKPT" --size-gb "$SIZE_GB" --world "$WORLD"
 IN_BYTES=$(find "$CKPT" -maxdepth 1 -name 'model_world_size_*_rank_*.pt' -printf '%s\n' |

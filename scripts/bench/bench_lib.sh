@@ -1,8 +1,32 @@
-# Helpers shared by bench_fsdp.sh and bench_megatron.sh (sourced, not run).
+# Helpers shared by the bench_*.sh scripts (sourced, not run).
 #
-# Expects: LOG (log folder, exists), REPS, IN_BYTES (input bytes, for MB/s).
-# Provides: wait_for_idle, drop_caches, secs, rss_mib, run, print_table, ratio_row,
-#           print_log_json, make_rankwrap, make_no_fdatasync; WALL[name], RSS[name] (MiB).
+# Sourcing sets what every benchmark uses: ROOT (the repository, also the working folder), NP
+# (MPI ranks, default 2), REPS (runs per row, default 3), BENCH_DIR (default /tmp/vmerge-bench,
+# created), VMERGE (build/vmerge-mpi, which must exist), PY (/usr/bin/python3), Open MPI's
+# run-as-root variables.
+# Expects at call time: LOG (log folder, see fresh_log), IN_BYTES (input bytes, for MB/s).
+# Provides: fresh_log, wait_for_idle, drop_caches, secs, rss_mib, run, print_table, ratio_row,
+#           print_report, print_log_json, make_rankwrap, make_no_fdatasync, reuse_or_generate;
+#           WALL[name], RSS[name] (MiB).
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+NP=${NP:-2}
+REPS=${REPS:-3}
+BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
+VMERGE=$ROOT/build/vmerge-mpi
+PY=/usr/bin/python3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
+mkdir -p "$BENCH_DIR"
+
+# fresh_log DIR [PATH...]: LOG=DIR, emptied; the PATHs (outputs of an earlier run) removed.
+fresh_log() {
+    LOG=$1
+    shift
+    rm -rf "$LOG" "$@"
+    mkdir -p "$LOG"
+}
 
 declare -gA WALL RSS
 # what counts as other load: CI jobs and builds (a build also relinks build/vmerge-mpi, which is
@@ -83,6 +107,21 @@ run() {
     WALL[$name]=$wall
     RSS[$name]=$rss
     ROWS+=("| $name | $wall ($range) | $mbs | $rss |")
+}
+
+# print_report HEADLINE: the checkpoint line, the machine, how the runs were made, the timing
+# table and the header of the ratio table that the script's ratio_row calls fill.
+print_report() {
+    echo
+    echo "$1"
+    machine_line
+    echo
+    echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
+    echo
+    print_table
+    echo
+    echo "| ratio | medians | value | target | met |"
+    echo "|---|---:|---:|---|---|"
 }
 
 print_table() {

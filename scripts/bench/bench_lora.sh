@@ -11,28 +11,15 @@
 # Python end with sync, median of REPS). Correctness: check_lora_output.py compares vmerge's
 # fold with the Python one element by element (ulp distance in the output dtype).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 SIZE_GB=${1:-1}
 WORLD=${2:-4}
 RANK=${3:-64}
-NP=${NP:-2}
-REPS=${REPS:-3}
-BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
-VMERGE=$ROOT/build/vmerge-mpi
-PY=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
-mkdir -p "$BENCH_DIR"
+source "$(dirname "$0")/bench_lib.sh"
 LDIR=$BENCH_DIR/lora
 CKPT=$LDIR/global_step_1/actor
-LOG=$BENCH_DIR/logs-lora
 OUT=$BENCH_DIR/lora-vmerge-out
 PYOUT=$BENCH_DIR/lora-python-out
-rm -rf "$LOG" "$BENCH_DIR/lora-copy" "$OUT" "$PYOUT"
-mkdir -p "$LOG"
-source "$ROOT/scripts/bench/bench_lib.sh"
+fresh_log "$BENCH_DIR/logs-lora" "$BENCH_DIR/lora-copy" "$OUT" "$PYOUT"
 
 reuse_or_generate "$BENCH_DIR/lora.params" "size_gb=$SIZE_GB world=$WORLD rank=$RANK" "$CKPT" \
     "$PY" scripts/bench/make_bench_lora.py "$LDIR" --size-gb "$SIZE_GB" --world "$WORLD" --rank "$RANK"
@@ -61,17 +48,8 @@ echo "== vmerge's fold against the Python fold"
 "$VMERGE" merge --local_dir "$CKPT" --target_dir "$OUT" --merge_lora --force -q
 "$PY" tests/tools/check_lora_output.py --out "$OUT" --ref "$PYOUT" --mode merge
 
-echo
-echo "checkpoint: $CKPT, verl FSDP W=$WORLD with a LoRA adapter of rank $RANK on every Linear," \
-     "input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB, output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
-machine_line
-echo
-echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
-echo
-print_table
-echo
-echo "| ratio | medians | value | target | met |"
-echo "|---|---:|---:|---|---|"
+print_report "checkpoint: $CKPT, verl FSDP W=$WORLD with a LoRA adapter of rank $RANK on every Linear, \
+input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB, output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
 ratio_row "vmerge fold 1 rank / cp" "$VM" "$CP" "-" - wall
 ratio_row "Python fold / vmerge fold 1 rank" "$PYN" "$VM" ">=" 5 wall
 ratio_row "Python fold / vmerge fold np=$NP" "$PYN" "$VN" ">=" 5 wall

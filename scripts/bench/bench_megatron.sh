@@ -13,28 +13,15 @@
 # Python output and against the reference folder written by the generator from the unsplit
 # Hugging Face tensors, both bit for bit.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 SIZE_GB=${1:-1}
 TP=${2:-2}
 PP=${3:-2}
-NP=${NP:-2}
-REPS=${REPS:-3}
-BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
-VMERGE=$ROOT/build/vmerge-mpi
-PY=/usr/bin/python3
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
-mkdir -p "$BENCH_DIR"
+source "$(dirname "$0")/bench_lib.sh"
 MDIR=$BENCH_DIR/megatron
 CKPT=$MDIR/actor
-LOG=$BENCH_DIR/logs-megatron
 OUT=$BENCH_DIR/megatron-vmerge-out
 PYOUT=$BENCH_DIR/megatron-python-out
-rm -rf "$LOG" "$BENCH_DIR/megatron-copy" "$OUT" "$PYOUT"
-mkdir -p "$LOG"
-source "$ROOT/scripts/bench/bench_lib.sh"
+fresh_log "$BENCH_DIR/logs-megatron" "$BENCH_DIR/megatron-copy" "$OUT" "$PYOUT"
 
 reuse_or_generate "$BENCH_DIR/megatron.params" "size_gb=$SIZE_GB tp=$TP pp=$PP" "$CKPT" \
     "$PY" scripts/bench/make_bench_megatron.py "$MDIR" --size-gb "$SIZE_GB" --tp "$TP" --pp "$PP"
@@ -67,17 +54,8 @@ echo "== vmerge-mpi verify / test against the Python output and the generator's 
 "$VMERGE" test --local_dir "$CKPT" --test_hf_dir "$PYOUT"
 "$VMERGE" test --local_dir "$CKPT" --test_hf_dir "$MDIR/reference"
 
-echo
-echo "checkpoint: $CKPT, Megatron legacy tp=$TP pp=$PP, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB" \
-     "($IN_BYTES bytes in $((TP * PP)) model.pt), output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
-machine_line
-echo
-echo "page cache dropped before every run: $DROPPED; wall = median of $REPS runs (min-max)"
-echo
-print_table
-echo
-echo "| ratio | medians | value | target | met |"
-echo "|---|---:|---:|---|---|"
+print_report "checkpoint: $CKPT, Megatron legacy tp=$TP pp=$PP, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB \
+($IN_BYTES bytes in $((TP * PP)) model.pt), output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
 CP="cp -r + sync (copy floor)"
 ratio_row "vmerge 1 rank / cp" "$V1" "$CP" "<=" 1.3 wall
 ratio_row "vmerge np=$NP / cp" "$VN" "$CP" "<=" 1.3 wall

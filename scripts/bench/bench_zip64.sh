@@ -12,23 +12,14 @@
 # Needs about 2.1 * SIZE_GB of disk (removed at the end unless KEEP=1) and about 3 * SIZE_GB of
 # RAM for the generator and the Python merger. Environment: BENCH_DIR, KEEP, BENCH_WAIT_S.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ROOT=$(pwd)
 SIZE_GB=${1:-4.5}
-BENCH_DIR=${BENCH_DIR:-/tmp/vmerge-bench}
-VMERGE=$ROOT/build/vmerge-mpi
-PY=/usr/bin/python3
 REPS=1
-[ -x "$VMERGE" ] || { echo "build/vmerge-mpi missing: run bash scripts/build.sh" >&2; exit 1; }
-mkdir -p "$BENCH_DIR"
+source "$(dirname "$0")/bench_lib.sh"
 Z=$BENCH_DIR/zip64
 CKPT=$Z/actor
-LOG=$BENCH_DIR/logs-zip64
 OUT=$Z/vmerge-out
 PYOUT=$Z/python-out
-rm -rf "$LOG" "$OUT" "$PYOUT"
-mkdir -p "$LOG"
-source "$ROOT/scripts/bench/bench_lib.sh"
+fresh_log "$BENCH_DIR/logs-zip64" "$OUT" "$PYOUT"
 
 PARAMS="size_gb=$SIZE_GB world=1"
 if [ "$(cat "$Z/params" 2>/dev/null)" != "$PARAMS" ] || [ ! -d "$CKPT" ]; then
