@@ -18,13 +18,6 @@ H5Handle open_attribute(hid_t object, const char* name, const std::string& where
     return checked(H5Aopen(object, name, H5P_DEFAULT), H5Aclose, where + ": attribute " + name);
 }
 
-H5Handle string_type() {
-    H5Handle t = checked(H5Tcopy(H5T_C_S1), H5Tclose, "HDF5 string type");
-    checked(H5Tset_size(t, H5T_VARIABLE), "HDF5 string type");
-    checked(H5Tset_cset(t, H5T_CSET_UTF8), "HDF5 string type");
-    return t;
-}
-
 std::vector<std::string> read_strings(hid_t object, const char* name, const std::string& where) {
     const H5Handle attr = open_attribute(object, name, where);
     const H5Handle space = checked(H5Aget_space(attr), H5Sclose, where);
@@ -85,10 +78,11 @@ ArchiveReader::ArchiveReader(const std::string& path) : path_(path) {
     compression_ = read_string(root, "compression", path + " /");
     uint64_t sum = 0;
     for (const std::string& name : read_strings(root, "tensor_names", path + " /")) {
-        const std::string where = path + " /" + archive_dataset_path(name);
-        if (H5Lexists(file_, archive_dataset_path(name).c_str(), H5P_DEFAULT) <= 0)
+        const std::string dataset_path = archive_dataset_path(name);
+        const std::string where = path + " /" + dataset_path;
+        if (H5Lexists(file_, dataset_path.c_str(), H5P_DEFAULT) <= 0)
             throw Error(where + ": missing (tensor_names lists " + name + ")");
-        H5Handle dataset = checked(H5Dopen2(file_, archive_dataset_path(name).c_str(), H5P_DEFAULT), H5Dclose, where);
+        H5Handle dataset = checked(H5Dopen2(file_, dataset_path.c_str(), H5P_DEFAULT), H5Dclose, where);
         ArchiveTensor t;
         t.name = name;
         if (read_string(dataset, "hf_name", where) != name)
@@ -136,6 +130,12 @@ void ArchiveReader::read_rows(size_t index, int64_t row_begin, int64_t row_end, 
     const H5Handle memory_space = select_rows(file_space, t.shape, row_begin, row_end, what);
     // The file type as memory type: the bytes come back as stored (bf16 bits included).
     checked(H5Dread(dataset, type, memory_space, file_space, H5P_DEFAULT, out), what);
+}
+
+uint64_t ArchiveReader::stored_size() const {
+    uint64_t stored = 0;
+    for (const auto& t : tensors_) stored += t.stored_bytes;
+    return stored;
 }
 
 std::vector<std::pair<std::string, std::string>> ArchiveReader::files() {

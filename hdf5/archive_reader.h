@@ -26,8 +26,8 @@ class ArchiveReader {
 public:
     explicit ArchiveReader(const std::string& path);
 
-    const std::string& path() const { return path_; }
     const std::vector<ArchiveTensor>& tensors() const { return tensors_; }  // in output order
+    uint64_t stored_size() const;  // bytes on disk for all tensors
     uint64_t total_size() const { return total_size_; }
     const std::string& compression() const { return compression_; }
 

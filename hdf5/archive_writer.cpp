@@ -11,13 +11,6 @@
 namespace vmerge {
 namespace {
 
-H5Handle string_type() {
-    H5Handle t = checked(H5Tcopy(H5T_C_S1), H5Tclose, "HDF5 string type");
-    checked(H5Tset_size(t, H5T_VARIABLE), "HDF5 string type");
-    checked(H5Tset_cset(t, H5T_CSET_UTF8), "HDF5 string type");
-    return t;
-}
-
 void write_string_attribute(hid_t object, const char* name, const std::string& value) {
     const H5Handle type = string_type();
     const H5Handle space = checked(H5Screate(H5S_SCALAR), H5Sclose, "HDF5 dataspace");
@@ -87,7 +80,6 @@ ArchiveWriter::ArchiveWriter(const std::string& path, const std::vector<OutputTe
                              const std::vector<int64_t>& chunk_rows, int zstd_level)
     : path_(path), tensors_(tensors), chunk_rows_(chunk_rows) {
     quiet_hdf5_errors();
-    check_archive_paths(tensors);
     if (zstd_level > 0 && H5Zregister(zstd_filter_class()) < 0) throw Error(hdf5_error("registering the zstd filter"));
     int initialized = 0;
     MPI_Initialized(&initialized);

@@ -23,6 +23,7 @@ class ArchiveWriter {
 public:
     // Creates every dataset (in tensor order): compressed and chunked by `chunk_rows[t]` rows
     // when that is > 0, else contiguous. Space is allocated at creation and never filled.
+    // The names must have passed check_archive_paths (collectively, before any rank opens).
     ArchiveWriter(const std::string& path, const std::vector<OutputTensor>& tensors,
                   const std::vector<int64_t>& chunk_rows, int zstd_level);
     ~ArchiveWriter();
@@ -30,7 +31,6 @@ public:
     ArchiveWriter& operator=(const ArchiveWriter&) = delete;
 
     bool parallel() const { return parallel_; }
-    int rank() const { return rank_; }
     bool compressed(size_t tensor) const { return chunk_rows_[tensor] > 0; }
 
     // Rows [row_begin, row_end) of `tensor`, `data` in the stored dtype's bytes. Writes to a

@@ -34,4 +34,11 @@ void checked(herr_t rc, const std::string& what) {
     if (rc < 0) throw Error(hdf5_error(what));
 }
 
+H5Handle string_type() {
+    H5Handle t = checked(H5Tcopy(H5T_C_S1), H5Tclose, "HDF5 string type");
+    checked(H5Tset_size(t, H5T_VARIABLE), "HDF5 string type");
+    checked(H5Tset_cset(t, H5T_CSET_UTF8), "HDF5 string type");
+    return t;
+}
+
 }  // namespace vmerge

@@ -52,4 +52,7 @@ std::string hdf5_error(const std::string& what);
 H5Handle checked(hid_t id, H5Handle::Closer close, const std::string& what);
 void checked(herr_t rc, const std::string& what);
 
+// A variable-length UTF-8 string type (the archive's string attributes).
+H5Handle string_type();
+
 }  // namespace vmerge

@@ -5,6 +5,13 @@
 #include "vmerge/error.h"
 
 namespace vmerge {
+namespace {
+
+std::string resume_hint(const std::string& staging) {
+    return "the unfinished output is kept in " + staging + "; rerun the same command with --resume to continue it";
+}
+
+}  // namespace
 
 void collective_step(Comm& comm, const std::function<void()>& step, const std::string& staging) {
     std::string error;
@@ -23,9 +30,17 @@ void collective_step(Comm& comm, const std::function<void()>& step, const std::s
             message = "rank " + std::to_string(r) + " on " + hosts[r] + ": " + message;
         }
         if (!staging.empty())
-            message += "\nthe unfinished output is kept in " + staging + "; rerun the same command with --resume to continue it";
+            message += "\n" + resume_hint(staging);
         throw Error(message);
     }
+}
+
+void abort_all_ranks(Comm& comm, std::ostream& err, const std::string& error, const std::string& staging) {
+    if (comm.size() == 1) return;
+    err << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << error << "\n";
+    if (!staging.empty()) err << "vmerge-mpi: " << resume_hint(staging) << "\n";
+    err.flush();
+    comm.abort(1);
 }
 
 }  // namespace vmerge

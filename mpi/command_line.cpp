@@ -6,6 +6,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "zstd_codec.h"
+
 namespace vmerge {
 namespace po = boost::program_options;
 
@@ -43,7 +45,7 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
     if (compress != "none") {
         if (compress != "zstd" && !compress.starts_with("zstd:"))
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
-        o.zstd_level = 3;
+        o.zstd_level = kZstdDefaultLevel;
         if (compress != "zstd") {
             const std::string level = compress.substr(5);
             size_t used = 0;
@@ -53,8 +55,9 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
             } catch (const std::exception&) {
                 used = 0;
             }
-            if (used != level.size() || value < 1 || value > 22)
-                throw UsageError("--compress " + compress + ": the zstd level must be a whole number from 1 to 22");
+            if (used != level.size() || value < kZstdMinLevel || value > kZstdMaxLevel)
+                throw UsageError("--compress " + compress + ": the zstd level must be a whole number from " +
+                                 std::to_string(kZstdMinLevel) + " to " + std::to_string(kZstdMaxLevel));
             o.zstd_level = value;
         }
     }

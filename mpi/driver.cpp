@@ -210,6 +210,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     else collective_step(comm, [&] { in = simulate_inputs(o); });
     if (comm.rank() != 0) return 0;
     const int ranks = o.np > 0 ? o.np : comm.size();
+    const uint64_t budget = max_memory(o, comm);
     const auto& tensors = in.mapping().tensors;
     const auto plan_start = Clock::now();
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
@@ -260,7 +261,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     const double mean = static_cast<double>(layout.total_size) / ranks;
     const double imbalance = mean > 0 ? static_cast<double>(largest) / mean - 1.0 : 0.0;
     const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    j["max_memory_per_rank"] = max_memory(o, comm);
+    j["max_memory_per_rank"] = budget;
     if (in.quantize)
         j["quantization"] = {{"bits", in.quantize->bits}, {"group_size", in.quantize->group_size},
                              {"symmetric", in.quantize->symmetric}, {"bytes_before", in.quantization.bytes_before},
@@ -299,7 +300,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
             << (o.merge_lora ? "folded into the weights (--merge_lora)" : "exported to lora_adapter/ (--merge_lora folds it)")
             << "\n";
     }
-    out << "memory       --max-memory " << human_bytes(max_memory(o, comm)) << " per rank"
+    out << "memory       --max-memory " << human_bytes(budget) << " per rank"
         << (o.max_memory ? "" : " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)")
         << "\n";
     out << "plan for " << ranks << " rank" << (ranks > 1 ? "s" : "") << ": mean " << human_bytes(mean)
@@ -331,31 +332,30 @@ uint64_t peak_rss_bytes() {
 }
 
 int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
-    if (o.backend == "hdf5") return convert_hdf5_archive(o, comm, max_memory(o, comm), out);
+    const uint64_t budget = max_memory(o, comm);
+    if (o.backend == "hdf5") return convert_hdf5_archive(o, comm, budget, out);
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
-    if (o.format == "hdf5") {
-        // The archive holds one model: an adapter is folded in or not merged at all.
-        if (in.lora.found && !o.merge_lora)
-            throw Error(o.local_dir + " holds a LoRA adapter: --format hdf5 writes no lora_adapter/ folder; pass "
-                                      "--merge_lora to fold it into the archived weights, or merge to safetensors");
-        if (comm.rank() == 0 && !o.quiet)
-            for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
-        return write_hdf5_archive(o, comm, in.mapping(), in.config.dir, max_memory(o, comm), compute_threads(comm), out);
-    }
+    // The archive holds one model: an adapter is folded in or not merged at all.
+    if (o.format == "hdf5" && in.lora.found && !o.merge_lora)
+        throw Error(o.local_dir + " holds a LoRA adapter: --format hdf5 writes no lora_adapter/ folder; pass "
+                                  "--merge_lora to fold it into the archived weights, or merge to safetensors");
+    if (comm.rank() == 0 && !o.quiet)
+        for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
+    if (o.format == "hdf5")
+        return write_hdf5_archive(o, comm, std::move(in.mapped.mapping), in.config.dir, budget, compute_threads(comm), out,
+                                  err);
     const auto plan_start = Clock::now();
     const auto& tensors = in.mapping().tensors;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
-    if (comm.rank() == 0 && !o.quiet)
-        for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
     const std::string staging = staging_path(o.target_dir);
     bool resumed = false;
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
         const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout,
-                                                   resume_identity(layout, comm.size(), max_memory(o, comm), lora_fingerprint(in.mapping())));
+                                                   resume_identity(layout, comm.size(), budget, lora_fingerprint(in.mapping())));
         resumed = state.resumed;
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
@@ -373,7 +373,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             if (o.resume) done = blocks_by_key(read_journals(staging));
             JournalWriter journal(staging, comm.rank());
             OutputWriter writer(staging, tensors, layout, &journal);
-            CopyExecutor executor(in.mapping(), max_memory(o, comm), in.quantize ? &*in.quantize : nullptr,
+            CopyExecutor executor(in.mapping(), budget, in.quantize ? &*in.quantize : nullptr,
                                   compute_threads(comm));
             const int delay = block_delay_ms();
             try {
@@ -390,14 +390,8 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                 writer.finish();
                 mark_rank_done(staging, comm.rank());
             } catch (const std::exception& e) {
-                // Stop every rank now; the staging folder stays for --resume.
-                if (comm.size() > 1) {
-                    err << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << e.what()
-                        << "\nvmerge-mpi: the unfinished output is kept in " << staging
-                        << "; rerun the same command with --resume to continue it\n";
-                    err.flush();
-                    comm.abort(1);
-                }
+                // The staging folder stays for --resume.
+                abort_all_ranks(comm, err, e.what(), staging);
                 throw;
             }
             stats = executor.stats();
@@ -447,7 +441,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         nlohmann::ordered_json log = {{"command", "merge"},        {"local_dir", o.local_dir},
                                       {"target_dir", o.target_dir}, {"ranks", comm.size()},
                                       {"wall_s", seconds},          {"bytes", layout.total_size},
-                                      {"files", layout.files.size()}, {"max_memory", max_memory(o, comm)},
+                                      {"files", layout.files.size()}, {"max_memory", budget},
                                       {"per_rank", ranks}};
         std::ofstream(o.log_json) << log.dump(2) << "\n";
     }
@@ -545,8 +539,9 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     TensorMapping base = in.mapping();
     for (auto& t : base.tensors) t.lora_delta.reset();
     collective_step(comm, [&] {
-        CopyExecutor executor(in.mapping(), max_memory(o, comm));
-        CopyExecutor base_executor(base, max_memory(o, comm));
+        const uint64_t budget = max_memory(o, comm);
+        CopyExecutor executor(in.mapping(), budget);
+        CopyExecutor base_executor(base, budget);
         std::map<std::string, std::unique_ptr<InputFile>> files;
         std::vector<unsigned char> expected;
         executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {

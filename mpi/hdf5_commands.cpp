@@ -47,14 +47,6 @@ std::string read_file(const fs::path& path) {
     return bytes.str();
 }
 
-void write_file(const fs::path& path, const std::string& bytes) {
-    fs::create_directories(path.parent_path());
-    std::ofstream out(path, std::ios::binary);
-    out << bytes;
-    out.close();
-    if (!out) throw Error(path.string() + ": cannot write");
-}
-
 // Rank 0: a fresh staging folder for the archive (an archive has no --resume).
 void prepare_archive_staging(const std::string& target, bool force) {
     std::error_code ec;
@@ -65,37 +57,14 @@ void prepare_archive_staging(const std::string& target, bool force) {
     if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
 }
 
-// Makes `path` (a file or folder) durable; H5Fclose writes but does not sync.
-void fsync_path(const fs::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(path.string() + ": cannot open to sync: " + std::strerror(errno));
-    const int rc = ::fsync(fd);
-    ::close(fd);
-    if (rc != 0) throw Error(path.string() + ": fsync failed: " + std::strerror(errno));
-}
-
-// Rank 0, after every rank closed the archive: the HF files beside it, everything synced, then
-// the rename.
-void commit_archive_staging(const std::string& target, bool force, const std::string& hf_dir) {
-    const fs::path staging = staging_path(target);
-    for (const std::string& rel : non_weight_files(hf_dir)) {
-        write_file(staging / rel, read_file(fs::path(hf_dir) / rel));
-        fsync_path(staging / rel);
-    }
-    fsync_path(staging / kArchiveFileName);
-    fsync_path(staging);
-    std::error_code ec;
-    std::string old;
-    if (fs::exists(target, ec)) {
-        if (!force) throw Error(target + ": appeared during the merge; pass --force to replace it");
-        old = staging.string() + ".old";
-        fs::remove_all(old, ec);
-        fs::rename(target, old, ec);
-        if (ec) throw Error(target + ": cannot move the old folder aside: " + ec.message());
-    }
-    fs::rename(staging, target, ec);
-    if (ec) throw Error(target + ": cannot move the archive folder into place: " + ec.message());
-    if (!old.empty()) fs::remove_all(old, ec);
+// Rank 0, after every rank closed the archive: the HF files beside it, everything synced
+// (H5Fclose writes but does not sync), then the rename.
+void commit_archive_staging(const std::string& target, bool force,
+                            const std::vector<std::pair<std::string, std::string>>& files) {
+    const std::string staging = staging_path(target);
+    for (const auto& [rel, bytes] : files) write_durable(staging + "/" + rel, bytes);
+    fsync_path(staging + "/" + kArchiveFileName);
+    move_into_place(staging, target, force);
 }
 
 // Rows per write: whole chunks (one writer each), as many as fit a quarter of --max-memory.
@@ -154,11 +123,10 @@ void write_in_rounds(ArchiveWriter& writer, const TensorMapping& mapping,
 
 }  // namespace
 
-int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source, const std::string& hf_dir,
-                       uint64_t max_memory, int threads, std::ostream& out) {
+int write_hdf5_archive(const Options& o, Comm& comm, TensorMapping mapping, const std::string& hf_dir,
+                       uint64_t max_memory, int threads, std::ostream& out, std::ostream& err) {
     const auto start = Clock::now();
     // Chunk boundaries become the rank split's row alignment, so every chunk has one writer.
-    TensorMapping mapping = source;
     std::vector<int64_t> chunk_rows(mapping.tensors.size(), 0);
     if (o.zstd_level > 0)
         for (size_t i = 0; i < mapping.tensors.size(); ++i) {
@@ -217,12 +185,8 @@ int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source
             writer.close();
         } catch (const std::exception& e) {
             // The others may wait in a collective HDF5 call that this rank will never join (closing
-            // the archive here would be one more): stop every rank now.
-            if (comm.size() > 1) {
-                std::cerr << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << e.what() << "\n";
-                std::cerr.flush();
-                comm.abort(1);
-            }
+            // the archive here would be one more).
+            abort_all_ranks(comm, err, e.what());
             archive.reset();
             discard_staging(o.target_dir);
             throw;
@@ -230,13 +194,12 @@ int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& source
     });
     const double copy_seconds = seconds_since(copy_start);
     collective_step(comm, [&] {
-        if (comm.rank() == 0) commit_archive_staging(o.target_dir, o.force, hf_dir);
+        if (comm.rank() == 0) commit_archive_staging(o.target_dir, o.force, files);
     });
     if (comm.rank() != 0 || o.quiet) return 0;
     const double seconds = seconds_since(start);
     const ArchiveReader written(o.target_dir + "/" + kArchiveFileName);
-    uint64_t stored = 0;
-    for (const auto& t : written.tensors()) stored += t.stored_bytes;
+    const uint64_t stored = written.stored_size();
     out << "vmerge: wrote " << tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") into "
         << o.target_dir << "/" << kArchiveFileName << " (" << compression << ", " << human_bytes(stored)
         << " stored) with " << comm.size() << " rank" << (comm.size() > 1 ? "s" : "") << " in " << std::fixed
@@ -283,7 +246,6 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
                 }
             }
             writer.finish();
-            mark_rank_done(staging, comm.rank());
         } catch (...) {
             discard_staging(o.target_dir);
             throw;
@@ -292,8 +254,8 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
         try {
-            for (const auto& [rel, bytes] : reader->files()) write_file(fs::path(staging) / rel, bytes);
-            commit_staging(o.target_dir, o.force, "", tensors, layout);
+            const auto files = reader->files();
+            commit_staging(o.target_dir, o.force, "", tensors, layout, {files.begin(), files.end()});
         } catch (...) {
             discard_staging(o.target_dir);
             throw;
@@ -314,8 +276,7 @@ int inspect_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
         if (comm.rank() == 0) reader = std::make_unique<ArchiveReader>(path);
     });
     if (comm.rank() != 0) return 0;
-    uint64_t stored = 0;
-    for (const auto& t : reader->tensors()) stored += t.stored_bytes;
+    const uint64_t stored = reader->stored_size();
     if (o.json) {
         nlohmann::ordered_json j = {{"backend", "hdf5"}, {"archive", path}, {"compression", reader->compression()},
                                     {"total_bytes", reader->total_size()}, {"stored_bytes", stored}};

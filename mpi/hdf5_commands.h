@@ -11,9 +11,10 @@ namespace vmerge {
 
 // merge --format hdf5: the mapped checkpoint into <target_dir>/model.h5 (docs/hdf5.md), every
 // rank writing its share of the plan through parallel HDF5, plus the HF files beside it.
-// `threads`: what a LoRA fold may use (the copy executor's).
-int write_hdf5_archive(const Options& o, Comm& comm, const TensorMapping& mapping, const std::string& hf_dir,
-                       uint64_t max_memory, int threads, std::ostream& out);
+// `threads`: what a LoRA fold may use (the copy executor's). The mapping is taken over: its
+// rows are realigned to the archive's chunks.
+int write_hdf5_archive(const Options& o, Comm& comm, TensorMapping mapping, const std::string& hf_dir,
+                       uint64_t max_memory, int threads, std::ostream& out, std::ostream& err);
 
 // merge --backend hdf5: <local_dir>/model.h5 back into a Hugging Face safetensors folder.
 int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std::ostream& out);

@@ -55,7 +55,6 @@ std::vector<std::string> MpiComm::allgather(const std::string& mine) {
     return out;
 }
 
-void MpiComm::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
 void MpiComm::abort(int code) { MPI_Abort(comm_, code); }
 

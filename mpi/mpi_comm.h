@@ -13,7 +13,6 @@ public:
     std::string host() const override { return host_; }
     int local_size() const override { return local_size_; }
     std::vector<std::string> allgather(const std::string& mine) override;
-    void barrier() override;
     void abort(int code) override;
 
 private:

@@ -32,13 +32,6 @@ void pwrite_all(int fd, const unsigned char* data, size_t size, uint64_t offset,
     }
 }
 
-void fsync_path(const std::string& path, bool directory) {
-    int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) return;
-    ::fsync(fd);
-    ::close(fd);
-}
-
 bool is_weight_file(const std::string& name) {
     auto ends_with = [&](const char* suffix) { return name.ends_with(suffix); };
     return ends_with(".safetensors") || ends_with(".bin") || ends_with(".pt") || ends_with(".pth") ||
@@ -51,11 +44,6 @@ std::string staging_path(const std::string& target) {
     fs::path t = fs::path(target).lexically_normal();
     if (t.filename().empty()) t = t.parent_path();
     return (t.parent_path() / ("." + t.filename().string() + ".vmerge-staging")).string();
-}
-
-bool staging_exists(const std::string& target) {
-    std::error_code ec;
-    return fs::exists(staging_path(target), ec);
 }
 
 namespace {
@@ -196,33 +184,32 @@ void commit_staging(const std::string& target, bool force, const std::string& hf
         if (ec) throw Error(hf_dir + "/" + rel + ": cannot copy: " + ec.message());
         fsync_path(to.string(), false);
     }
-    for (const auto& [rel, text] : generated_files) {
-        const fs::path to = fs::path(staging) / rel;
-        fs::create_directories(to.parent_path());
-        std::ofstream out(to, std::ios::binary);
-        out << text;
-        out.close();
-        if (!out) throw Error(to.string() + ": cannot write");
-        fsync_path(to.string(), false);
-    }
-    {
-        const std::string path = staging + "/" + kChecksumsFile;
-        std::ofstream out(path, std::ios::binary);
-        out << checksums_json(layout, read_journals(staging));
-        out.close();
-        if (!out) throw Error(path + ": cannot write the checksums");
-        fsync_path(path, false);
-        std::error_code ec;
-        fs::remove_all(journal_dir(staging), ec);
-    }
-    if (layout.model_files > 1) {
-        const std::string path = staging + "/model.safetensors.index.json";
-        std::ofstream out(path, std::ios::binary);
-        out << index_json(tensors, layout);
-        out.close();
-        if (!out) throw Error(path + ": cannot write the index");
-        fsync_path(path, false);
-    }
+    for (const auto& [rel, text] : generated_files) write_durable((fs::path(staging) / rel).string(), text, "");
+    write_durable(staging + "/" + kChecksumsFile, checksums_json(layout, read_journals(staging)), " the checksums");
+    std::error_code ec;
+    fs::remove_all(journal_dir(staging), ec);
+    if (layout.model_files > 1)
+        write_durable(staging + "/model.safetensors.index.json", index_json(tensors, layout), " the index");
+    move_into_place(staging, target, force);
+}
+
+void fsync_path(const std::string& path, bool directory) {
+    int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
+}
+
+void write_durable(const std::string& path, const std::string& bytes, const std::string& what) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream out(path, std::ios::binary);
+    out << bytes;
+    out.close();
+    if (!out) throw Error(path + ": cannot write" + what);
+    fsync_path(path, false);
+}
+
+void move_into_place(const std::string& staging, const std::string& target, bool force) {
     fsync_path(staging, true);
     std::error_code ec;
     std::string old;

@@ -60,8 +60,15 @@ void commit_staging(const std::string& target, bool force, const std::string& hf
                     const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
                     const std::map<std::string, std::string>& generated_files = {});
 
-// Whether a staging folder of an earlier merge of `target` exists.
-bool staging_exists(const std::string& target);
+// fsync of a file or folder (best effort: a file system without fsync on folders is not an error).
+void fsync_path(const std::string& path, bool directory = false);
+
+// Writes `bytes` to `path` (parent folders created) and fsyncs it; `what` ends the error message.
+void write_durable(const std::string& path, const std::string& bytes, const std::string& what = "");
+
+// Syncs the staging folder and renames it to `target` (an existing target, with `force`, is
+// moved aside first and removed after), then syncs the parent folder.
+void move_into_place(const std::string& staging, const std::string& target, bool force);
 
 // Removes the staging folder after a failure (best effort).
 void discard_staging(const std::string& target);
