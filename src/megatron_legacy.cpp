@@ -40,6 +40,35 @@ struct Piece {
     const MegatronRankFile* file;
 };
 
+// A rank-file key taken apart: `decoder.layers.<layer>.<rest>`, and for an expert tensor
+// (grouped `mlp.experts.linear_fcN.<param><expert>` or sequential
+// `mlp.experts.local_experts.<expert>.<what>`) its local expert index and the name after it.
+struct RankKey {
+    int64_t layer = -1;
+    std::string rest;
+    int64_t expert = -1;
+    std::string expert_rest;  // "linear_fc1.weight", or what follows a sequential expert's index
+};
+
+RankKey parse_rank_key(const std::string& key) {
+    static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
+    static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
+    static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
+    RankKey k;
+    std::smatch m, x;
+    if (!std::regex_match(key, m, layer_key)) return k;
+    k.layer = std::stoll(m[1]);
+    k.rest = m[2];
+    if (std::regex_match(k.rest, x, grouped_expert)) {
+        k.expert = std::stoll(x[3]);
+        k.expert_rest = std::string(x[1]) + "." + std::string(x[2]);
+    } else if (std::regex_match(k.rest, x, sequential_expert)) {
+        k.expert = std::stoll(x[1]);
+        k.expert_rest = x[2];
+    }
+    return k;
+}
+
 }  // namespace
 
 TpRule megatron_tp_rule(const std::string& key, bool value_model) {
@@ -187,61 +216,49 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             throw Error(ckpt.files[i].path + ": holds " + std::to_string(scans[i].chunks) + " model chunks, " +
                         ckpt.files[0].path + " holds " + std::to_string(found.vpp));
 
+    // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
+    std::vector<std::vector<RankKey>> keys(scans.size());
+    for (size_t i = 0; i < scans.size(); ++i)
+        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key));
+
     // 2. Global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
     //    (megatron-formats.md §6): correct for even, uneven and empty stages alike.
-    static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
     std::map<std::pair<int, int>, int64_t> layer_offset;  // (pp, chunk) -> offset
     int64_t layers_so_far = 0;
     for (int v = 0; v < found.vpp; ++v)
         for (int p = 0; p < found.pp; ++p) {
             std::set<int64_t> local;
-            for (const auto& e : scans[by_rank.at({0, p, 0})].tensors) {
-                std::smatch m;
-                if (e.chunk == v && std::regex_match(e.key, m, layer_key)) local.insert(std::stoll(m[1]));
-            }
+            const size_t file = by_rank.at({0, p, 0});
+            for (size_t k = 0; k < keys[file].size(); ++k)
+                if (scans[file].tensors[k].chunk == v && keys[file][k].layer >= 0) local.insert(keys[file][k].layer);
             layer_offset[{p, v}] = layers_so_far;
             layers_so_far += static_cast<int64_t>(local.size());
         }
 
     // 3. Canonical names: global layer, global expert (ep_rank * experts per rank + local).
-    static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
-    static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
     std::map<int, int64_t> experts_per_rank;  // by pp stage: max local expert index + 1
     for (size_t i = 0; i < scans.size(); ++i)
-        for (const auto& e : scans[i].tensors) {
-            std::smatch m, x;
-            if (!std::regex_match(e.key, m, layer_key)) continue;
-            const std::string rest = m[2];
-            int64_t j = -1;
-            if (std::regex_match(rest, x, grouped_expert)) j = std::stoll(x[3]);
-            else if (std::regex_match(rest, x, sequential_expert)) j = std::stoll(x[1]);
-            if (j >= 0) experts_per_rank[ckpt.files[i].pp] = std::max(experts_per_rank[ckpt.files[i].pp], j + 1);
-        }
+        for (const RankKey& k : keys[i])
+            if (k.expert >= 0) experts_per_rank[ckpt.files[i].pp] = std::max(experts_per_rank[ckpt.files[i].pp], k.expert + 1);
     std::map<std::string, std::vector<Piece>> shards;  // canonical key -> pieces by tp rank
     std::vector<std::string> order;
     size_t skipped_extra_state = 0;
     for (size_t i = 0; i < scans.size(); ++i) {
         const MegatronRankFile& f = ckpt.files[i];
-        for (const auto& e : scans[i].tensors) {
+        for (size_t n = 0; n < scans[i].tensors.size(); ++n) {
+            const StateDictEntry& e = scans[i].tensors[n];
             if (e.key.find("_extra_state") != std::string::npos) {
                 ++skipped_extra_state;
                 continue;
             }
+            const RankKey& k = keys[i][n];
             std::string key = e.key;
-            bool expert = false;
-            std::smatch m, x;
-            if (std::regex_match(e.key, m, layer_key)) {
-                const int64_t global = layer_offset.at({f.pp, e.chunk}) + std::stoll(m[1]);
-                std::string rest = m[2];
-                const int64_t per_rank = experts_per_rank[f.pp];
-                if (std::regex_match(rest, x, grouped_expert)) {
-                    rest = "mlp.experts." + std::to_string(f.ep * per_rank + std::stoll(x[3])) + "." + std::string(x[1]) +
-                           "." + std::string(x[2]);
-                    expert = true;
-                } else if (std::regex_match(rest, x, sequential_expert)) {
-                    rest = "mlp.experts." + std::to_string(f.ep * per_rank + std::stoll(x[1])) + "." + std::string(x[2]);
-                    expert = true;
-                }
+            const bool expert = k.expert >= 0;
+            if (k.layer >= 0) {
+                const int64_t global = layer_offset.at({f.pp, e.chunk}) + k.layer;
+                const std::string rest =
+                    expert ? "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." + k.expert_rest
+                           : k.rest;
                 key = "decoder.layers." + std::to_string(global) + "." + rest;
             }
             // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's.
