@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "vmerge/box_region.h"
 #include "vmerge/error.h"
 #include "vmerge/megatron_lora.h"
 #include "vmerge/safetensors_file.h"
@@ -25,24 +26,11 @@ bool holds_safetensors(const fs::path& dir) {
 
 // Megatron-LM's tracker file names the iteration folder; `iteration` overrides it.
 fs::path resolve_iteration(const fs::path& dir, std::optional<int> iteration) {
-    if (!path_exists(dir / "latest_checkpointed_iteration.txt") && !iteration) return dir;
-    char name[32];
-    if (iteration) {
-        std::snprintf(name, sizeof name, "iter_%07d", *iteration);
-        if (!path_exists(dir / name)) throw Error((dir / name).string() + ": missing (--iteration " + std::to_string(*iteration) + ")");
-        return dir / name;
-    }
-    std::ifstream in(dir / "latest_checkpointed_iteration.txt");
-    std::string tracker;
-    in >> tracker;
-    if (tracker == "release") return dir / "release";
-    try {
-        std::snprintf(name, sizeof name, "iter_%07d", std::stoi(tracker));
-    } catch (const std::exception&) {
-        throw Error((dir / "latest_checkpointed_iteration.txt").string() + ": holds '" + tracker +
-                    "', expected an iteration number or 'release'");
-    }
-    return dir / name;
+    const auto folder = iteration_folder(dir.string(), iteration);
+    if (!folder) return dir;
+    if (iteration && !path_exists(dir / folder->name))
+        throw Error((dir / folder->name).string() + ": missing (--iteration " + std::to_string(*iteration) + ")");
+    return dir / folder->name;
 }
 
 std::string default_hf_dir(const fs::path& dir) {
@@ -90,8 +78,7 @@ TensorMapping map_hf_safetensors(const std::string& dir) {
             TensorRef ref;
             ref.dtype = e.dtype;
             ref.shape = e.shape;
-            ref.stride.assign(e.shape.size(), 1);
-            for (size_t d = e.shape.size(); d-- > 1;) ref.stride[d - 1] = ref.stride[d] * e.shape[d];
+            ref.stride = contiguous_strides(e.shape);
             ref.storage = {file.path, e.name, e.begin, e.end - e.begin};
             OutputTensor t;
             t.name = e.name;
@@ -99,7 +86,7 @@ TensorMapping map_hf_safetensors(const std::string& dir) {
             t.shape = e.shape;
             const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
             mapping.sources.push_back(ref);
-            if (numel(e.shape) > 0) t.copies.push_back({source, Shape(e.shape.size(), 0), Shape(e.shape.size(), 0), e.shape});
+            add_copy(t, source, Shape(e.shape.size(), 0), Shape(e.shape.size(), 0), e.shape);
             mapping.tensors.push_back(std::move(t));
         }
     return mapping;

@@ -17,19 +17,12 @@
 namespace vmerge {
 namespace {
 
-// Row-major strides (elements) of a shape.
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMaxBlockSourceBytes = 64ull << 20;
 
 double seconds_since(Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-Shape contiguous_strides(const Shape& shape) {
-    Shape strides(shape.size(), 1);
-    for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
-    return strides;
 }
 
 // Hands assembled blocks to the sink on a second thread, which also casts them, so reading the

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "vmerge/dtensor_placement.h"
+#include "vmerge/box_region.h"
 #include "vmerge/error.h"
+#include "vmerge/json_file.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -85,12 +87,7 @@ FsdpCheckpoint discover_fsdp(const std::string& dir) {
     const std::string config_path = dir + "/fsdp_config.json";
     std::ifstream config(config_path);
     if (config) {
-        nlohmann::json json;
-        try {
-            json = nlohmann::json::parse(config);
-        } catch (const nlohmann::json::exception& e) {
-            throw Error(config_path + ": not valid JSON: " + e.what());
-        }
+        const nlohmann::json json = parse_json(config, config_path);
         if (!json.contains("world_size") || !json["world_size"].is_number_integer())
             throw Error(config_path + ": no integer world_size");
         ckpt.world_size = json["world_size"].get<int>();
@@ -180,14 +177,10 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files) {
                                 shape_to_string(t0.shape) + " in " + files[0].path);
                 const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
                 mapping.sources.push_back(t);
-                BoxCopy copy;
-                copy.source = source;
-                copy.src_start.assign(t.shape.size(), 0);
-                copy.dst_start.assign(t.shape.size(), 0);
-                copy.dst_start[0] = rows;
-                copy.extent = t.shape;
+                Shape dst(t.shape.size(), 0);
+                dst[0] = rows;
+                add_copy(out, source, Shape(t.shape.size(), 0), dst, t.shape);
                 rows += t.shape[0];
-                if (numel(t.shape) > 0) out.copies.push_back(std::move(copy));
             }
         }
         if (!t0.dtensor) {

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "vmerge/error.h"
+#include "vmerge/json_file.h"
 
 namespace vmerge {
 
@@ -12,11 +13,7 @@ HfConfig load_hf_config(const std::string& dir) {
     if (!in) throw Error(path + ": cannot open the model config (pass --hf_config DIR)");
     HfConfig config;
     config.dir = dir;
-    try {
-        config.json = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-        throw Error(path + ": not valid JSON: " + e.what());
-    }
+    config.json = parse_json(in, path);
     if (!config.json.is_object()) throw Error(path + ": expected a JSON object");
     for (const char* key : {"dtype", "torch_dtype"}) {
         auto it = config.json.find(key);

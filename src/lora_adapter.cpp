@@ -9,6 +9,7 @@
 #include <set>
 
 #include "vmerge/error.h"
+#include "vmerge/json_file.h"
 #include "vmerge/output_layout.h"
 
 namespace vmerge {
@@ -100,15 +101,6 @@ PeftName parse_peft_name(const std::string& full, const std::string& where) {
     return out;
 }
 
-nlohmann::json read_json_file(const fs::path& path) {
-    std::ifstream in(path);
-    try {
-        return nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-        throw Error(path.string() + ": not valid JSON: " + e.what());
-    }
-}
-
 std::optional<double> number_field(const nlohmann::json& j, const char* key, const fs::path& path) {
     if (!j.contains(key) || j[key].is_null()) return std::nullopt;
     if (!j[key].is_number()) throw Error(path.string() + ": '" + key + "' is not a number");
@@ -167,7 +159,7 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
     std::vector<Found> found;
     const fs::path config_path = dir / "lora_adapter" / "adapter_config.json";
     if (path_exists(config_path)) {
-        h.found_config = read_json_file(config_path);
+        h.found_config = read_json_file(config_path.string());
         const auto& c = h.found_config;
         if (c.value("peft_type", std::string("LORA")) != "LORA")
             throw Error(config_path.string() + ": peft_type '" + c.value("peft_type", std::string()) + "', expected LORA");
@@ -188,7 +180,7 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
     }
     for (const fs::path& meta : {dir / "lora_train_meta.json", dir.parent_path() / "lora_train_meta.json"}) {
         if (!path_exists(meta)) continue;
-        const nlohmann::json m = read_json_file(meta);
+        const nlohmann::json m = read_json_file(meta.string());
         if (auto a = number_field(m, "lora_alpha", meta)) found.push_back({*a, meta});
         if (auto r = number_field(m, "r", meta); r && !h.r) h.r = static_cast<int64_t>(*r);
         break;

@@ -22,13 +22,6 @@ bool has_rank_dirs(const fs::path& dir) {
     return false;
 }
 
-std::string read_tracker(const fs::path& path) {
-    std::ifstream in(path);
-    std::string text;
-    in >> text;
-    return text;
-}
-
 std::string iteration_dir_name(int iteration) {
     char name[32];
     std::snprintf(name, sizeof name, "iter_%07d", iteration);
@@ -96,6 +89,32 @@ TpRule megatron_tp_rule(const std::string& key, bool value_model) {
     return TpRule::Replicated;
 }
 
+std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration) {
+    if (iteration) return IterationFolder{iteration_dir_name(*iteration), iteration};
+    const fs::path tracker_path = fs::path(dir) / "latest_checkpointed_iteration.txt";
+    std::error_code ec;
+    if (!fs::exists(tracker_path, ec)) return std::nullopt;
+    std::ifstream in(tracker_path);
+    std::string tracker;
+    in >> tracker;
+    if (tracker == "release") return IterationFolder{"release", std::nullopt};
+    try {
+        const int number = std::stoi(tracker);
+        return IterationFolder{iteration_dir_name(number), number};
+    } catch (const std::exception&) {
+        throw Error(tracker_path.string() + ": holds '" + tracker + "', expected an iteration number or 'release'");
+    }
+}
+
+MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name) {
+    MegatronRankFile file;
+    file.dir_name = name;
+    file.tp = std::stoi(m[1]);
+    for (int g = 2; g <= 3; ++g)
+        if (m[g].matched) file.more.push_back(std::stoi(m[g]));
+    return file;
+}
+
 bool looks_like_megatron_legacy(const std::string& dir) {
     const fs::path p(dir);
     std::error_code ec;
@@ -107,22 +126,9 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
     fs::path root(dir);
     std::error_code ec;
     if (fs::exists(root / "latest_checkpointed_iteration.txt", ec)) {
-        const std::string tracker = read_tracker(root / "latest_checkpointed_iteration.txt");
-        fs::path iter_dir;
-        if (iteration) {
-            iter_dir = root / iteration_dir_name(*iteration);
-            ckpt.iteration = iteration;
-        } else if (tracker == "release") {
-            iter_dir = root / "release";
-        } else {
-            try {
-                ckpt.iteration = std::stoi(tracker);
-            } catch (const std::exception&) {
-                throw Error((root / "latest_checkpointed_iteration.txt").string() + ": holds '" + tracker +
-                            "', expected an iteration number or 'release'");
-            }
-            iter_dir = root / iteration_dir_name(*ckpt.iteration);
-        }
+        const IterationFolder folder = *iteration_folder(dir, iteration);
+        const fs::path iter_dir = root / folder.name;
+        ckpt.iteration = folder.iteration;
         if (!fs::is_directory(iter_dir, ec))
             throw Error(iter_dir.string() + ": missing iteration folder" +
                         (iteration ? " (--iteration " + std::to_string(*iteration) + ")" : " named by the tracker file"));
@@ -138,11 +144,7 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
         std::smatch m;
         const std::string name = entry.path().filename().string();
         if (!entry.is_directory() || !std::regex_match(name, m, kRankDir)) continue;
-        MegatronRankFile file;
-        file.dir_name = name;
-        file.tp = std::stoi(m[1]);
-        for (int g = 2; g <= 3; ++g)
-            if (m[g].matched) file.more.push_back(std::stoi(m[g]));
+        MegatronRankFile file = rank_file_from_name(m, name);
         const fs::path verl = entry.path() / "model.pt", mlm = entry.path() / "model_optim_rng.pt";
         std::string flavor;
         if (fs::exists(verl, ec)) {

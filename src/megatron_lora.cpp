@@ -33,12 +33,8 @@ MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir) {
         const std::string name = entry.path().filename().string();
         std::smatch m;
         if (!std::regex_match(name, m, kAdapterFile)) continue;
-        MegatronRankFile file;
+        MegatronRankFile file = rank_file_from_name(m, name);
         file.path = entry.path().string();
-        file.dir_name = name;
-        file.tp = std::stoi(m[1]);
-        for (int g = 2; g <= 3; ++g)
-            if (m[g].matched) file.more.push_back(std::stoi(m[g]));
         ckpt.files.push_back(std::move(file));
     }
     if (ckpt.files.empty()) throw Error(ckpt.dir + ": no mp_rank_*_adapter.pt files");

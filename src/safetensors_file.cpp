@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "vmerge/error.h"
+#include "vmerge/json_file.h"
 #include "vmerge/input_file.h"
 
 namespace vmerge {
@@ -108,12 +109,7 @@ HfWeights read_hf_weights(const std::string& dir) {
     nlohmann::json index;
     const bool has_index = fs::exists(index_path);
     if (has_index) {
-        std::ifstream in(index_path);
-        try {
-            index = nlohmann::json::parse(in);
-        } catch (const nlohmann::json::exception& e) {
-            throw Error(index_path + ": not valid JSON: " + e.what());
-        }
+        index = read_json_file(index_path);
         if (!index.contains("weight_map") || !index["weight_map"].is_object())
             throw Error(index_path + ": no weight_map object");
         if (!index.contains("metadata") || !index["metadata"].is_object())

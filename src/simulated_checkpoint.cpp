@@ -25,12 +25,6 @@ namespace {
 const std::string kRoot = "<simulated>";
 constexpr uint64_t kMaxFsdpShards = 6'000'000;
 
-Shape contiguous_stride(const Shape& shape) {
-    Shape stride(shape.size(), 1);
-    for (size_t d = shape.size(); d-- > 1;) stride[d - 1] = stride[d] * std::max<int64_t>(shape[d], 1);
-    return stride;
-}
-
 int64_t row_elements(const Shape& shape) {
     int64_t n = 1;
     for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
@@ -57,7 +51,7 @@ struct FileBuilder {
         e.chunk = chunk;
         TensorRef& t = e.tensor;
         t.dtype = dtype;
-        t.stride = contiguous_stride(shape);
+        t.stride = contiguous_strides(shape);
         t.shape = std::move(shape);
         t.storage.file = scan.path;
         t.storage.key = "data/" + std::to_string(scan.tensors.size());

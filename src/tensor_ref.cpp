@@ -1,5 +1,7 @@
 #include "vmerge/tensor_ref.h"
 
+#include <algorithm>
+
 namespace vmerge {
 
 int64_t numel(const Shape& shape) {
@@ -36,6 +38,12 @@ TensorRef select_dim(const TensorRef& t, size_t dim, int64_t index) {
     view.stride.erase(view.stride.begin() + static_cast<std::ptrdiff_t>(dim));
     view.dtensor.reset();
     return view;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+    Shape strides(shape.size(), 1);
+    for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(shape[d], 1);
+    return strides;
 }
 
 bool TensorRef::is_contiguous() const {

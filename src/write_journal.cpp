@@ -14,6 +14,7 @@
 
 #include "vmerge/checksum.h"
 #include "vmerge/error.h"
+#include "vmerge/json_file.h"
 #include "vmerge/input_file.h"
 
 namespace vmerge {
@@ -132,13 +133,7 @@ std::string checksums_json(const OutputLayout& layout, const std::vector<Written
 
 std::vector<std::string> verify_checksums(const std::string& dir) {
     const std::string path = dir + "/" + kChecksumsFile;
-    std::ifstream in(path);
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-        throw Error(path + ": not valid JSON: " + e.what());
-    }
+    const nlohmann::json j = read_json_file(path);
     if (j.value("algorithm", "") != "xxh64" || !j.contains("files") || !j["files"].is_object())
         throw Error(path + ": expected {\"algorithm\": \"xxh64\", \"files\": {...}}");
     std::vector<std::string> problems;

@@ -1,5 +1,6 @@
 #pragma once
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -21,12 +22,15 @@ struct MegatronRankFile {
     int ep = 0;
 };
 
+// A rank file named `name` (an mp_rank_TT[_PPP][_EEE] folder or adapter file) from its name's
+// match: group 1 is tp, groups 2 and 3 the indices after it.
+MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name);
+
 struct MegatronLegacyCheckpoint {
     std::string dir;     // the folder holding mp_rank_* folders
     std::string flavor;  // "verl" (model.pt, a list of chunks) or "Megatron-LM" (model_optim_rng.pt)
     std::optional<int> iteration;
     std::vector<MegatronRankFile> files;
-    std::vector<std::string> notes;
 };
 
 struct MegatronParallelism {
@@ -40,6 +44,16 @@ struct MegatronParallelism {
 // assemble_megatron_legacy and, inversely, by simulate_checkpoint.
 enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
 TpRule megatron_tp_rule(const std::string& key, bool value_model);
+
+// The Megatron-LM iteration folder `dir` points to: `iter_NNNNNNN` of `iteration` when given,
+// else the one latest_checkpointed_iteration.txt names (or `release`, with no number); nullopt
+// when there is neither. The folder is not checked; a tracker that holds neither a number nor
+// "release" is an Error.
+struct IterationFolder {
+    std::string name;
+    std::optional<int> iteration;
+};
+std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration);
 
 // Finds the rank files: verl's <dir>/model/mp_rank_*/model.pt (or <dir>/mp_rank_*), or
 // Megatron-LM's tracker file -> iter_NNNNNNN/ (or release/) -> mp_rank_*/model_optim_rng.pt.

@@ -39,6 +39,9 @@ struct StorageRef {
     uint64_t byte_size = 0;
 };
 
+// Row-major strides (elements) of a contiguous tensor of `shape` (a 0-sized dim counts as 1).
+Shape contiguous_strides(const Shape& shape);
+
 // A tensor as it is stored: a strided view of a storage. Offsets and strides in elements.
 struct TensorRef {
     DType dtype = DType::F32;

@@ -24,17 +24,11 @@ using testing::shard;
 using testing::TempDir;
 
 
-Shape contiguous_stride(const Shape& shape) {
-    Shape stride(shape.size(), 1);
-    for (size_t d = shape.size(); d-- > 1;) stride[d - 1] = stride[d] * std::max<int64_t>(shape[d], 1);
-    return stride;
-}
-
 TensorRef plain(Shape shape, const std::string& file, DType dtype = DType::F32) {
     TensorRef t;
     t.dtype = dtype;
     t.shape = shape;
-    t.stride = contiguous_stride(shape);
+    t.stride = contiguous_strides(shape);
     t.storage.file = file;
     t.storage.key = "data/0";
     t.storage.byte_size = static_cast<uint64_t>(numel(shape)) * element_size(dtype);
