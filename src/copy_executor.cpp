@@ -43,9 +43,11 @@ public:
 
     // Waits until the previous block is written, then queues this one. Returns a buffer to
     // reuse (the previous block's).
-    // With `cast` = {from, to}, the block holds `from` elements and is cast before the sink.
+    // With `cast` = {from, to}, the block holds `from` elements and is cast before the sink
+    // (nothing to do when they are the same).
     std::vector<unsigned char> submit(size_t tensor, int64_t row, int64_t end, std::vector<unsigned char> data,
                                       std::optional<std::pair<DType, DType>> cast = std::nullopt) {
+        if (cast && cast->first == cast->second) cast.reset();
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [this] { return !job_ || error_; });
         rethrow_locked();
@@ -161,9 +163,11 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                                            : out_row / element_size(t.dtype) * element_size(t.source_dtype);
         // Half the budget for blocks: the one being assembled plus the one being cast and
         // written; the other half bounds the span read for a non-contiguous source.
-        uint64_t per_row = cast ? 2 * src_row + out_row : 2 * src_row;
+        uint64_t per_row = 2 * src_row;
         if (quantized) per_row = src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * out_row;
-        if (lora && !quantized) per_row = src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + out_row;
+        else if (lora) per_row = src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + out_row;
+        else if (cast) per_row = 2 * src_row + out_row;
+        QuantError* quant_error = quantized ? &stats_.quantization_error[quantized_kind(t.name)] : nullptr;
         const int64_t align = std::max<int64_t>(1, t.row_align);
         // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
         // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
@@ -184,7 +188,6 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                     return skip(std::get<0>(p), std::get<1>(p), std::get<2>(p));
                 })) {
                 stats_.bytes_skipped += rows * out_row;
-                ++stats_.blocks_skipped;
                 continue;
             }
             if (t.role == OutputTensor::Role::Constant) {
@@ -225,7 +228,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 zero_points_.resize(rows * static_cast<size_t>(groups));
                 quantize_rows(floats_.data(), static_cast<int64_t>(rows), cols, *quantize_, scale.dtype,
                               reinterpret_cast<uint32_t*>(out.data()), scales.data(), zero_points_.data(),
-                              stats_.quantization_error[quantized_kind(t.name)]);
+                              *quant_error);
                 stats_.cast_seconds += seconds_since(start);
                 out = writer.submit(task.tensor, row, end, std::move(out));
                 const size_t scale_bytes = scales.size();
@@ -251,10 +254,8 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
                 add_lora_delta(merged, row, end, *lora, threads_);
                 stats_.lora_seconds += seconds_since(start);
-                if (t.dtype == DType::F32) out = writer.submit(task.tensor, row, end, std::move(out));
-                else out = writer.submit(task.tensor, row, end, std::move(out), std::pair{DType::F32, t.dtype});
-            } else if (cast) out = writer.submit(task.tensor, row, end, std::move(out), std::pair{t.source_dtype, t.dtype});
-            else out = writer.submit(task.tensor, row, end, std::move(out));
+            }
+            out = writer.submit(task.tensor, row, end, std::move(out), std::pair{lora ? DType::F32 : t.source_dtype, t.dtype});
             stats_.bytes_written += rows * out_row;
         }
     }
@@ -294,11 +295,7 @@ void CopyExecutor::read(const InputFile& file, uint64_t offset, unsigned char* o
 void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
                             unsigned char* block) {
     Shape block_shape = t.assembled_shape();
-    if (block_shape.empty()) {
-        block_shape = {};
-    } else {
-        block_shape[0] = row_end - row_begin;
-    }
+    if (!block_shape.empty()) block_shape[0] = row_end - row_begin;
     for (const BoxCopy& copy : t.copies) {
         Shape src_start = copy.src_start, dst_start = copy.dst_start, extent = copy.extent;
         if (!t.shape.empty()) {

@@ -108,19 +108,14 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
         if (key->kind != Kind::String) throw Error(path + ": state_dict_metadata key is not a string");
         const std::string where = path + " '" + key->text + "'";
         const std::string kind = class_name(*value);
-        if (kind == "BytesStorageMetadata") {
-            meta.byte_items.push_back(key->text);
-            continue;
-        }
+        if (kind == "BytesStorageMetadata") continue;  // optimizer scalars, pickled objects
         if (kind != "TensorStorageMetadata") throw Error(where + ": unknown storage metadata " + pickle::describe(*value));
         DcpTensor tensor;
         tensor.fqn = key->text;
         tensor.dtype = properties_dtype(field(*value, "properties", where), where);
         tensor.size = size_of(field(*value, "size", where), where);
-        int64_t count = 1;
-        for (int64_t d : tensor.size)
-            if (__builtin_mul_overflow(count, d, &count))
-                throw Error(where + ": size " + shape_to_string(tensor.size) + " has more than 2^63 elements");
+        if (!checked_numel(tensor.size))
+            throw Error(where + ": size " + shape_to_string(tensor.size) + " has more than 2^63 elements");
         const Value& chunks = field(*value, "chunks", where);
         if (chunks.kind != Kind::List) throw Error(where + ": chunks is not a list");
         for (const auto& c : chunks.items) {

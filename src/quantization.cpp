@@ -24,16 +24,25 @@ bool linear_like(const OutputTensor& t) {
 
 std::string module_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.size() - 7); }
 
-bool ignored_by_user(const std::string& module, const std::vector<std::string>& ignore) {
-    for (const auto& pattern : ignore) {
-        if (pattern.starts_with("re:")) {
-            if (std::regex_match(module, std::regex(pattern.substr(3)))) return true;
-        } else if (pattern == module) {
-            return true;
+// --quantize_ignore: exact module names and `re:` patterns, each pattern compiled once (a
+// model has tens of thousands of tensors).
+class IgnoredModules {
+public:
+    explicit IgnoredModules(const std::vector<std::string>& ignore) {
+        for (const auto& pattern : ignore) {
+            if (pattern.starts_with("re:")) patterns_.emplace_back(pattern.substr(3));
+            else names_.push_back(pattern);
         }
     }
-    return false;
-}
+    bool contains(const std::string& module) const {
+        return std::find(names_.begin(), names_.end(), module) != names_.end() ||
+               std::any_of(patterns_.begin(), patterns_.end(), [&](const std::regex& r) { return std::regex_match(module, r); });
+    }
+
+private:
+    std::vector<std::string> names_;
+    std::vector<std::regex> patterns_;
+};
 
 float to_f32(DType dtype, const unsigned char* p) {
     float f;
@@ -69,6 +78,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
     plan.ignored_modules.push_back("lm_head");
     std::vector<OutputTensor> out;
     size_t skipped_group = 0;
+    const IgnoredModules ignored(spec.ignore);
     for (OutputTensor& t : mapping.tensors) {
         plan.bytes_before += t.nbytes();
         const std::string module = t.name.ends_with(".weight") ? module_of(t.name) : "";
@@ -76,7 +86,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         const int64_t rows = candidate ? t.shape[0] : 0, cols = candidate ? t.shape[1] : 0;
         const int64_t group = spec.group_size ? spec.group_size : cols;
         const bool divisible = candidate && cols > 0 && cols % group == 0;
-        if (!candidate || !divisible || ignored_by_user(module, spec.ignore)) {
+        if (!candidate || !divisible || ignored.contains(module)) {
             if (candidate && !divisible) ++skipped_group;
             if (linear_like(t) && module != "lm_head" && !module.empty() && t.name.starts_with("model.layers."))
                 plan.ignored_modules.push_back(module);

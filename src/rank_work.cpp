@@ -23,8 +23,8 @@ std::vector<std::vector<WriteTask>> plan_rank_work(const std::vector<OutputTenso
     for (const OutputFile& file : layout.files) {
         for (size_t index : file.tensors) {
             const OutputTensor& t = tensors[index];
-            const uint64_t bytes_per_row = row_bytes(t);
             if (t.nbytes() == 0 || t.is_derived()) continue;
+            const uint64_t bytes_per_row = row_bytes(t);
             int64_t row = 0;
             const int64_t rows = row_count(t);
             while (row < rows) {

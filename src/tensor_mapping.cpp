@@ -38,8 +38,6 @@ void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef
     if (t.copies.size() > 8 && rank > 0) {
         std::optional<size_t> slab_dim;
         bool slabs = true;
-        std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) along slab_dim
-        runs.reserve(t.copies.size());
         for (const BoxCopy& c : t.copies) {
             if (numel(c.extent) == 0) continue;
             for (size_t d = 0; d < rank && slabs; ++d) {
@@ -48,11 +46,11 @@ void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef
                 slab_dim = d;
             }
             if (!slabs) break;
-            runs.emplace_back(0, 0);
         }
         if (slabs) {
             const size_t d = slab_dim.value_or(0);
-            runs.clear();
+            std::vector<std::pair<int64_t, int64_t>> runs;  // [begin, end) along slab_dim
+            runs.reserve(t.copies.size());
             for (const BoxCopy& c : t.copies)
                 if (numel(c.extent) > 0) runs.emplace_back(c.dst_start[d], c.dst_start[d] + c.extent[d]);
             std::sort(runs.begin(), runs.end());

@@ -40,6 +40,13 @@ TensorRef select_dim(const TensorRef& t, size_t dim, int64_t index) {
     return view;
 }
 
+std::optional<int64_t> checked_numel(const Shape& shape) {
+    int64_t count = 1;
+    for (int64_t d : shape)
+        if (__builtin_mul_overflow(count, d, &count)) return std::nullopt;
+    return count;
+}
+
 Shape contiguous_strides(const Shape& shape) {
     Shape strides(shape.size(), 1);
     for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(shape[d], 1);

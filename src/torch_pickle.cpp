@@ -99,11 +99,9 @@ void check_view_fits(const TensorRef& t, const std::string& where) {
                              std::to_string(t.storage_offset);
     // Sizes and strides are >= 0 (as_shape); every product and sum below is checked, so a
     // huge size or stride cannot wrap around into a small, "fitting" extent.
-    int64_t count = 1;
-    for (int64_t d : t.shape)
-        if (__builtin_mul_overflow(count, d, &count))
-            fail(where, view + ": its element count overflows 64 bits");
-    if (count == 0) return;
+    const auto count = checked_numel(t.shape);
+    if (!count) fail(where, view + ": its element count overflows 64 bits");
+    if (*count == 0) return;
     uint64_t last = static_cast<uint64_t>(t.storage_offset);
     for (size_t i = 0; i < t.shape.size(); ++i) {
         uint64_t reach = 0;
@@ -239,11 +237,8 @@ void interpret_dtensor(const Value& wrapper_args, const Value& state, const ZipA
                         " dims but " + std::to_string(layout.placements.size()) +
                         " placements and " + std::to_string(layout.coordinates.size()) +
                         " coordinates");
-    int64_t global_count = 1;
-    for (int64_t d : layout.global_shape)
-        if (__builtin_mul_overflow(global_count, d, &global_count))
-            fail(where, "DTensor global shape " + shape_to_string(layout.global_shape) +
-                            ": its element count overflows 64 bits");
+    if (!checked_numel(layout.global_shape))
+        fail(where, "DTensor global shape " + shape_to_string(layout.global_shape) + ": its element count overflows 64 bits");
     if (layout.global_shape.size() != out.shape.size())
         fail(where, "DTensor global shape " + shape_to_string(layout.global_shape) +
                         " and local shape " + shape_to_string(out.shape) + " differ in rank");
@@ -350,11 +345,6 @@ ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t le
         }
     }
     return scanned;
-}
-
-ScannedFile scan_torch_file(const std::string& path) {
-    InputFile file(path);
-    return scan_torch_archive(file, 0, 0);
 }
 
 }  // namespace vmerge

@@ -20,7 +20,6 @@ struct CopyStats {
     uint64_t bytes_written = 0;
     uint64_t reads = 0;
     uint64_t bytes_skipped = 0;  // output bytes an earlier run had written (resume)
-    uint64_t blocks_skipped = 0;
     double read_seconds = 0;     // in pread
     double cast_seconds = 0;
     double sink_seconds = 0;     // handing blocks on (writing them, for a merge)

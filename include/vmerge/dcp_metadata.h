@@ -28,7 +28,6 @@ struct DcpTensor {
 struct DcpMetadata {
     std::string dir;
     std::vector<DcpTensor> tensors;       // in .metadata order
-    std::vector<std::string> byte_items;  // non-tensor entries (optimizer scalars, objects)
 };
 
 // Reads <dir>/.metadata (torch-formats.md §5): tensor sizes, dtypes, chunks, and where each

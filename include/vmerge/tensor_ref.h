@@ -39,6 +39,10 @@ struct StorageRef {
     uint64_t byte_size = 0;
 };
 
+// The element count of `shape` when it fits in int64 (sizes are >= 0); nullopt on overflow, so
+// a hostile shape cannot wrap around into a small "fitting" count.
+std::optional<int64_t> checked_numel(const Shape& shape);
+
 // Row-major strides (elements) of a contiguous tensor of `shape` (a 0-sized dim counts as 1).
 Shape contiguous_strides(const Shape& shape);
 

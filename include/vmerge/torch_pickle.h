@@ -7,11 +7,9 @@
 
 namespace vmerge {
 
-// Scans a torch.save file: reads its ZIP directory and data.pkl only, never tensor bytes,
-// and returns every tensor of the saved (possibly nested under `model`) state dict.
-ScannedFile scan_torch_file(const std::string& path);
-
-// Same for an archive embedded at [base, base+length) of a bigger file (a DCP item).
+// Scans a torch.save archive at [base, base+length) of `file` (a whole .pt file with length 0,
+// or a DCP item): reads its ZIP directory and data.pkl only, never tensor bytes, and returns
+// every tensor of the saved (possibly nested under `model`) state dict.
 ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t length);
 
 // Interprets one pickled value as a tensor (plain, Parameter or DTensor). Storage records are
