@@ -167,6 +167,23 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model) {
     return arch;
 }
 
+std::string substitute_rule(std::string_view pattern, const std::string& layer, const std::string& expert) {
+    std::string out(pattern);
+    for (auto [placeholder, value] : {std::pair{std::string("{i}"), layer}, std::pair{std::string("{e}"), expert}})
+        for (size_t at; (at = out.find(placeholder)) != std::string::npos;) out.replace(at, placeholder.size(), value);
+    return out;
+}
+
+std::vector<std::string> split_names(std::string_view names) {
+    std::vector<std::string> parts;
+    for (size_t start = 0;;) {
+        const size_t bar = names.find('|', start);
+        parts.emplace_back(names.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start));
+        if (bar == std::string_view::npos) return parts;
+        start = bar + 1;
+    }
+}
+
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& key) {
     static const std::regex layer(R"(^(decoder\.layers\.)(\d+)(\..*)$)");
     static const std::regex expert(R"(^(.*\.experts\.)(\d+)(\..*)$)");
@@ -184,15 +201,7 @@ std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::str
         if (rule.megatron != pattern) continue;
         RuleMatch match;
         match.rule = &rule;
-        std::string hf(rule.hf);
-        for (auto [placeholder, value] : {std::pair{std::string("{i}"), layer_index}, std::pair{std::string("{e}"), expert_index}})
-            for (size_t at; (at = hf.find(placeholder)) != std::string::npos;) hf.replace(at, placeholder.size(), value);
-        for (size_t start = 0;;) {
-            const size_t bar = hf.find('|', start);
-            match.hf_names.push_back(hf.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
-            if (bar == std::string::npos) break;
-            start = bar + 1;
-        }
+        match.hf_names = split_names(substitute_rule(rule.hf, layer_index, expert_index));
         return match;
     }
     return std::nullopt;

@@ -92,23 +92,6 @@ HfPattern hf_pattern(const std::string& name) {
     return p;
 }
 
-std::string substitute(std::string_view pattern, int64_t layer, int64_t expert) {
-    std::string out(pattern);
-    for (auto [placeholder, value] : {std::pair{std::string("{i}"), layer}, std::pair{std::string("{e}"), expert}})
-        for (size_t at; (at = out.find(placeholder)) != std::string::npos;) out.replace(at, placeholder.size(), std::to_string(value));
-    return out;
-}
-
-std::vector<std::string_view> split_bar(std::string_view text) {
-    std::vector<std::string_view> parts;
-    for (size_t start = 0;;) {
-        const size_t bar = text.find('|', start);
-        parts.push_back(text.substr(start, bar == std::string_view::npos ? std::string_view::npos : bar - start));
-        if (bar == std::string_view::npos) return parts;
-        start = bar + 1;
-    }
-}
-
 int parse_count(const std::string& spec, const std::string& text, const char* what) {
     size_t used = 0;
     int value = 0;
@@ -201,8 +184,8 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
     };
     std::map<std::string, std::vector<Candidate>, std::less<>> by_hf_pattern;
     for (const NameRule& rule : arch.rules) {
-        const auto parts = split_bar(rule.hf);
-        for (size_t k = 0; k < parts.size(); ++k) by_hf_pattern[std::string(parts[k])].push_back({&rule, k});
+        const auto parts = split_names(rule.hf);
+        for (size_t k = 0; k < parts.size(); ++k) by_hf_pattern[parts[k]].push_back({&rule, k});
     }
     struct Group {
         const NameRule* rule = nullptr;
@@ -215,7 +198,7 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
         auto it = by_hf_pattern.find(p.pattern);
         if (it == by_hf_pattern.end()) return false;
         for (const Candidate& c : it->second) {
-            const std::string key = substitute(c.rule->megatron, p.layer, p.expert);
+            const std::string key = substitute_rule(c.rule->megatron, std::to_string(p.layer), std::to_string(p.expert));
             if (key.ends_with(".layer_norm_weight")) {
                 const std::string linear = key.substr(0, key.size() - std::string(".layer_norm_weight").size()) + ".weight";
                 if (!allow_fused || !groups.count(linear)) continue;

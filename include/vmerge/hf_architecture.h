@@ -43,6 +43,11 @@ struct ArchitectureInfo {
 // the supported ones when unknown). `value_model` forces the score head.
 ArchitectureInfo architecture_for(const HfConfig& config, bool value_model);
 
+// A rule's name pattern with {i} (layer) and {e} (expert) replaced.
+std::string substitute_rule(std::string_view pattern, const std::string& layer, const std::string& expert);
+// The parts of a '|'-separated list of names (NameRule::hf).
+std::vector<std::string> split_names(std::string_view names);
+
 // Finds the rule for a canonical Megatron key with global layer/expert numbers and returns
 // the HF names it produces (one, or several for a split); nullopt when unmapped.
 struct RuleMatch {
