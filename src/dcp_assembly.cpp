@@ -61,18 +61,23 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         } else if (split_megatron_axes && std::regex_match(t.fqn, m, per_layer_experts)) {
             axes.push_back({std::string(m[1]), "." + std::string(m[2])});
         }
+        // What stays of the shape once the layer/expert axes are split off.
+        const Shape shape(t.size.begin() + static_cast<std::ptrdiff_t>(std::min(axes.size(), t.size.size())), t.size.end());
         for (size_t c = 0; c < t.chunks.size(); ++c) {
             const DcpChunk& chunk = t.chunks[c];
             const ScannedFile& scanned = chunk_scans.at(first_scan + c);
-            const std::string where = chunk.file + " at byte " + std::to_string(chunk.offset) + " ('" + t.fqn + "' chunk " +
-                                      shape_to_string(chunk.offsets) + ")";
+            auto where = [&] {
+                return chunk.file + " at byte " + std::to_string(chunk.offset) + " ('" + t.fqn + "' chunk " +
+                       shape_to_string(chunk.offsets) + ")";
+            };
             if (scanned.tensors.size() != 1)
-                throw Error(where + ": expected one tensor in the item, found " + std::to_string(scanned.tensors.size()));
+                throw Error(where() + ": expected one tensor in the item, found " + std::to_string(scanned.tensors.size()));
             const TensorRef& ref = scanned.tensors[0].tensor;
             if (ref.shape != chunk.sizes || ref.dtype != t.dtype)
-                throw Error(where + ": holds " + std::string(torch_name(ref.dtype)) + " " + shape_to_string(ref.shape) +
+                throw Error(where() + ": holds " + std::string(torch_name(ref.dtype)) + " " + shape_to_string(ref.shape) +
                             ", the metadata says " + std::string(torch_name(t.dtype)) + " " + shape_to_string(chunk.sizes));
-            if (axes.size() > t.size.size()) throw Error(where + ": too few dimensions for its layer/expert axes");
+            if (axes.size() > t.size.size()) throw Error(where() + ": too few dimensions for its layer/expert axes");
+            const Shape offsets(chunk.offsets.begin() + static_cast<std::ptrdiff_t>(axes.size()), chunk.offsets.end());
             // Every combination of indices on the split axes becomes a view of the chunk.
             std::vector<int64_t> idx(axes.size(), 0);
             for (bool more = true; more;) {
@@ -82,8 +87,6 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
                     key += axes[a].prefix + std::to_string(chunk.offsets[a] + idx[a]) + axes[a].suffix;
                     view = select_dim(view, 0, idx[a]);
                 }
-                const Shape shape(t.size.begin() + static_cast<std::ptrdiff_t>(axes.size()), t.size.end());
-                const Shape offsets(chunk.offsets.begin() + static_cast<std::ptrdiff_t>(axes.size()), chunk.offsets.end());
                 OutputTensor& o = tensor_for(key, t, shape);
                 const uint32_t source = static_cast<uint32_t>(out.sources.size());
                 out.sources.push_back(view);
