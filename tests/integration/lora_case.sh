@@ -8,17 +8,7 @@
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fixtures=$5 case=$6 np=$7 work=$8
 
-eval "$("$python" - "$fixtures/cases.json" "$case" <<'PY'
-import json, shlex, sys
-c = json.load(open(sys.argv[1]))[sys.argv[2]]
-print("local_dir=" + shlex.quote(c["local_dir"]))
-print("reference=" + shlex.quote(c.get("reference") or ""))
-print("base_reference=" + shlex.quote(c.get("base_reference") or ""))
-print("mode=" + shlex.quote(c.get("lora") or ""))
-print("merge_args=(" + " ".join(shlex.quote(a) for a in c.get("merge_args", [])) + ")")
-print("expected_error=" + shlex.quote((c.get("expect") or {}).get("error") or ""))
-PY
-)"
+eval "$("$python" "$source_dir/tests/integration/case_fields.py" "$fixtures/cases.json" "$case")"
 local_dir="$fixtures/$local_dir"
 target="$work/$case.np$np"
 rm -rf "$target" "$target.base_only"

@@ -8,18 +8,7 @@ set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fixtures=$5 case=$6 np=$7 work=$8
 
 # cases.json (FSDP and Megatron generators): local_dir, hf_config, reference, merge_args, expect.
-eval "$("$python" - "$fixtures/cases.json" "$case" <<'PY'
-import json, shlex, sys
-c = json.load(open(sys.argv[1]))[sys.argv[2]]
-name = sys.argv[2]
-print("local_dir=" + shlex.quote(c.get("local_dir", name)))
-print("hf_config=" + shlex.quote(c.get("hf_config") or ""))
-ref = c.get("reference", name + ".reference")
-print("reference=" + shlex.quote(ref or ""))
-print("merge_args=(" + " ".join(shlex.quote(a) for a in c.get("merge_args", [])) + ")")
-print("expected_error=" + shlex.quote((c.get("expect") or {}).get("error") or ""))
-PY
-)"
+eval "$("$python" "$source_dir/tests/integration/case_fields.py" "$fixtures/cases.json" "$case")"
 local_dir="$fixtures/$local_dir"
 args=("${merge_args[@]}")
 hf_dir="$local_dir/huggingface"
