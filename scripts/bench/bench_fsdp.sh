@@ -84,13 +84,7 @@ echo "== vmerge-mpi verify / test against the Python output"
 # ---- report --------------------------------------------------------------------------------
 print_report "checkpoint: $CKPT, W=$WORLD, input $(awk -v b="$IN_BYTES" 'BEGIN {printf "%.3f", b/1e9}') GB \
 ($IN_BYTES bytes in $WORLD rank files), output bf16 $(du -sb "$OUT" | awk '{printf "%.3f", $1/1e9}') GB"
-ratio_row "vmerge 1 rank / cp" "$V1" "$CP" "<=" 1.3 wall
-ratio_row "vmerge np=$NP / cp" "$VN" "$CP" "<=" 1.3 wall
-ratio_row "vmerge 1 rank without fdatasync / cp" "$VNS" "$CP" "<=" 1.3 wall
-ratio_row "Python / vmerge 1 rank" "$PYN" "$V1" ">=" 5 wall
-ratio_row "Python / vmerge np=$NP" "$PYN" "$VN" ">=" 5 wall
-ratio_row "vmerge 1 rank / same without fdatasync" "$V1" "$VNS" "-" - wall
-ratio_row "vmerge 1 rank RSS / Python RSS" "$V1" "$PYN" "-" - rss
+merge_ratio_rows "$CP" "$V1" "$VN" "$VNS" "$PYN"
 ratio_row "vmerge 64MiB RSS / Python RSS" "$V64" "$PYN" "-" - rss
 print_vmerge_breakdowns "$V1" "$VNS" "$VN" "$NP"
 

@@ -147,6 +147,20 @@ ratio_row() {
         printf "| %s | %s / %s | %.2f | %s | %s |\n", l, a, b, r, tgt, met }'
 }
 
+# merge_ratio_rows CP V1 VN VNS PYN: the ratio rows the merge benchmarks share, against the
+# targets (vmerge <= 1.3x the copy floor, Python >= 5x vmerge): rows named cp, vmerge 1 rank,
+# vmerge np=$NP, vmerge 1 rank without fdatasync, Python.
+merge_ratio_rows() {
+    local cp=$1 v1=$2 vn=$3 vns=$4 pyn=$5
+    ratio_row "vmerge 1 rank / cp" "$v1" "$cp" "<=" 1.3 wall
+    ratio_row "vmerge np=$NP / cp" "$vn" "$cp" "<=" 1.3 wall
+    ratio_row "vmerge 1 rank without fdatasync / cp" "$vns" "$cp" "<=" 1.3 wall
+    ratio_row "Python / vmerge 1 rank" "$pyn" "$v1" ">=" 5 wall
+    ratio_row "Python / vmerge np=$NP" "$pyn" "$vn" ">=" 5 wall
+    ratio_row "vmerge 1 rank / same without fdatasync" "$v1" "$vns" "-" - wall
+    ratio_row "vmerge 1 rank RSS / Python RSS" "$v1" "$pyn" "-" - rss
+}
+
 # print_log_json NAME: the per-rank breakdown of vmerge --log-json files $LOG/NAME.i.json.
 print_log_json() {
     local name=$1 f
