@@ -38,13 +38,12 @@
 #include "vmerge/safetensors_file.h"
 #include "vmerge/scan_serialization.h"
 #include "vmerge/simulated_checkpoint.h"
+#include "vmerge/stopwatch.h"
 #include "vmerge/torch_pickle.h"
 #include "vmerge/write_journal.h"
 
 namespace vmerge {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct MergeInputs {
     double scan_seconds = 0;
@@ -125,7 +124,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
             mine.push_back(scan_torch_archive(file, jobs[i].base, jobs[i].length));
         }
     });
-    in.scan_seconds = std::chrono::duration<double>(Clock::now() - scan_start).count();
+    in.scan_seconds = seconds_since(scan_start);
     const auto gathered = comm.allgather(serialize_scans(mine));
     in.scans.resize(jobs.size());
     for (int r = 0; r < comm.size(); ++r) {
@@ -149,7 +148,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
             in.mapped.notes.push_back(note);
         plan_quantized_output(in, o);
     });
-    in.map_seconds = std::chrono::duration<double>(Clock::now() - map_start).count();
+    in.map_seconds = seconds_since(map_start);
     return in;
 }
 
@@ -215,7 +214,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     const auto plan_start = Clock::now();
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, ranks);
-    const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
+    const double plan_seconds = seconds_since(plan_start);
     nlohmann::ordered_json j = in.mapped.facts;
     j["local_dir"] = o.local_dir;
     j["hf_config"] = in.config.dir;
@@ -260,7 +259,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     for (const auto& p : plan) largest = std::max(largest, p["bytes"].get<uint64_t>());
     const double mean = static_cast<double>(layout.total_size) / ranks;
     const double imbalance = mean > 0 ? static_cast<double>(largest) / mean - 1.0 : 0.0;
-    const double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double total_seconds = seconds_since(start);
     j["max_memory_per_rank"] = budget;
     if (in.quantize)
         j["quantization"] = {{"bits", in.quantize->bits}, {"group_size", in.quantize->group_size},
@@ -349,7 +348,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     const auto& tensors = in.mapping().tensors;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
-    const double plan_seconds = std::chrono::duration<double>(Clock::now() - plan_start).count();
+    const double plan_seconds = seconds_since(plan_start);
     const std::string staging = staging_path(o.target_dir);
     bool resumed = false;
     collective_step(comm, [&] {
@@ -397,12 +396,12 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             stats = executor.stats();
         }, staging);
     }
-    const double copy_seconds = std::chrono::duration<double>(Clock::now() - copy_start).count();
+    const double copy_seconds = seconds_since(copy_start);
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {
         if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, generated_files(in));
     }, staging);
-    const double commit_seconds = std::chrono::duration<double>(Clock::now() - commit_start).count();
+    const double commit_seconds = seconds_since(commit_start);
 
     nlohmann::ordered_json mine = {
         {"rank", comm.rank()}, {"host", comm.host()}, {"scan_s", in.scan_seconds}, {"map_s", in.map_seconds},
@@ -436,7 +435,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                 e.max = std::max(e.max, (*it)[1].get<double>());
                 e.count += (*it)[2].get<uint64_t>();
             }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = seconds_since(start);
     if (!o.log_json.empty()) {
         nlohmann::ordered_json log = {{"command", "merge"},        {"local_dir", o.local_dir},
                                       {"target_dir", o.target_dir}, {"ranks", comm.size()},

@@ -29,15 +29,12 @@
 #include "vmerge/output_layout.h"
 #include "vmerge/progress_monitor.h"
 #include "vmerge/rank_work.h"
+#include "vmerge/stopwatch.h"
 #include "vmerge/write_journal.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::string read_file(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);

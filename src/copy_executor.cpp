@@ -13,17 +13,12 @@
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
 #include "vmerge/lora_kernel.h"
+#include "vmerge/stopwatch.h"
 
 namespace vmerge {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr uint64_t kMaxBlockSourceBytes = 64ull << 20;
-
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Hands assembled blocks to the sink on a second thread, which also casts them, so reading the
 // next block overlaps casting and writing this one. One block is in flight at a time; its

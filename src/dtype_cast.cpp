@@ -3,7 +3,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "vmerge/error.h"
 

@@ -1,12 +1,12 @@
 #include "vmerge/progress_monitor.h"
 
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "vmerge/human_units.h"
+#include "vmerge/stopwatch.h"
 #include "vmerge/write_journal.h"
 
 namespace vmerge {
@@ -43,13 +43,12 @@ ProgressMonitor::Snapshot ProgressMonitor::read_snapshot() const {
 }
 
 void ProgressMonitor::run() {
-    using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     const uint64_t at_start = read_snapshot().bytes;  // a resumed merge starts part-way
     std::unique_lock lock(mutex_);
     while (!wake_.wait_for(lock, std::chrono::seconds(interval_), [this] { return stopping_; })) {
         const Snapshot s = read_snapshot();
-        const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+        const double elapsed = seconds_since(start);
         const double rate = elapsed > 0 ? static_cast<double>(s.bytes - std::min(s.bytes, at_start)) / elapsed : 0;
         const double percent = total_ ? 100.0 * static_cast<double>(s.bytes) / static_cast<double>(total_) : 100.0;
         std::ostringstream line;
