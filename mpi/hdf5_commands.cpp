@@ -141,9 +141,12 @@ int write_hdf5_archive(const Options& o, Comm& comm, TensorMapping mapping, cons
     for (int r = 0; r < comm.size(); ++r) {
         std::map<size_t, size_t> count;
         for (const WriteTask& task : work[r]) {
-            auto pieces = pieces_of(task, rows_per_piece(tensors[task.tensor], chunk_rows[task.tensor], max_memory));
-            count[task.tensor] += pieces.size();
-            if (r == comm.rank()) mine[task.tensor].insert(mine[task.tensor].end(), pieces.begin(), pieces.end());
+            const int64_t rows = rows_per_piece(tensors[task.tensor], chunk_rows[task.tensor], max_memory);
+            count[task.tensor] += static_cast<size_t>((task.row_end - task.row_begin + rows - 1) / rows);
+            if (r == comm.rank()) {
+                const auto pieces = pieces_of(task, rows);
+                mine[task.tensor].insert(mine[task.tensor].end(), pieces.begin(), pieces.end());
+            }
         }
         for (const auto& [t, n] : count) rounds[t] = std::max(rounds[t], n);
     }
