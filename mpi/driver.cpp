@@ -39,6 +39,8 @@
 #include "vmerge/scan_serialization.h"
 #include "vmerge/simulated_checkpoint.h"
 #include "vmerge/stopwatch.h"
+#include "vmerge/target_guard.h"
+#include "vmerge/checksum.h"
 #include "vmerge/torch_pickle.h"
 #include "vmerge/write_journal.h"
 
@@ -109,6 +111,26 @@ void apply_lora_choice(MergeInputs& in, const Options& o) {
     if (!o.target_dir.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.target_dir).lexically_normal().string();
     in.lora = apply_lora(in.mapped.mapping, lora, o.local_dir);
     for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
+}
+
+// The folders a merge reads: its target must be none of them, inside none and around none.
+std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in) {
+    return {{o.local_dir, "the checkpoint (--local_dir)"},
+            {in.checkpoint.weights_dir, "the checkpoint's weights folder"},
+            {in.config.dir, "the config folder (--hf_config)"},
+            {o.lora_base, "the LoRA base model (--lora_base)"}};
+}
+
+// What --resume must find unchanged: the plan, the split, the values' recipe and the inputs.
+ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout, const Comm& comm, uint64_t budget) {
+    ResumeIdentity id = resume_identity(layout, comm.size(), budget, lora_fingerprint(in.mapping()));
+    std::vector<std::string> paths;
+    for (const auto& job : in.checkpoint.jobs) paths.push_back(job.path);
+    if (!in.config.dir.empty()) paths.push_back(in.config.dir + "/config.json");
+    id.inputs = stamp_inputs(paths);
+    const std::string scans = serialize_scans(in.scans);
+    id.scans = hex64(xxh64(scans.data(), scans.size()));
+    return id;
 }
 
 MergeInputs load_inputs(const Options& o, Comm& comm) {
@@ -330,11 +352,26 @@ uint64_t peak_rss_bytes() {
     return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
 }
 
+// Rank 0, before anything is written: the target may be written (target_guard.h), and no other
+// merge writes it while `lock` is held.
+void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& inputs, std::optional<TargetLock>& lock) {
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        check_target(o.target_dir, o.force, inputs);
+        lock.emplace(o.target_dir);
+    });
+}
+
 int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     const uint64_t budget = max_memory(o, comm);
-    if (o.backend == "hdf5") return convert_hdf5_archive(o, comm, budget, out);
+    std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
+    if (o.backend == "hdf5") {
+        guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
+        return convert_hdf5_archive(o, comm, budget, out);
+    }
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
+    guard_target(o, comm, input_folders(o, in), lock);
     // The archive holds one model: an adapter is folded in or not merged at all.
     if (o.format == "hdf5" && in.lora.found && !o.merge_lora)
         throw Error(o.local_dir + " holds a LoRA adapter: --format hdf5 writes no lora_adapter/ folder; pass "
@@ -353,8 +390,8 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     bool resumed = false;
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
-        const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout,
-                                                   resume_identity(layout, comm.size(), budget, lora_fingerprint(in.mapping())));
+        const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout, merge_identity(in, layout, comm, budget),
+                                                   input_folders(o, in));
         resumed = state.resumed;
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
@@ -399,7 +436,9 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     const double copy_seconds = seconds_since(copy_start);
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {
-        if (comm.rank() == 0) commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, generated_files(in));
+        if (comm.rank() != 0) return;
+        for (const auto& note : commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, generated_files(in)))
+            if (!o.quiet) out << "vmerge: " << note << "\n";
     }, staging);
     const double commit_seconds = seconds_since(commit_start);
 

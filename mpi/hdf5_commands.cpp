@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
@@ -36,32 +35,19 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    if (!in) throw Error(path.string() + ": cannot read");
-    return bytes.str();
-}
-
-// Rank 0: a fresh staging folder for the archive (an archive has no --resume).
-void prepare_archive_staging(const std::string& target, bool force) {
-    std::error_code ec;
-    if (fs::exists(target, ec) && !force) throw Error(target + ": already exists; pass --force to replace it");
-    const std::string staging = staging_path(target);
-    fs::remove_all(staging, ec);
-    fs::create_directories(staging, ec);
-    if (ec) throw Error(staging + ": cannot create the staging folder: " + ec.message());
+// Rank 0: a fresh staging folder for the archive (an archive has no --resume); the target was
+// checked and locked by the caller.
+void prepare_archive_staging(const std::string& target) {
+    discard_earlier_staging(target);
+    create_fresh_staging(target);
 }
 
 // Rank 0, after every rank closed the archive: the HF files beside it, everything synced
 // (H5Fclose writes but does not sync), then the rename.
 void commit_archive_staging(const std::string& target, bool force,
                             const std::vector<std::pair<std::string, std::string>>& files) {
-    const std::string staging = staging_path(target);
-    for (const auto& [rel, bytes] : files) write_durable(staging + "/" + rel, bytes);
-    fsync_path(staging + "/" + kArchiveFileName);
-    move_into_place(staging, target, force);
+    fsync_path(staging_path(target) + "/" + kArchiveFileName);
+    publish_staging(target, force, {files.begin(), files.end()});
 }
 
 // Rows per write: whole chunks (one writer each), as many as fit a quarter of --max-memory.
@@ -152,11 +138,14 @@ int write_hdf5_archive(const Options& o, Comm& comm, TensorMapping mapping, cons
     }
     const std::string staging = staging_path(o.target_dir);
     collective_step(comm, [&] {
-        if (comm.rank() == 0) prepare_archive_staging(o.target_dir, o.force);
+        if (comm.rank() == 0) prepare_archive_staging(o.target_dir);
     });
     std::vector<std::pair<std::string, std::string>> files;
     collective_step(comm, [&] {
-        for (const std::string& rel : non_weight_files(hf_dir)) files.emplace_back(rel, read_file(fs::path(hf_dir) / rel));
+        const HfFilePlan hf = plan_hf_file_copies(hf_dir);
+        for (const auto& copy : hf.copies) files.emplace_back(copy.rel, read_hf_file(copy));
+        if (comm.rank() == 0 && !o.quiet)
+            for (const auto& skipped : hf.skipped) out << "vmerge: not copied from " << hf_dir << ": " << skipped << "\n";
     });
     const std::string compression = o.zstd_level > 0 ? "zstd:" + std::to_string(o.zstd_level) : "none";
     const auto copy_start = Clock::now();
@@ -228,7 +217,8 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
     const std::string staging = staging_path(o.target_dir);
     collective_step(comm, [&] {
         if (comm.rank() == 0)
-            prepare_staging(o.target_dir, o.force, false, layout, resume_identity(layout, comm.size(), max_memory));
+            prepare_staging(o.target_dir, o.force, false, layout, resume_identity(layout, comm.size(), max_memory),
+                            {{o.local_dir, "the archive folder (--local_dir)"}});
     });
     collective_step(comm, [&] {
         try {
@@ -255,7 +245,12 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
         if (comm.rank() != 0) return;
         try {
             const auto files = reader->files();
-            commit_staging(o.target_dir, o.force, "", tensors, layout, {files.begin(), files.end()});
+            std::map<std::string, std::string> named;
+            for (const auto& [rel, bytes] : files) {
+                check_output_name(rel, path);
+                named[rel] = bytes;
+            }
+            commit_staging(o.target_dir, o.force, "", tensors, layout, named);
         } catch (...) {
             discard_staging(o.target_dir);
             throw;

@@ -1,6 +1,7 @@
 #include "vmerge/write_journal.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "vmerge/error.h"
 #include "vmerge/json_file.h"
 #include "vmerge/input_file.h"
+#include "vmerge/output_folder.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -28,10 +30,53 @@ ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t m
     return {hex64(xxh64(all.data(), all.size())), ranks, max_memory};
 }
 
+std::vector<InputStamp> stamp_inputs(std::vector<std::string> paths) {
+    std::sort(paths.begin(), paths.end());
+    paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+    std::vector<InputStamp> out;
+    for (const auto& p : paths) {
+        struct stat info {};
+        if (::stat(p.c_str(), &info) != 0) throw Error(p + ": cannot stat: " + std::strerror(errno));
+        out.push_back({p, static_cast<uint64_t>(info.st_size),
+                       static_cast<int64_t>(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec});
+    }
+    return out;
+}
+
+namespace {
+
+nlohmann::json stamps_json(const std::vector<InputStamp>& stamps) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& s : stamps) out.push_back({s.path, s.size, s.mtime_ns});
+    return out;
+}
+
+// The first input that differs between the interrupted merge and this one, for the message.
+std::string changed_input(const nlohmann::json& recorded, const std::vector<InputStamp>& now) {
+    std::map<std::string, std::pair<uint64_t, int64_t>> before;
+    if (recorded.is_array())
+        for (const auto& r : recorded)
+            if (r.is_array() && r.size() == 3 && r[0].is_string() && r[1].is_number_unsigned() && r[2].is_number_integer())
+                before[r[0].get<std::string>()] = {r[1].get<uint64_t>(), r[2].get<int64_t>()};
+    for (const auto& s : now) {
+        auto it = before.find(s.path);
+        if (it == before.end()) return s.path + " was not an input of the interrupted merge";
+        if (it->second.first != s.size)
+            return s.path + " is " + std::to_string(s.size) + " bytes, was " + std::to_string(it->second.first);
+        if (it->second.second != s.mtime_ns) return s.path + " was modified after the interrupted merge read it";
+        before.erase(it);
+    }
+    if (!before.empty()) return before.begin()->first + " was an input of the interrupted merge and is not one now";
+    return "";
+}
+
+}  // namespace
+
 void write_resume_identity(const std::string& staging, const ResumeIdentity& id) {
     fs::create_directories(journal_dir(staging));
-    std::ofstream(journal_dir(staging) + "/plan")
-        << nlohmann::json{{"plan", id.plan}, {"ranks", id.ranks}, {"max_memory", id.max_memory}}.dump() << "\n";
+    const nlohmann::json j{{"plan", id.plan}, {"ranks", id.ranks}, {"max_memory", id.max_memory},
+                           {"inputs", stamps_json(id.inputs)}, {"scans", id.scans}};
+    write_durable(journal_dir(staging) + "/plan", j.dump() + "\n", " the resume plan");
 }
 
 void check_resume_identity(const std::string& staging, const ResumeIdentity& id) {
@@ -43,9 +88,18 @@ void check_resume_identity(const std::string& staging, const ResumeIdentity& id)
     } catch (const nlohmann::json::exception&) {
         throw Error(path + ": unreadable; this staging folder cannot be resumed (delete it, or rerun without --resume)");
     }
+    if (!recorded.is_object())
+        throw Error(path + ": not a resume plan; this staging folder cannot be resumed (rerun without --resume)");
+    const std::string changed = changed_input(recorded.value("inputs", nlohmann::json()), id.inputs);
+    if (!changed.empty())
+        throw Error(staging + ": the checkpoint changed since the interrupted merge (" + changed +
+                    "): its output cannot be continued; rerun without --resume to start over");
+    if (recorded.value("scans", "") != id.scans)
+        throw Error(staging + ": the checkpoint's tensors differ from those the interrupted merge read; rerun "
+                              "without --resume to start over");
     if (recorded.value("plan", "") != id.plan)
         throw Error(staging + ": this staging folder was written for a different merge (other checkpoint, flags or "
-                              "shard size); delete it, or rerun without --resume to start over");
+                              "shard size); rerun without --resume to start over");
     const int ranks = recorded.value("ranks", 0);
     const uint64_t memory = recorded.value("max_memory", uint64_t{0});
     if (ranks != id.ranks || memory != id.max_memory)
@@ -64,11 +118,23 @@ JournalWriter::~JournalWriter() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-void JournalWriter::append(const WrittenBlock& b) {
+namespace {
+
+// A journal line: the block's fields, then the xxh64 of that text.
+std::string block_fields(const WrittenBlock& b) {
     std::ostringstream line;
     line << b.tensor << ' ' << b.row_begin << ' ' << b.row_end << ' ' << b.file << ' ' << b.offset << ' ' << b.length
-         << ' ' << hex64(b.hash) << '\n';
-    const std::string text = line.str();
+         << ' ' << hex64(b.hash);
+    return line.str();
+}
+
+std::string line_check(const std::string& fields) { return hex64(xxh64(fields.data(), fields.size(), 0x766d65726765ull)); }
+
+}  // namespace
+
+void JournalWriter::append(const WrittenBlock& b) {
+    const std::string fields = block_fields(b);
+    const std::string text = fields + ' ' + line_check(fields) + '\n';
     if (::write(fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
         throw Error(path_ + ": cannot append to the write journal: " + std::strerror(errno));
 }
@@ -81,12 +147,15 @@ std::vector<WrittenBlock> read_journals(const std::string& staging) {
         std::ifstream in(entry.path());
         std::string line;
         while (std::getline(in, line)) {
-            std::istringstream fields(line);
+            // A line torn by a killed rank, or changed since: that block is simply redone.
+            const size_t split = line.find_last_of(' ');
+            if (split == std::string::npos || line.substr(split + 1) != line_check(line.substr(0, split))) continue;
+            std::istringstream fields(line.substr(0, split));
             WrittenBlock b;
             std::string hash;
             if (!(fields >> b.tensor >> b.row_begin >> b.row_end >> b.file >> b.offset >> b.length >> hash) ||
-                hash.size() != 16)
-                continue;  // a line torn by a killed rank: that block is simply redone
+                hash.size() != 16 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
+                continue;
             b.hash = std::stoull(hash, nullptr, 16);
             blocks.push_back(b);
         }
@@ -106,10 +175,14 @@ std::string checksums_json(const OutputLayout& layout, const std::vector<Written
     for (const auto& b : blocks) per_file.at(b.file).push_back(b);
     for (size_t f = 0; f < layout.files.size(); ++f) {
         auto& list = per_file[f];
-        std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
-        // The same block may be journaled twice (a resumed run rewrote it): keep one.
-        list.erase(std::unique(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.offset == b.offset; }),
-                   list.end());
+        // The same block may be journaled twice (a resumed run rewrote it): the later line wins.
+        std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+        std::vector<WrittenBlock> latest;
+        for (const auto& b : list) {
+            if (!latest.empty() && latest.back().offset == b.offset) latest.back() = b;
+            else latest.push_back(b);
+        }
+        list.swap(latest);
         const OutputFile& file = layout.files[f];
         uint64_t at = file.header.size();
         nlohmann::ordered_json ranges = nlohmann::ordered_json::array();

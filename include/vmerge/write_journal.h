@@ -27,17 +27,28 @@ std::string journal_dir(const std::string& staging);
 // What a resumed merge must share with the interrupted one: the output plan (file names,
 // sizes, headers) and the work split (ranks, block budget), since the journal records the
 // blocks of that split. Resuming under another plan would mix two different merges.
+// The inputs are part of it: a staging folder written from another checkpoint, or from this
+// one before its files changed, must not be continued.
+struct InputStamp {
+    std::string path;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+};
 struct ResumeIdentity {
-    std::string plan;  // fingerprint of the output layout
+    std::string plan;  // fingerprint of the output layout and of the values' recipe
     int ranks = 1;
     uint64_t max_memory = 0;
+    std::vector<InputStamp> inputs;  // every input file: name, size, mtime
+    std::string scans;               // fingerprint of the scanned metadata
 };
 // `values` names what changes the bytes without changing the layout (LoRA scales).
 ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory,
                                const std::string& values = "");
+// Size and mtime of each of `paths` (sorted, each once); Error when one cannot be stat'ed.
+std::vector<InputStamp> stamp_inputs(std::vector<std::string> paths);
 void write_resume_identity(const std::string& staging, const ResumeIdentity& identity);
 // Throws Error, before anything is written, when the staging folder was made by another
-// plan or split; the folder stays as it was.
+// plan, split or inputs; the folder stays as it was.
 void check_resume_identity(const std::string& staging, const ResumeIdentity& identity);
 
 class JournalWriter {
@@ -53,7 +64,9 @@ private:
     int fd_ = -1;
 };
 
-// Every block recorded by every rank (torn last lines of a killed rank are ignored).
+// Every block recorded by every rank. Each line carries its own checksum: a torn last line of
+// a killed rank, or a line changed since, is ignored (that block is redone); when a block was
+// recorded twice (a resumed run rewrote it), the later line is the truth.
 std::vector<WrittenBlock> read_journals(const std::string& staging);
 
 using BlockKey = std::tuple<size_t, int64_t, int64_t>;

@@ -48,10 +48,10 @@ head -c 4096 /dev/urandom >"$work/not-hdf5/model.h5"
 expect 1 "$work/not-hdf5/model.h5: not an HDF5 file" "$work/out" -- \
     "${launch[@]}" "$vmerge" merge --backend hdf5 --local_dir "$work/not-hdf5" --target_dir "$work/out"
 
-# An existing target is kept without --force.
+# A folder of files vmerge did not write is never replaced.
 mkdir -p "$work/existing"
 echo keep >"$work/existing/file"
-expect 1 "already exists; pass --force" "" -- \
+expect 1 "exists and is not replaceable: it holds files and no vmerge.manifest.json" "" -- \
     "${launch[@]}" "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/existing" --format hdf5
 [[ $(cat "$work/existing/file") == keep ]] || { echo "FAIL: the existing target was touched"; failures=$((failures + 1)); }
 

@@ -168,19 +168,43 @@ TEST(EndToEnd, AFailureInTheCommitStepKeepsStagingAndResumeFinishes) {
     EXPECT_EQ(run({"verify", "--target_dir", target}).code, 0);
 }
 
-TEST(EndToEnd, ForceReplacesAnExistingTarget) {
+TEST(EndToEnd, ForceReplacesAnEarlierVmergeOutputOnly) {
     TempDir tmp;
     const std::string target = tmp.path() + "/existing";
-    fs::create_directories(target);
-    std::ofstream(target + "/stale.txt") << "old";
+    ASSERT_EQ(run({"merge", "--local_dir", kFixtures + "/fsdp2_w2", "--target_dir", target, "--dtype", "keep", "--quiet"}).code, 0);
+    const Result again = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep", "--quiet"});
+    EXPECT_EQ(again.code, 1);
+    EXPECT_NE(again.err.find("already exists (an earlier vmerge output); pass --force"), std::string::npos) << again.err;
     const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep",
                           "--force", "--quiet"});
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_FALSE(fs::exists(target + "/stale.txt"));
     EXPECT_TRUE(fs::exists(target + "/model.safetensors"));
+    EXPECT_TRUE(fs::exists(target + "/vmerge.manifest.json"));
     EXPECT_EQ(run({"test", "--local_dir", kFixtures + "/fsdp2_w3", "--test_hf_dir", target, "--dtype", "keep"}).code, 0);
     for (const auto& e : fs::directory_iterator(tmp.path()))
         EXPECT_EQ(e.path().filename().string(), "existing") << e.path();
+}
+
+TEST(EndToEnd, ForceNeverRemovesFilesVmergeDidNotWrite) {
+    TempDir tmp;
+    const std::string target = tmp.path() + "/existing";
+    ASSERT_EQ(run({"merge", "--local_dir", kFixtures + "/fsdp2_w2", "--target_dir", target, "--dtype", "keep", "--quiet"}).code, 0);
+    std::ofstream(target + "/README.md") << "the user's model card";
+    const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep",
+                          "--force", "--quiet"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("holds files vmerge did not write (not in its vmerge.manifest.json): README.md"), std::string::npos)
+        << r.err;
+    EXPECT_TRUE(fs::exists(target + "/README.md"));
+}
+
+TEST(EndToEnd, AnEmptyTargetFolderIsFilledWithoutForce) {
+    TempDir tmp;
+    const std::string target = tmp.path() + "/empty";
+    fs::create_directories(target);
+    const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep", "--quiet"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(target + "/model.safetensors"));
 }
 
 TEST(EndToEnd, SmallShardSizeWritesAnIndexAndStillMatches) {
