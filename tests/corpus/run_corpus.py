@@ -53,6 +53,25 @@ def case_root(corpus, local_dir):
     return os.path.join(corpus, rel.split(os.sep)[0]) if not rel.startswith("..") else local_dir
 
 
+def check_after(c, target, before):
+    """The checks that hold whatever the exit: folders left alone, what the target holds."""
+    for u in c["unchanged"]:
+        diff = changes(before[u], snapshot(u))
+        if diff:
+            return f"{u} changed: " + "; ".join(diff[:5])
+    norm = os.path.normpath(target)
+    lock = os.path.join(os.path.dirname(norm), "." + os.path.basename(norm) + ".vmerge-lock")
+    if c["exit"] == 0 and os.path.lexists(lock):  # a failed run is held to its snapshot instead
+        return f"the run left the lock {lock} behind"
+    for name in c["target_has"]:
+        if not os.path.isfile(os.path.join(target, name)) or os.path.islink(os.path.join(target, name)):
+            return f"the target lacks the regular file {name}"
+    for name in c["target_lacks"]:
+        if os.path.lexists(os.path.join(target, name)):
+            return f"the target holds {name}"
+    return None
+
+
 def run_case(vmerge, mpiexec, corpus, name, c):
     runs = os.path.join(corpus, ".runs", name)
     shutil.rmtree(runs, ignore_errors=True)
@@ -61,7 +80,7 @@ def run_case(vmerge, mpiexec, corpus, name, c):
     watched = {os.path.dirname(os.path.normpath(target))}
     if c["local_dir"]:
         watched.add(case_root(corpus, c["local_dir"]))
-    before = {w: snapshot(w) for w in watched}
+    before = {w: snapshot(w) for w in watched | set(c["unchanged"])}
     cmd = [mpiexec, "--oversubscribe", "-np", str(c["np"]), vmerge, c["command"]]
     if c["local_dir"]:
         cmd += ["--local_dir", c["local_dir"]]
@@ -92,6 +111,8 @@ def run_case(vmerge, mpiexec, corpus, name, c):
             if diff:
                 problem = f"{w} changed by a failed run: " + "; ".join(diff[:5])
                 break
+    if problem is None:
+        problem = check_after(c, target, before)
     if problem:
         print(f"FAIL {name}: {problem}\n    " + " ".join(cmd) + "\n    " + log.replace("\n", "\n    "))
         return False
