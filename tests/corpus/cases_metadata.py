@@ -76,13 +76,16 @@ def tie_cases(good_fsdp, good_megatron, out):
          output=["config.json: tie_word_embeddings -> true",
                  f"tied word embeddings: {head} is not written"])
 
-    meg = os.path.join(good_megatron, "verl_llama_tp2_pp1")
-    mref = safetensors_tensors(os.path.join(meg, "reference", "model.safetensors"))
-    mrow = first_differing_row(mref, head, emb)
-    d = copy_case(meg, os.path.join(out, "tie_flag_megatron_output_layer"))
-    case("tie_flag_megatron_output_layer", os.path.join(d, "actor"),
-         f"--tie_word_embedding, but {head} differs from {emb} (first at row {mrow})",
-         "Megatron untied output_layer with --tie_word_embedding", args=["--tie_word_embedding"])
+    # Plain DCP keeps model.lm_head.weight as it is: the shared check runs there too (Megatron
+    # drops its output_layer in megatron_to_hf and then misses lm_head against config.json).
+    dcp = os.path.join(good_megatron, "dcp_qwen2_uneven")
+    dref = safetensors_tensors(os.path.join(dcp, "reference", "model.safetensors"))
+    drow = first_differing_row(dref, head, emb)
+    d = copy_case(dcp, os.path.join(out, "tie_flag_dcp_trained_head"))
+    case("tie_flag_dcp_trained_head", os.path.join(d, "dcp"),
+         f"--tie_word_embedding, but {head} differs from {emb} (first at row {drow})",
+         "plain DCP state dict with its own lm_head, --tie_word_embedding, 3 ranks comparing a third each",
+         args=["--tie_word_embedding", "--hf_config", os.path.join(d, "hf")], np=3)
 
 
 def dtype_cases(good_fsdp, out):
@@ -154,4 +157,15 @@ def test_cases(good_fsdp, out):
          "compared after rounding the merge to bf16",
          command="test", args=["--dtype", "keep", "--test_hf_dir", ref_dir], exit=0,
          output=[f"vmerge test: note: {n} tensors dtype float32, reference bfloat16: compared after casting to bfloat16",
+                 "vmerge test: OK"])
+
+    # bf16 merge (config bfloat16, --dtype auto) of fp32 shards against the fp32 reference.
+    d = copy_case(os.path.join(good_fsdp, "keep_fp32_w2"), os.path.join(out, "test_reference_in_fp32"))
+    ref_dir = os.path.join(good_fsdp, "keep_fp32_w2.reference")
+    ref = safetensors_tensors(os.path.join(ref_dir, "model.safetensors"))
+    n = sum(1 for v in ref.values() if v[0] == "F32")
+    case("test_reference_in_fp32", d, [],
+         "`test` of a bf16 merge against an fp32 reference: the reference is rounded to bf16 first",
+         command="test", args=["--test_hf_dir", ref_dir], exit=0,
+         output=[f"vmerge test: note: {n} tensors dtype bfloat16, reference float32: compared after casting to bfloat16",
                  "vmerge test: OK"])
