@@ -143,7 +143,8 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         in.config = load_hf_config(o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config);
         MapOptions options;
         options.is_value_model = o.is_value_model;
-        options.tie_word_embedding = o.tie_word_embedding;
+        // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
+        // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.
         options.allow_unmapped = o.allow_unmapped;
         options.tp_size = o.tp_size;
         options.lora_base = o.lora_base;

@@ -76,8 +76,16 @@ def tie_cases(good_fsdp, good_megatron, out):
          output=["config.json: tie_word_embeddings -> true",
                  f"tied word embeddings: {head} is not written"])
 
-    # Plain DCP keeps model.lm_head.weight as it is: the shared check runs there too (Megatron
-    # drops its output_layer in megatron_to_hf and then misses lm_head against config.json).
+    meg = os.path.join(good_megatron, "verl_llama_tp2_pp1")
+    mref = safetensors_tensors(os.path.join(meg, "reference", "model.safetensors"))
+    mrow = first_differing_row(mref, head, emb)
+    d = copy_case(meg, os.path.join(out, "tie_flag_megatron_output_layer"))
+    case("tie_flag_megatron_output_layer", os.path.join(d, "actor"),
+         f"--tie_word_embedding, but {head} differs from {emb} (first at row {mrow})",
+         "Megatron (tp 2) untied output_layer with --tie_word_embedding: mapped to lm_head.weight, "
+         "compared with the embedding, refused", args=["--tie_word_embedding"])
+
+    # Plain DCP keeps model.lm_head.weight as it is.
     dcp = os.path.join(good_megatron, "dcp_qwen2_uneven")
     dref = safetensors_tensors(os.path.join(dcp, "reference", "model.safetensors"))
     drow = first_differing_row(dref, head, emb)
