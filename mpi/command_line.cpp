@@ -127,6 +127,8 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("group_size", po::value(&o.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
         ("symmetric", po::bool_switch(&symmetric_flag), "symmetric quantization, no zero point (the default)")
         ("asymmetric", po::bool_switch(&o.asymmetric), "asymmetric quantization with zero points")
+        ("allow_unsupported_quantization", po::bool_switch(&o.allow_unsupported_quantization),
+         "write a --bits/--group_size combination no vLLM kernel runs (refused by default)")
         ("quantize_ignore", po::value(&quantize_ignore),
          "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
          "router gates always are");

@@ -38,6 +38,7 @@ struct Options {
     int64_t group_size = 128;
     bool asymmetric = false;
     std::vector<std::string> quantize_ignore;
+    bool allow_unsupported_quantization = false;
     bool merge_lora = false;          // fold a LoRA adapter in (default: extract it)
     std::optional<double> lora_alpha;
     bool use_rslora = false;

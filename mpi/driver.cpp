@@ -29,18 +29,21 @@
 #include "vmerge/human_units.h"
 #include "vmerge/input_file.h"
 #include "vmerge/lora_adapter.h"
+#include "vmerge/output_config.h"
 #include "vmerge/output_folder.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/output_rules.h"
 #include "vmerge/progress_monitor.h"
 #include "vmerge/quantization.h"
 #include "vmerge/rank_work.h"
+#include "vmerge/reference_compare.h"
 #include "vmerge/safetensors_file.h"
 #include "vmerge/scan_serialization.h"
 #include "vmerge/simulated_checkpoint.h"
 #include "vmerge/stopwatch.h"
 #include "vmerge/target_guard.h"
 #include "vmerge/checksum.h"
+#include "vmerge/tied_embedding.h"
 #include "vmerge/torch_pickle.h"
 #include "vmerge/write_journal.h"
 
@@ -56,6 +59,7 @@ struct MergeInputs {
     MappedCheckpoint mapped;
     std::optional<QuantizeSpec> quantize;
     QuantizationPlan quantization;
+    OutputConfig output_config;
     LoraResult lora;
     const TensorMapping& mapping() const { return mapped.mapping; }
 };
@@ -67,25 +71,26 @@ std::optional<QuantizeSpec> quantize_spec(const Options& o) {
     spec.group_size = o.group_size;
     spec.symmetric = !o.asymmetric;
     spec.ignore = o.quantize_ignore;
+    spec.allow_unsupported = o.allow_unsupported_quantization;
     return spec;
 }
 
+// Quantization, then the config.json that states what was written (output_config.h).
 void plan_quantized_output(MergeInputs& in, const Options& o) {
     in.quantize = quantize_spec(o);
-    if (!in.quantize) return;
-    in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
+    if (in.quantize) in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
     for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
+    in.output_config = plan_output_config(
+        in.config, in.mapped.mapping, o.tie_word_embedding,
+        in.quantize ? quantization_config(*in.quantize, in.quantization.ignored_modules) : nlohmann::ordered_json());
+    for (const auto& note : in.output_config.notes) in.mapped.notes.push_back(note);
 }
 
-// Files rank 0 writes at commit: a quantized model's config.json (the source's plus the
-// quantization_config block), an extracted adapter's adapter_config.json.
+// Files rank 0 writes at commit: config.json when the merge changed what it states, an
+// extracted adapter's adapter_config.json.
 std::map<std::string, std::string> generated_files(const MergeInputs& in) {
     std::map<std::string, std::string> files;
-    if (in.quantize) {
-        nlohmann::ordered_json config = nlohmann::ordered_json::parse(in.config.json.dump());
-        config["quantization_config"] = quantization_config(*in.quantize, in.quantization.ignored_modules);
-        files["config.json"] = config.dump(2) + "\n";
-    }
+    if (in.output_config.text) files["config.json"] = *in.output_config.text;
     if (!in.lora.adapter_config.is_null())
         files[std::string(kAdapterFolder) + "/adapter_config.json"] = in.lora.adapter_config.dump(2) + "\n";
     return files;
@@ -133,6 +138,8 @@ ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout,
     return id;
 }
 
+uint64_t max_memory(const Options& o, const Comm& comm);
+
 MergeInputs load_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
     collective_step(comm, [&] { in.checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); });
@@ -158,13 +165,15 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         in.config = load_hf_config(o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config);
         MapOptions options;
         options.is_value_model = o.is_value_model;
-        options.tie_word_embedding = o.tie_word_embedding;
+        // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
+        // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.
         options.allow_unmapped = o.allow_unmapped;
         options.tp_size = o.tp_size;
         options.lora_base = o.lora_base;
         options.pp_size = o.pp_size;
         in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
         apply_lora_choice(in, o);
+        check_tied_head(in.mapped.mapping, in.config, o.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.tie_word_embedding))
             in.mapped.notes.push_back(note);
@@ -511,24 +520,6 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     return 0;
 }
 
-// Values equal within tolerance; NaN equals NaN. Exact byte equality when both are zero.
-bool values_match(const unsigned char* a, const unsigned char* b, DType dtype, size_t count,
-                  double atol, double rtol, size_t* first_bad) {
-    const size_t esize = element_size(dtype);
-    for (size_t i = 0; i < count; ++i) {
-        if (std::memcmp(a + i * esize, b + i * esize, esize) == 0) continue;
-        if ((atol > 0 || rtol > 0) && is_floating(dtype) && can_cast(dtype, DType::F64)) {
-            double x, y;
-            cast_elements(a + i * esize, dtype, &x, DType::F64, 1);
-            cast_elements(b + i * esize, dtype, &y, DType::F64, 1);
-            if ((std::isnan(x) && std::isnan(y)) || std::fabs(x - y) <= atol + rtol * std::fabs(y)) continue;
-        }
-        *first_bad = i;
-        return false;
-    }
-    return true;
-}
-
 int run_test(const Options& o, Comm& comm, std::ostream& out) {
     MergeInputs in = load_inputs(o, comm);
     const auto& tensors = in.mapping().tensors;
@@ -545,7 +536,8 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
                 reference.by_name[entries[e].name] = {reference.files.size() - 1, e};
         }
     });
-    std::vector<bool> comparable(tensors.size(), false);
+    std::vector<std::optional<DType>> compare_as(tensors.size());  // reference_compare.h
+    std::map<std::string, size_t> cast_notes;
     for (size_t i = 0; i < tensors.size(); ++i) {
         const auto& t = tensors[i];
         auto it = reference.by_name.find(t.name);
@@ -558,12 +550,10 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
             problems.push_back(t.name + ": shape " + shape_to_string(t.shape) + ", reference " + shape_to_string(e.shape));
             continue;
         }
-        if (e.dtype != t.dtype) {
-            problems.push_back(t.name + ": dtype " + std::string(torch_name(t.dtype)) + ", reference " +
-                               std::string(torch_name(e.dtype)));
-            continue;
-        }
-        comparable[i] = true;
+        compare_as[i] = comparison_dtype(t.dtype, e.dtype);
+        const std::string dtypes = "dtype " + std::string(torch_name(t.dtype)) + ", reference " + std::string(torch_name(e.dtype));
+        if (!compare_as[i]) problems.push_back(t.name + ": " + dtypes);
+        else if (e.dtype != t.dtype) ++cast_notes[dtypes + ": compared after casting to " + std::string(torch_name(*compare_as[i]))];
     }
     std::set<std::string> merged;
     for (const auto& t : tensors) merged.insert(t.name);
@@ -582,23 +572,26 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
         CopyExecutor base_executor(base, budget);
         std::map<std::string, std::unique_ptr<InputFile>> files;
         std::vector<unsigned char> expected;
+        CastComparison compare;
         executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
-            if (!comparable[t] || value_problems.size() >= 10) return;
+            if (!compare_as[t] || value_problems.size() >= 10) return;
             const auto [f, e] = reference.by_name.at(tensors[t].name);
             const auto& entry = reference.files[f].entries[e];
             auto& file = files[reference.files[f].path];
             if (!file) file = std::make_unique<InputFile>(reference.files[f].path);
-            expected.resize(size);
-            file->read_exact(entry.begin + row * row_bytes(tensors[t]), expected.data(), size, "reference tensor");
-            size_t bad = 0;
             const size_t count = size / element_size(tensors[t].dtype);
-            if (!values_match(data, expected.data(), tensors[t].dtype, count, o.atol, o.rtol, &bad)) {
-                const size_t row_elems = row_bytes(tensors[t]) / element_size(tensors[t].dtype);
+            const size_t row_elems = row_bytes(tensors[t]) / element_size(tensors[t].dtype);
+            expected.resize(count * element_size(entry.dtype));
+            file->read_exact(entry.begin + row * row_elems * element_size(entry.dtype), expected.data(), expected.size(),
+                             "reference tensor");
+            size_t bad = 0;
+            if (!compare.match(data, tensors[t].dtype, expected.data(), entry.dtype, *compare_as[t], count, o.atol, o.rtol, &bad)) {
                 bool equals_base = false;
                 if (tensors[t].lora_delta)
                     base_executor.run({{t, row, row_end}}, [&](size_t, int64_t, int64_t, const unsigned char* unmerged, size_t n) {
                         size_t ignored = 0;
-                        equals_base = n == size && values_match(unmerged, expected.data(), tensors[t].dtype, count, 0, 0, &ignored);
+                        equals_base = n == size && compare.match(unmerged, tensors[t].dtype, expected.data(), entry.dtype,
+                                                                 *compare_as[t], count, 0, 0, &ignored);
                     });
                 value_problems.push_back(tensors[t].name + ": values differ first at row " +
                                          std::to_string(row + static_cast<int64_t>(bad / std::max<size_t>(row_elems, 1))) +
@@ -613,6 +606,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     for (const auto& g : gathered)
         for (const auto& p : nlohmann::json::parse(g)) problems.push_back(p.get<std::string>());
     if (comm.rank() != 0) return problems.empty() ? 0 : 1;
+    for (const auto& [what, n] : cast_notes) out << "vmerge test: note: " << n << " tensors " << what << "\n";
     if (problems.empty()) {
         out << "vmerge test: OK, " << tensors.size() << " tensors match " << o.test_hf_dir
             << (o.atol > 0 || o.rtol > 0 ? " within tolerance" : " bit for bit") << "\n";

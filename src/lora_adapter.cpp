@@ -139,7 +139,26 @@ std::optional<int64_t> module_rank(const LoraHyperparameters& h, const std::stri
     return h.r;
 }
 
+std::string leaf_of(const std::string& module) {
+    const size_t dot = module.rfind('.');
+    return dot == std::string::npos ? module : module.substr(dot + 1);
+}
+
 }  // namespace
+
+std::vector<std::string> peft_target_modules(const std::vector<std::string>& adapted, const std::vector<std::string>& base) {
+    std::map<std::string, std::set<std::string>> adapted_by_leaf, base_by_leaf;
+    for (const auto& m : adapted) adapted_by_leaf[leaf_of(m)].insert(m);
+    for (const auto& m : base) base_by_leaf[leaf_of(m)].insert(m);
+    std::set<std::string> targets;
+    for (const auto& [leaf, modules] : adapted_by_leaf) {
+        const auto& all = base_by_leaf[leaf];
+        const bool every = std::all_of(all.begin(), all.end(), [&](const std::string& m) { return modules.count(m) > 0; });
+        if (every) targets.insert(leaf);
+        else targets.insert(modules.begin(), modules.end());
+    }
+    return {targets.begin(), targets.end()};
+}
 
 bool is_peft_name(const std::string& name) {
     for (const auto& p : split_dots(name))
@@ -273,7 +292,6 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
 
     int64_t largest_r = 0;
     std::set<int64_t> ranks;
-    std::vector<std::string> target_modules_list;
     for (const auto& module : module_order) {
         const Pair& pair = pairs[module];
         const char* a_name = pair.embedding ? "lora_embedding_A" : "lora_A";
@@ -300,8 +318,6 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
                         ", but the weight is " + shape_to_string(w.shape));
         ranks.insert(a.shape[0]);
         largest_r = std::max(largest_r, a.shape[0]);
-        const auto parts = split_dots(module);
-        target_modules_list.push_back(parts.back());
     }
     result.modules = module_order.size();
     result.ranks.assign(ranks.begin(), ranks.end());
@@ -394,8 +410,10 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
     mapping.lora_deltas = std::move(deltas);
 
     if (options.mode == LoraMode::Extract) {
-        std::sort(target_modules_list.begin(), target_modules_list.end());
-        target_modules_list.erase(std::unique(target_modules_list.begin(), target_modules_list.end()), target_modules_list.end());
+        std::vector<std::string> base_modules;
+        for (const auto& t : mapping.tensors)
+            if (!t.adapter && t.name.ends_with(".weight")) base_modules.push_back(t.name.substr(0, t.name.size() - 7));
+        const auto target_modules_list = peft_target_modules(module_order, base_modules);
         std::vector<std::string> saved(saved_modules.begin(), saved_modules.end());
         const nlohmann::json& f = h.found_config;
         auto found_or = [&](const char* key, nlohmann::json fallback) {
@@ -441,6 +459,12 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
                                (module_order.size() == 1 ? "" : "s") + ", lora_alpha " +
                                number_text(h.alpha) + " from " + h.source + ") written to " + kAdapterFolder +
                                "/ in PEFT format; the model folder holds the base weights (--merge_lora folds the adapter in)");
+        if (!rank_pattern.empty() || !h.alpha_pattern.empty())
+            result.notes.push_back(std::string("the adapter has ") +
+                                   (!rank_pattern.empty() ? "rank_pattern" : "alpha_pattern") +
+                                   ": PEFT scales each module by its own alpha/r, vLLM applies one lora_alpha/r to every "
+                                   "module (it ignores rank_pattern and alpha_pattern), so vLLM would serve other weights; "
+                                   "use --merge_lora for vLLM");
         if (!saved.empty())
             result.notes.push_back("the adapter has modules_to_save (" + std::to_string(saved.size()) + " module" +
                                    (saved.size() > 1 ? "s" : "") + "): PEFT loads it, vLLM does not (use --merge_lora for vLLM)");

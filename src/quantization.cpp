@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <regex>
 
 #include "vmerge/dtype_cast.h"
@@ -59,7 +61,52 @@ float eps_of(DType dtype) {
     }
 }
 
+// Experts of one MoE layer: `<layer>.experts.<e>.<projection>.weight`.
+struct ExpertName {
+    std::string layer, projection;
+};
+std::optional<ExpertName> expert_name(const std::string& module) {
+    static const std::regex expert(R"(^(.*\.experts)\.\d+\.(.+)$)");
+    std::smatch m;
+    if (!std::regex_match(module, m, expert)) return std::nullopt;
+    return ExpertName{m[1].str(), m[2].str()};
+}
+
+// Per MoE layer and projection, one quantized and one unquantized expert, when both exist.
+class ExpertSchemes {
+public:
+    void add(const std::string& module, bool quantized) {
+        const auto e = expert_name(module);
+        if (!e) return;
+        auto& seen = seen_[e->layer + "|" + e->projection];
+        std::string& slot = quantized ? seen.first : seen.second;
+        if (slot.empty()) slot = module;
+    }
+    void check() const {
+        for (const auto& [key, seen] : seen_) {
+            if (seen.first.empty() || seen.second.empty()) continue;
+            const std::string layer = key.substr(0, key.find('|'));
+            throw Error("MoE layer " + layer + ": expert " + seen.first + " is quantized but " + seen.second +
+                        " is not (--quantize_ignore or its input size): vLLM's fused MoE layer loads every expert "
+                        "of a layer with one scheme; ignore all experts of " + layer + " or none");
+        }
+    }
+
+private:
+    std::map<std::string, std::pair<std::string, std::string>> seen_;  // quantized, unquantized
+};
+
 }  // namespace
+
+std::string unsupported_by_vllm(const QuantizeSpec& spec) {
+    if (spec.bits != 4 && spec.bits != 8)
+        return "--bits " + std::to_string(spec.bits) + ": vLLM's WNA16 kernels take 4 or 8 bits";
+    const int64_t g = spec.group_size;
+    if (g != 0 && g != 32 && g != 64 && g != 128)
+        return "--group_size " + std::to_string(g) + ": no vLLM kernel runs it (compressed-tensors WNA16: Marlin takes "
+               "group sizes -1 (per channel, --group_size 0), 32, 64, 128; Machete -1, 64, 128; Conch -1, 128)";
+    return "";
+}
 
 std::string quantized_kind(const std::string& name) {
     static const std::regex numbers(R"(\.\d+\.)");
@@ -75,6 +122,13 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
     if (spec.bits != 4 && spec.bits != 8) throw Error("--bits " + std::to_string(spec.bits) + ": expected 4 or 8");
     if (spec.group_size < 0) throw Error("--group_size must be 0 (per channel) or positive");
     QuantizationPlan plan;
+    if (const std::string why = unsupported_by_vllm(spec); !why.empty()) {
+        if (!spec.allow_unsupported)
+            throw Error(why + "; use --group_size 32, 64, 128 or 0, or pass --allow_unsupported_quantization to write "
+                        "it anyway");
+        plan.notes.push_back(why + "; written anyway (--allow_unsupported_quantization): vLLM will not load it");
+    }
+    ExpertSchemes experts;
     plan.ignored_modules.push_back("lm_head");
     std::vector<OutputTensor> out;
     size_t skipped_group = 0;
@@ -86,10 +140,13 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         const int64_t rows = candidate ? t.shape[0] : 0, cols = candidate ? t.shape[1] : 0;
         const int64_t group = spec.group_size ? spec.group_size : cols;
         const bool divisible = candidate && cols > 0 && cols % group == 0;
-        if (!candidate || !divisible || ignored.contains(module)) {
+        const bool quantized = candidate && divisible && !ignored.contains(module);
+        if (candidate) experts.add(module, quantized);
+        if (!quantized) {
             if (candidate && !divisible) ++skipped_group;
-            if (linear_like(t) && module != "lm_head" && !module.empty() && t.name.starts_with("model.layers."))
-                plan.ignored_modules.push_back(module);
+            // Every Linear a "Linear" target matches but that is not quantized (router gates,
+            // a value model's score head, ...) is named, or loaders expect weight_packed.
+            if (linear_like(t) && module != "lm_head" && !module.empty()) plan.ignored_modules.push_back(module);
             plan.bytes_after += t.nbytes();
             out.push_back(std::move(t));
             continue;
@@ -140,6 +197,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         out.push_back(std::move(shape));
         for (size_t i = base; i < out.size(); ++i) plan.bytes_after += out[i].nbytes();
     }
+    experts.check();
     mapping.tensors = std::move(out);
     if (skipped_group)
         plan.notes.push_back(std::to_string(skipped_group) + " Linear weights left unquantized: their input size is not a "

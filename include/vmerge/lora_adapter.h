@@ -66,6 +66,13 @@ struct LoraResult {
 // (Merge). `where` names the checkpoint in errors. Without LoRA names nothing changes.
 LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const std::string& where);
 
+// adapter_config.json's target_modules for adapters on `adapted` (module paths such as
+// model.layers.0.self_attn.q_proj) in a model whose modules are `base`. PEFT matches an entry
+// against every module path that equals it or ends with "." + it, so a leaf name (q_proj) is
+// written only when every base module with that leaf has an adapter; otherwise the adapted
+// modules' full paths are, and PEFT creates no adapter where none was trained. Sorted.
+std::vector<std::string> peft_target_modules(const std::vector<std::string>& adapted, const std::vector<std::string>& base);
+
 // Whether a tensor name belongs to a PEFT-wrapped state dict.
 bool is_peft_name(const std::string& name);
 

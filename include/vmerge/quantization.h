@@ -17,7 +17,13 @@ struct QuantizeSpec {
     int64_t group_size = 128;   // along the input dimension; 0 = one group per row (channel)
     bool symmetric = true;
     std::vector<std::string> ignore;  // extra names (exact module names or "re:" regexes)
+    bool allow_unsupported = false;   // --allow_unsupported_quantization: write what no vLLM kernel runs
 };
+
+// Why no vLLM WNA16 kernel (compressed-tensors pack-quantized) runs `spec`, empty when one does:
+// the bits and group size each kernel takes (vLLM marlin_utils MARLIN_SUPPORTED_GROUP_SIZES
+// [-1, 32, 64, 128]; Machete [-1, 64, 128]; Conch [-1, 128]; types uint4b8/uint8b128).
+std::string unsupported_by_vllm(const QuantizeSpec& spec);
 
 struct QuantizationPlan {
     std::vector<std::string> ignored_modules;  // Linear modules left unquantized (config `ignore`)
@@ -29,7 +35,10 @@ struct QuantizationPlan {
 // Replaces every quantizable Linear weight `<p>.weight` [out, in] by `<p>.weight_packed`,
 // `<p>.weight_scale`, `<p>.weight_shape` (and `<p>.weight_zero_point` when asymmetric).
 // Embeddings, norms, router gates, heads and weights whose input size is not a multiple of the
-// group stay as they are (listed in `ignored_modules`).
+// group stay as they are; every Linear left unquantized (a value model's `score` too) is listed
+// in `ignored_modules`, so loaders never look for quantized tensors that are not there.
+// Refuses (Error) a spec no vLLM kernel runs unless `allow_unsupported`, and experts of one
+// MoE layer quantized unlike each other (vLLM's fused MoE layer has one scheme for all).
 QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec);
 
 // config.json's `quantization_config` block.

@@ -19,7 +19,9 @@ OUT is validated against the safetensors reader rules and the writer conventions
     sizes and whose weight_map lists every tensor exactly once, pointing at the file that holds it.
 Then OUT is compared with REF (read the same way, any sharding): same names, dtypes, shapes and
 identical bytes (NaN bit patterns included). With --hf every non-weight file under HFDIR must exist
-in OUT byte-identical. Prints up to 10 problems and exits 1, or prints "OK <n> tensors" and exits 0.
+in OUT byte-identical, except config.json when its dtype keys (torch_dtype / dtype, also in
+text_config) named another dtype than the one all of OUT's floating tensors share: then it must
+be HFDIR's JSON, key for key and in order, with exactly those keys naming OUT's dtype. Prints up to 10 problems and exits 1, or prints "OK <n> tensors" and exits 0.
 """
 import argparse
 import json
@@ -247,7 +249,34 @@ def compare(out, ref, probs):
             probs.add("%s: bytes differ (%s)" % (k, _first_diff(b, rb, dt)))
 
 
-def compare_hf(out_dir, hf_dir, probs):
+TORCH_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
+
+
+def config_for_weights(pairs, dtype):
+    """HF config pairs with every dtype key naming `dtype` (text_config too); (pairs, changed)."""
+    changed, out = False, []
+    for k, v in pairs:
+        if k in ("torch_dtype", "dtype") and isinstance(v, str) and dtype and v.replace("torch.", "") != dtype:
+            v, changed = dtype, True
+        elif k == "text_config" and isinstance(v, list) and all(isinstance(e, tuple) for e in v):
+            v, sub = config_for_weights(v, dtype)
+            changed = changed or sub
+        out.append((k, v))
+    return out, changed
+
+
+def check_config(out_file, src_file, weights_dtype, probs):
+    with open(out_file, "rb") as a, open(src_file, "rb") as b:
+        got, src = a.read(), b.read()
+    want, changed = config_for_weights(json.loads(src, object_pairs_hook=list), weights_dtype)
+    if not changed and got != src:
+        probs.add("HF file config.json differs from %s (its dtype already matches the weights)" % src_file)
+    elif changed and json.loads(got, object_pairs_hook=list) != want:
+        probs.add("config.json does not state the weights' dtype %s with every other key as in %s"
+                  % (weights_dtype, src_file))
+
+
+def compare_hf(out_dir, hf_dir, probs, weights_dtype=None):
     for root, _dirs, files in os.walk(hf_dir):
         for f in sorted(files):
             rel = os.path.relpath(os.path.join(root, f), hf_dir)
@@ -256,6 +285,9 @@ def compare_hf(out_dir, hf_dir, probs):
             o = os.path.join(out_dir, rel)
             if not os.path.isfile(o):
                 probs.add("HF file %s missing from OUT" % rel)
+                continue
+            if rel == "config.json":
+                check_config(o, os.path.join(root, f), weights_dtype, probs)
                 continue
             with open(o, "rb") as a, open(os.path.join(root, f), "rb") as b:
                 if a.read() != b.read():
@@ -270,7 +302,8 @@ def check(out_dir, ref_dir, hf_dir=None, strict_order=False):
     probs += ["REF invalid: " + p for p in rprobs]
     compare(out, ref, probs)
     if hf_dir:
-        compare_hf(out_dir, hf_dir, probs)
+        floating = {TORCH_NAMES.get(dt) for dt, _sh, _b in out.values() if dt in TORCH_NAMES}
+        compare_hf(out_dir, hf_dir, probs, floating.pop() if len(floating) == 1 else None)
     return probs, len(out)
 
 

@@ -45,8 +45,8 @@ Rules checked
     input_activations null, output_activations null}}, ignore, kv_cache_scheme null}; optional
     extra top-level keys only as compressed-tensors writes them: global_compression_ratio
     (null/number), sparsity_config ({}/null), transform_config ({}/null), version (string).
-    `ignore` holds unique strings: "lm_head" plus the module name of every 2-D `*.weight` under
-    `model.layers.` left unquantized (router gates, shared_expert_gate, non-divisible Linears),
+    `ignore` holds unique strings: "lm_head" plus the module name of every 2-D `*.weight` but the
+    embedding left unquantized (router gates, shared_expert_gate, non-divisible Linears, score),
     no other literal names; "re:" entries are tolerated only if they match no quantized module.
   * Every other non-weight file of REF is byte-identical in QDIR.
 Prints per tensor kind mean/max |dequant - x|, then "OK n quantized, m unchanged" (exit 0), or the
@@ -418,7 +418,9 @@ def check(qdir, refdir, bits, group, asym):
             targets.append(name)
         else:
             unchanged.append(name)
-            if name.startswith("model.layers.") and name.endswith(".weight") and len(shape) == 2:
+            # Every Linear left unquantized: layers' and a value model's score head alike.
+            if name.endswith(".weight") and len(shape) == 2 and name not in (
+                    "model.embed_tokens.weight", "lm_head.weight"):
                 required_ignore.add(name[:-len(".weight")])
     expected = set(unchanged)
     for name in targets:

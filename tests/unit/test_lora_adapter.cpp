@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +92,10 @@ TEST(LoraAdapter, ExtractGivesCleanBaseNamesAndPeftAdapterNames) {
     EXPECT_EQ(c["rank_pattern"]["model.embed_tokens"], 2);
     EXPECT_FALSE(c["rank_pattern"].contains("model.layers.0.mlp.down_proj"));
     EXPECT_EQ(c["target_modules"], nlohmann::json({"down_proj", "embed_tokens", "q_proj"}));
+    // rank_pattern is set: PEFT scales per module, vLLM with one alpha/r; the user is told.
+    EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+        return n.find("vLLM applies one lora_alpha/r to every module") != std::string::npos;
+    }));
     EXPECT_EQ(c["modules_to_save"], nlohmann::json({"lm_head"}));
     EXPECT_EQ(c["base_model_name_or_path"], "/out");
     EXPECT_EQ(c["task_type"], "CAUSAL_LM");
