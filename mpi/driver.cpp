@@ -22,6 +22,7 @@
 #include "collective_step.h"
 #include "hdf5_commands.h"
 #include "vmerge/copy_executor.h"
+#include "vmerge/record_crc.h"
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
 #include "vmerge/checkpoint.h"
@@ -359,6 +360,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
     CopyStats stats;
+    std::string crc_partials;
     const auto copy_start = Clock::now();
     {
         std::unique_ptr<ProgressMonitor> progress;
@@ -394,8 +396,15 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                 throw;
             }
             stats = executor.stats();
+            crc_partials = executor.crcs().partial_records();
         }, staging);
     }
+    // Records split over ranks (or not read whole) are CRC-checked here, before the commit.
+    const auto crc_pieces = comm.allgather(crc_partials);
+    collective_step(comm, [&] {
+        const std::string note = comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
+        if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
+    }, staging);
     const double copy_seconds = seconds_since(copy_start);
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {
@@ -406,7 +415,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     nlohmann::ordered_json mine = {
         {"rank", comm.rank()}, {"host", comm.host()}, {"scan_s", in.scan_seconds}, {"map_s", in.map_seconds},
         {"plan_s", plan_seconds}, {"copy_s", copy_seconds}, {"read_s", stats.read_seconds},
-        {"cast_s", stats.cast_seconds}, {"lora_s", stats.lora_seconds}, {"write_s", stats.sink_seconds},
+        {"cast_s", stats.cast_seconds}, {"lora_s", stats.lora_seconds}, {"write_s", stats.sink_seconds}, {"crc_s", stats.crc_seconds},
         {"commit_s", commit_seconds},
         {"bytes_read", stats.bytes_read}, {"bytes_written", stats.bytes_written},
         {"bytes_kept_from_earlier_run", stats.bytes_skipped}, {"reads", stats.reads},
