@@ -360,7 +360,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
     CopyStats stats;
-    std::string crc_partials;
+    std::string crc_partials, crc_mismatch;
     const auto copy_start = Clock::now();
     {
         std::unique_ptr<ProgressMonitor> progress;
@@ -376,6 +376,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             OutputWriter writer(staging, tensors, layout, &journal);
             CopyExecutor executor(in.mapping(), budget, in.quantize ? &*in.quantize : nullptr,
                                   compute_threads(comm));
+            executor.defer_crc_mismatches();
             const int delay = block_delay_ms();
             try {
                 executor.run(
@@ -397,14 +398,22 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             }
             stats = executor.stats();
             crc_partials = executor.crcs().partial_records();
+            crc_mismatch = executor.crcs().mismatch();
         }, staging);
     }
-    // Records split over ranks (or not read whole) are CRC-checked here, before the commit.
+    // Every rank's CRC mismatch, and records split over ranks, are checked here, before the
+    // commit; output staged from damaged bytes is not worth a --resume, so it is discarded.
     const auto crc_pieces = comm.allgather(crc_partials);
-    collective_step(comm, [&] {
-        const std::string note = comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
-        if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
-    }, staging);
+    try {
+        collective_step(comm, [&] {
+            if (!crc_mismatch.empty()) throw Error(crc_mismatch);
+            const std::string note = comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
+            if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
+        });
+    } catch (const Error&) {
+        if (comm.rank() == 0) discard_staging(o.target_dir);
+        throw;
+    }
     const double copy_seconds = seconds_since(copy_start);
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {

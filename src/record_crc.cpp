@@ -93,9 +93,18 @@ void RecordCrcLedger::add(const StorageRef& storage, uint64_t begin, const unsig
 
     const CrcPiece& first = record.pieces.begin()->second;
     if (record.pieces.size() == 1 && first.begin == 0 && first.length == storage.byte_size) {
-        if (first.crc != *storage.crc32)
-            fail_record_crc(storage.file, storage.key, storage.byte_offset, storage.byte_size, *storage.crc32,
-                            first.crc, "while copying");
+        if (first.crc != *storage.crc32) {
+            try {
+                fail_record_crc(storage.file, storage.key, storage.byte_offset, storage.byte_size, *storage.crc32,
+                                first.crc, "while copying");
+            } catch (const Error& e) {
+                if (!defer_) throw;
+                if (mismatch_.empty()) mismatch_ = e.what();
+            }
+            record.checked = true;
+            record.pieces.clear();
+            return;
+        }
         record.checked = true;
         record.pieces.clear();
         ++records_checked_;

@@ -52,6 +52,8 @@ public:
     // The CRC-32 of every ZIP record byte read; records read whole are already checked (a
     // mismatch throws from run), records read in part are for complete_record_crcs.
     const RecordCrcLedger& crcs() const { return crcs_; }
+    // A CRC mismatch is kept in crcs().mismatch() instead of stopping run (RecordCrcLedger).
+    void defer_crc_mismatches() { crcs_.defer_mismatches(); }
 
 private:
     const InputFile& open(const std::string& path);

@@ -37,6 +37,12 @@ public:
     // storage without a CRC (not a ZIP record). Throws Error on a mismatch.
     void add(const StorageRef& storage, uint64_t begin, const unsigned char* data, uint64_t length);
 
+    // From now on a mismatch is kept (mismatch()) instead of thrown, so that a merge can end its
+    // copy on every rank and fail together, before the commit.
+    void defer_mismatches() { defer_ = true; }
+    // The error text of the first mismatch found while deferring; empty when none.
+    const std::string& mismatch() const { return mismatch_; }
+
     // The records read in part, with their pieces (what the driver all-gathers).
     std::string partial_records() const;
     uint64_t records_checked() const { return records_checked_; }
@@ -53,6 +59,8 @@ private:
     std::map<std::pair<std::string, uint64_t>, Record> records_;  // by (file, data offset)
     uint64_t records_checked_ = 0;
     uint64_t bytes_checked_ = 0;
+    bool defer_ = false;
+    std::string mismatch_;
 };
 
 // What the join of every rank's partial records found.

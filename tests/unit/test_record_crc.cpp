@@ -88,6 +88,21 @@ TEST(RecordCrcLedger, FlippedByteIsAnErrorNamingRecordAndBothCrcs) {
     }
 }
 
+TEST(RecordCrcLedger, DeferredMismatchIsKeptNotThrown) {
+    std::string damaged = kData;
+    damaged[0] ^= 0x02;
+    RecordCrcLedger ledger;
+    ledger.defer_mismatches();
+    EXPECT_EQ(ledger.mismatch(), "");
+    EXPECT_NO_THROW(ledger.add(record_of(kData), 0, bytes(damaged), damaged.size()));
+    EXPECT_NE(ledger.mismatch().find("is " + hex(reference_crc32(damaged)) + " but the central directory says " +
+                                     hex(reference_crc32(kData))),
+              std::string::npos)
+        << ledger.mismatch();
+    EXPECT_EQ(ledger.partial_records(), "[]");  // the record is done with, not handed on
+    EXPECT_EQ(ledger.records_checked(), 0u);
+}
+
 TEST(RecordCrcLedger, StorageWithoutCrcAndReadsOutsideTheRecord) {
     RecordCrcLedger ledger;
     StorageRef s = record_of(kData);
