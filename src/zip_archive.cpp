@@ -386,7 +386,8 @@ std::string ZipArchive::read(const InputFile& file, const ZipRecord& record) con
     file.read_exact(record.data_offset, bytes.data(), record.size, what.c_str());
     const uint32_t crc = crc32_of(bytes.data(), bytes.size());
     if (crc != record.crc32)
-        fail_record_crc(file.path(), record.name, record.data_offset, record.size, record.crc32, crc, "while scanning");
+        fail_record_crc(file.path(), record.name.substr(prefix_.size() + 1), record.data_offset, record.size,
+                        record.crc32, crc, "while scanning");
     return bytes;
 }
 

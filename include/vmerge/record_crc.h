@@ -14,7 +14,8 @@ uint32_t crc32_of(const void* data, uint64_t size, uint32_t crc = 0);
 uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
 std::string hex32(uint32_t value);
 
-// The error a record whose bytes do not match its central directory CRC gets, one text for
+// The error a record whose bytes do not match its central directory CRC gets (`record` is its
+// name inside the archive prefix, "data.pkl" or "data/3", as StorageRef::key), one text for
 // every pass that checks one (the scan, the copy, the completion on rank 0).
 [[noreturn]] void fail_record_crc(const std::string& file, const std::string& record, uint64_t data_offset,
                                   uint64_t size, uint32_t expected, uint32_t computed, const std::string& pass);
