@@ -1,9 +1,9 @@
 #include "vmerge/record_crc.h"
 
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
 #include <iterator>
 #include <memory>
@@ -16,16 +16,9 @@
 namespace vmerge {
 
 uint32_t crc32_of(const void* data, uint64_t size, uint32_t crc) {
-    // zlib takes a uInt length: feed it in pieces of at most 1 GiB.
-    const auto* bytes = static_cast<const Bytef*>(data);
-    uLong value = crc;
-    while (size > 0) {
-        const uInt chunk = static_cast<uInt>(std::min<uint64_t>(size, uint64_t{1} << 30));
-        value = ::crc32(value, bytes, chunk);
-        bytes += chunk;
-        size -= chunk;
-    }
-    return static_cast<uint32_t>(value);
+    // libdeflate's CRC-32 is the one ZIP uses (it continues `crc` like zlib's) and, with
+    // PCLMUL, about 4x faster than zlib 1.2's: it runs on every byte the copy reads.
+    return libdeflate_crc32(crc, data, static_cast<size_t>(size));
 }
 
 uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, uint64_t length_b) {

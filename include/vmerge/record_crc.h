@@ -8,7 +8,7 @@
 
 namespace vmerge {
 
-// CRC-32 as ZIP stores it (zlib's crc32), of `size` bytes, continuing `crc`.
+// CRC-32 as ZIP stores it, of `size` bytes, continuing `crc` (libdeflate_crc32).
 uint32_t crc32_of(const void* data, uint64_t size, uint32_t crc = 0);
 // The CRC-32 of A followed by B, from crc(A), crc(B) and B's length (zlib's crc32_combine).
 uint32_t crc32_concat(uint32_t crc_a, uint32_t crc_b, uint64_t length_b);
