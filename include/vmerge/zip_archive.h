@@ -51,6 +51,9 @@ public:
     std::string read(const InputFile& file, const ZipRecord& record) const;
 
 private:
+    // "data/0" for "<prefix>/data/0"; a name outside the prefix as it is.
+    std::string name_without_prefix(const std::string& name) const;
+
     std::string path_;
     std::string prefix_;
     std::vector<ZipRecord> records_;
