@@ -22,6 +22,7 @@
 #include "collective_step.h"
 #include "hdf5_commands.h"
 #include "vmerge/copy_executor.h"
+#include "vmerge/record_crc.h"
 #include "vmerge/dtype_cast.h"
 #include "vmerge/error.h"
 #include "vmerge/checkpoint.h"
@@ -405,6 +406,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
     CopyStats stats;
+    std::string crc_partials, crc_mismatch;
     const auto copy_start = Clock::now();
     {
         std::unique_ptr<ProgressMonitor> progress;
@@ -420,6 +422,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
             OutputWriter writer(staging, tensors, layout, &journal);
             CopyExecutor executor(in.mapping(), budget, in.quantize ? &*in.quantize : nullptr,
                                   compute_threads(comm));
+            executor.defer_crc_mismatches();
             const int delay = block_delay_ms();
             try {
                 executor.run(
@@ -440,7 +443,22 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                 throw;
             }
             stats = executor.stats();
+            crc_partials = executor.crcs().partial_records();
+            crc_mismatch = executor.crcs().mismatch();
         }, staging);
+    }
+    // Every rank's CRC mismatch, and records split over ranks, are checked here, before the
+    // commit; output staged from damaged bytes is not worth a --resume, so it is discarded.
+    const auto crc_pieces = comm.allgather(crc_partials);
+    try {
+        collective_step(comm, [&] {
+            if (!crc_mismatch.empty()) throw Error(crc_mismatch);
+            const std::string note = comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
+            if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
+        });
+    } catch (const Error&) {
+        if (comm.rank() == 0) discard_staging(o.target_dir);
+        throw;
     }
     const double copy_seconds = seconds_since(copy_start);
     const auto commit_start = Clock::now();
@@ -454,7 +472,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     nlohmann::ordered_json mine = {
         {"rank", comm.rank()}, {"host", comm.host()}, {"scan_s", in.scan_seconds}, {"map_s", in.map_seconds},
         {"plan_s", plan_seconds}, {"copy_s", copy_seconds}, {"read_s", stats.read_seconds},
-        {"cast_s", stats.cast_seconds}, {"lora_s", stats.lora_seconds}, {"write_s", stats.sink_seconds},
+        {"cast_s", stats.cast_seconds}, {"lora_s", stats.lora_seconds}, {"write_s", stats.sink_seconds}, {"crc_s", stats.crc_seconds},
         {"commit_s", commit_seconds},
         {"bytes_read", stats.bytes_read}, {"bytes_written", stats.bytes_written},
         {"bytes_kept_from_earlier_run", stats.bytes_skipped}, {"reads", stats.reads},

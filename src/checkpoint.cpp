@@ -79,7 +79,7 @@ TensorMapping map_hf_safetensors(const std::string& dir) {
             ref.dtype = e.dtype;
             ref.shape = e.shape;
             ref.stride = contiguous_strides(e.shape);
-            ref.storage = {file.path, e.name, e.begin, e.end - e.begin};
+            ref.storage = {file.path, e.name, e.begin, e.end - e.begin, std::nullopt};  // safetensors: no CRC
             OutputTensor t;
             t.name = e.name;
             t.source_dtype = t.dtype = e.dtype;

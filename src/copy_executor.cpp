@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -134,7 +135,7 @@ private:
 
 CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize, int threads)
     : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize),
-      threads_(std::max(1, threads)) {}
+      threads_(std::max(1, threads)), skip_crc_(std::getenv("VMERGE_BENCH_SKIP_CRC") != nullptr) {}
 
 const InputFile& CopyExecutor::open(const std::string& path) {
     auto& slot = files_[path];
@@ -278,11 +279,16 @@ const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
     return lora_factors_;
 }
 
-void CopyExecutor::read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length) {
+void CopyExecutor::read(const StorageRef& storage, const InputFile& file, uint64_t offset, unsigned char* out,
+                        uint64_t length) {
     const auto start = Clock::now();
     file.read_exact(offset, out, length, "tensor data");
-    if (length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.read_seconds += seconds_since(start);
+    // The CRC runs on the bytes just read, while they are in cache, before they are evicted.
+    const auto crc_start = Clock::now();
+    if (!skip_crc_) crcs_.add(storage, offset - storage.byte_offset, out, length);
+    stats_.crc_seconds += seconds_since(crc_start);
+    if (length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.bytes_read += length;
     ++stats_.reads;
 }
@@ -327,7 +333,7 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
     for (size_t d = 1; d < ndim && one_run; ++d)
         one_run = extent[d] == src.shape[d] && extent[d] == block_shape[d];
     if (one_run) {
-        read(file, file_offset, block + first_dst * esize, span);
+        read(src.storage, file, file_offset, block + first_dst * esize, span);
         return;
     }
     // General case: read the covering span once, then gather row by row along the last dim.
@@ -344,7 +350,7 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
         return;
     }
     span_.resize(span);
-    read(file, file_offset, span_.data(), span);
+    read(src.storage, file, file_offset, span_.data(), span);
     const int64_t inner = ndim ? extent[ndim - 1] : 1;
     const int64_t inner_src_stride = ndim ? src.stride[ndim - 1] : 1;
     std::vector<int64_t> index(ndim > 0 ? ndim - 1 : 0, 0);

@@ -6,15 +6,18 @@
 #include <nlohmann/json.hpp>
 
 #include "vmerge/error.h"
+#include "vmerge/safetensors_file.h"
 
 namespace vmerge {
 
-std::string safetensors_header(const std::vector<const OutputTensor*>& tensors) {
+std::string safetensors_header(const std::vector<const OutputTensor*>& tensors, const std::string& file) {
     // Built by hand to keep the safetensors writer's order: __metadata__ first, then the
     // tensors in offset order (nlohmann's object would sort the keys).
     std::string json = R"({"__metadata__":{"format":"pt"})";
     uint64_t offset = 0;
+    SafetensorsHeaderCheck check(file);
     for (const OutputTensor* t : tensors) {
+        check.add(t->name, t->dtype, t->shape, t->nbytes());
         json += "," + nlohmann::json(t->name).dump() + ":{\"dtype\":\"" +
                 std::string(safetensors_name(t->dtype)) + "\",\"shape\":[";
         for (size_t d = 0; d < t->shape.size(); ++d)
@@ -47,7 +50,7 @@ OutputFile plan_file(const std::vector<OutputTensor>& tensors, std::string name,
     });
     std::vector<const OutputTensor*> ordered;
     for (size_t i : file.tensors) ordered.push_back(&tensors[i]);
-    file.header = safetensors_header(ordered);
+    file.header = safetensors_header(ordered, file.name);
     return file;
 }
 

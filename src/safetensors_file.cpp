@@ -15,6 +15,26 @@
 namespace vmerge {
 namespace fs = std::filesystem;
 
+uint64_t SafetensorsHeaderCheck::add(const std::string& name, DType dtype, const Shape& shape, uint64_t nbytes) {
+    const std::string where = file_ + ": safetensors header: tensor '" + name + "'";
+    if (name == "__metadata__")
+        throw Error(where + ": the name is reserved for the header's metadata map; a state-dict key '__metadata__' "
+                            "cannot be written as a tensor");
+    if (!names_.insert(name).second)
+        throw Error(where + " is planned twice (two source tensors map to one name; the header would keep one)");
+    const auto count = checked_numel(shape);
+    uint64_t bytes = 0;
+    if (!count || __builtin_mul_overflow(static_cast<uint64_t>(*count), element_size(dtype), &bytes))
+        throw Error(where + ": shape " + shape_to_string(shape) + " of " + std::string(safetensors_name(dtype)) +
+                    " has more than 2^63 elements or 2^64 bytes");
+    if (bytes != nbytes)
+        throw Error(where + ": shape " + shape_to_string(shape) + " of " + std::string(safetensors_name(dtype)) +
+                    " needs " + std::to_string(bytes) + " bytes, but " + std::to_string(nbytes) + " are planned");
+    if (__builtin_add_overflow(end_, bytes, &end_))
+        throw Error(where + ": the data offsets pass 2^64 bytes");
+    return end_;
+}
+
 SafetensorsFile read_safetensors_header(const std::string& path) {
     InputFile file(path);
     SafetensorsFile out;
@@ -34,11 +54,21 @@ SafetensorsFile read_safetensors_header(const std::string& path) {
     if (text.empty() || text[0] != '{') throw Error(path + ": header does not start with '{'");
     if (n % 8 != 0) out.convention_warnings.push_back("header length " + std::to_string(n) + " is not a multiple of 8");
     nlohmann::ordered_json json;
+    // JSON keeps one of two equal keys; a header naming a tensor twice is refused instead.
+    std::set<std::string> keys;
+    std::string duplicate;
+    const auto note_key = [&](int depth, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
+        if (event == nlohmann::ordered_json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+            !keys.insert(parsed.get<std::string>()).second)
+            duplicate = parsed.get<std::string>();
+        return true;
+    };
     try {
-        json = nlohmann::ordered_json::parse(text);
+        json = nlohmann::ordered_json::parse(text, note_key);
     } catch (const nlohmann::json::exception& e) {
         throw Error(path + ": header is not valid JSON: " + e.what());
     }
+    if (!duplicate.empty()) throw Error(path + ": header names '" + duplicate + "' twice");
     if (!json.is_object()) throw Error(path + ": header is not a JSON object");
     for (auto it = json.begin(); it != json.end(); ++it) {
         if (it.key() == "__metadata__") {

@@ -29,6 +29,7 @@ json scan_to_json(const ScannedFile& scanned) {
         json j = {{"k", e.key}, {"d", static_cast<int>(t.dtype)}, {"s", t.shape}, {"st", t.stride},
                   {"o", t.storage_offset}, {"f", t.storage.file}, {"r", t.storage.key},
                   {"b", t.storage.byte_offset}, {"n", t.storage.byte_size}, {"c", e.chunk}};
+        if (t.storage.crc32) j["crc"] = *t.storage.crc32;
         if (t.dtensor) {
             json placements = json::array();
             for (const auto& p : t.dtensor->placements) placements.push_back(placement_json(p));
@@ -56,7 +57,8 @@ ScannedFile scan_from_json(const json& j) {
         t.stride = e.at("st").get<Shape>();
         t.storage_offset = e.at("o").get<int64_t>();
         t.storage = {e.at("f").get<std::string>(), e.at("r").get<std::string>(),
-                     e.at("b").get<uint64_t>(), e.at("n").get<uint64_t>()};
+                     e.at("b").get<uint64_t>(), e.at("n").get<uint64_t>(), std::nullopt};
+        if (e.contains("crc")) t.storage.crc32 = e.at("crc").get<uint32_t>();
         if (e.contains("dt")) {
             const json& d = e.at("dt");
             DTensorLayout layout;

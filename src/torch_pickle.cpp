@@ -88,7 +88,7 @@ StorageRef resolve_storage(const Value& pid, const ZipArchive& archive, const In
                         " elements of torch." + type.name + " (" +
                         (overflows ? std::string("more than 2^64") : std::to_string(expected)) +
                         " bytes)");
-    return StorageRef{file.path(), record_name, record.data_offset, record.size};
+    return StorageRef{file.path(), record_name, record.data_offset, record.size, record.crc32};
 }
 
 void check_view_fits(const TensorRef& t, const std::string& where) {

@@ -1,8 +1,11 @@
 #include "vmerge/zip_archive.h"
 
 #include <algorithm>
+#include <functional>
+#include <tuple>
 
 #include "vmerge/error.h"
+#include "vmerge/record_crc.h"
 
 namespace vmerge {
 
@@ -187,7 +190,123 @@ void apply_zip64_extra(const ArchiveReader& archive, uint64_t entry_offset, cons
     }
 }
 
+// One central directory entry, its fields widened by the ZIP64 extra block.
+struct CentralEntry {
+    uint64_t offset;  // of the entry itself
+    std::string name;
+    uint16_t flags;
+    uint16_t method;
+    uint32_t crc;
+    uint64_t compressed;
+    uint64_t uncompressed;
+    uint64_t local_offset;
+};
+
+CentralEntry parse_central_entry(const ArchiveReader& archive, const CentralDirLocation& location,
+                                 const std::string& directory, uint64_t& pos, uint64_t index) {
+    const uint64_t entry_offset = location.offset + pos;
+    if (kCentralHeaderSize > location.size - pos) {
+        archive.fail(entry_offset, "central directory entry #" + std::to_string(index) +
+                                       " runs past the end of the central directory");
+    }
+    const unsigned char* entry = bytes_of(directory) + pos;
+    if (le32(entry) != kCentralHeaderSignature) {
+        archive.fail(entry_offset, "no central directory signature for entry #" + std::to_string(index));
+    }
+    CentralEntry e{entry_offset, "", le16(entry + 8), le16(entry + 10), le32(entry + 16), le32(entry + 20),
+                   le32(entry + 24), le32(entry + 42)};
+    const uint64_t name_size = le16(entry + 28);
+    const uint64_t extra_size = le16(entry + 30);
+    const uint64_t comment_size = le16(entry + 32);
+    if (name_size + extra_size + comment_size > location.size - pos - kCentralHeaderSize) {
+        archive.fail(entry_offset, "name, extra field and comment of entry #" + std::to_string(index) +
+                                       " run past the end of the central directory");
+    }
+    e.name.assign(reinterpret_cast<const char*>(entry + kCentralHeaderSize), name_size);
+    apply_zip64_extra(archive, entry_offset, e.name, entry + kCentralHeaderSize + name_size, extra_size,
+                      e.uncompressed, e.compressed, e.local_offset);
+    pos += kCentralHeaderSize + name_size + extra_size + comment_size;
+    if (e.method != kMethodStored) {
+        archive.fail(entry_offset, "record '" + e.name + "' is compressed (method " + std::to_string(e.method) +
+                                       "); only stored records, as torch.save writes them, are supported");
+    }
+    if (e.compressed != e.uncompressed) {
+        archive.fail(entry_offset, "stored record '" + e.name + "' has compressed size " +
+                                       std::to_string(e.compressed) + " != uncompressed size " +
+                                       std::to_string(e.uncompressed));
+    }
+    return e;
+}
+
+// What a record's local header says, and where its data lies.
+struct LocalHeader {
+    uint64_t offset;
+    std::string name;
+    uint16_t flags, method;
+    uint32_t crc;
+    uint64_t compressed, uncompressed;
+    uint64_t data_offset;
+};
+
+LocalHeader read_local_header(const ArchiveReader& archive, const CentralEntry& e) {
+    const std::string what = "local header of record '" + e.name + "'";
+    const std::string fixed = archive.read(e.local_offset, kLocalHeaderSize, what);
+    const unsigned char* h = bytes_of(fixed);
+    if (le32(h) != kLocalHeaderSignature) {
+        archive.fail(e.local_offset, "no local header signature for record '" + e.name + "'");
+    }
+    const uint64_t name_size = le16(h + 26), extra_size = le16(h + 28);
+    const std::string rest = archive.read(e.local_offset + kLocalHeaderSize, name_size + extra_size, what);
+    LocalHeader local{e.local_offset, rest.substr(0, name_size), le16(h + 6), le16(h + 8), le32(h + 14),
+                      le32(h + 18), le32(h + 22), e.local_offset + kLocalHeaderSize + name_size + extra_size};
+    uint64_t no_offset = 0;
+    apply_zip64_extra(archive, e.local_offset, e.name, bytes_of(rest) + name_size, extra_size, local.uncompressed,
+                      local.compressed, no_offset);
+    if (!archive.contains(local.data_offset, e.uncompressed)) {
+        archive.fail(e.local_offset, "data of record '" + e.name + "' (" + std::to_string(e.uncompressed) +
+                                         " bytes at offset " + std::to_string(local.data_offset) +
+                                         ") ends past the archive end");
+    }
+    return local;
+}
+
+// The local header repeats the central entry; a reader that trusts one and another that
+// trusts the other must not see different archives. With the data-descriptor flag (bit 3, as
+// torch writes) the local CRC and sizes may be zero.
+void check_local_agrees(const ArchiveReader& archive, const CentralEntry& e, const LocalHeader& local) {
+    auto disagree = [&](const std::string& field, const std::string& local_value, const std::string& central) {
+        archive.fail(local.offset, "local header of record '" + e.name + "' says " + field + " " + local_value +
+                                       ", the central directory " + central);
+    };
+    if (local.name != e.name) disagree("name", "'" + local.name + "'", "'" + e.name + "'");
+    if (local.method != e.method) disagree("method", std::to_string(local.method), std::to_string(e.method));
+    const bool descriptor = (local.flags & 0x0008) != 0;
+    const bool zero_fields = local.crc == 0 && local.compressed == 0 && local.uncompressed == 0;
+    if (descriptor && zero_fields) return;
+    if (local.crc != e.crc) disagree("CRC-32", hex32(local.crc), hex32(e.crc));
+    if (local.compressed != e.compressed)
+        disagree("compressed size", std::to_string(local.compressed), std::to_string(e.compressed));
+    if (local.uncompressed != e.uncompressed)
+        disagree("size", std::to_string(local.uncompressed), std::to_string(e.uncompressed));
+}
+
 }  // namespace
+
+void check_zip_spans_disjoint(std::vector<ZipSpan> spans, const ZipSpan& directory,
+                              const std::function<void(uint64_t, const std::string&)>& fail) {
+    auto bytes = [](const ZipSpan& s) { return "bytes " + std::to_string(s.begin) + ".." + std::to_string(s.end); };
+    std::sort(spans.begin(), spans.end(),
+              [](const ZipSpan& a, const ZipSpan& b) { return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name); });
+    for (size_t i = 0; i < spans.size(); ++i) {
+        const ZipSpan& s = spans[i];
+        if (i > 0 && s.begin < spans[i - 1].end)
+            fail(s.begin, "record '" + s.name + "' (" + bytes(s) + ") overlaps record '" + spans[i - 1].name +
+                              "' (" + bytes(spans[i - 1]) + ")");
+        if (s.begin < directory.end && directory.begin < s.end)
+            fail(s.begin, "record '" + s.name + "' (" + bytes(s) + ") overlaps the " + directory.name + " (" +
+                              bytes(directory) + ")");
+    }
+}
 
 ZipArchive ZipArchive::open(const InputFile& file, uint64_t base, uint64_t length) {
     if (base > file.size()) {
@@ -202,81 +321,42 @@ ZipArchive ZipArchive::open(const InputFile& file, uint64_t base, uint64_t lengt
     }
     const ArchiveReader archive(file, base, length);
     const CentralDirLocation location = locate_central_dir(archive);
-    const std::string directory =
-        archive.read(location.offset, location.size, "ZIP central directory");
-    const unsigned char* cd = bytes_of(directory);
+    const std::string directory = archive.read(location.offset, location.size, "ZIP central directory");
+
+    std::vector<CentralEntry> entries;
+    entries.reserve(location.entries);
+    uint64_t pos = 0;
+    for (uint64_t index = 0; index < location.entries; ++index)
+        entries.push_back(parse_central_entry(archive, location, directory, pos, index));
+
+    // The local headers are read before any is compared, so two entries sharing one local
+    // header read as the overlap they are.
+    std::vector<LocalHeader> locals;
+    std::vector<ZipSpan> spans;
+    for (const CentralEntry& e : entries) {
+        locals.push_back(read_local_header(archive, e));
+        spans.push_back({e.name, e.local_offset, locals.back().data_offset + e.uncompressed});
+    }
+    check_zip_spans_disjoint(spans, {"central directory", location.offset, length},
+                             [&](uint64_t offset, const std::string& what) { archive.fail(offset, what); });
 
     ZipArchive result;
     result.path_ = file.path();
-    result.records_.reserve(location.entries);
-    uint64_t pos = 0;
-    for (uint64_t index = 0; index < location.entries; ++index) {
-        const uint64_t entry_offset = location.offset + pos;
-        if (kCentralHeaderSize > location.size - pos) {
-            archive.fail(entry_offset, "central directory entry #" + std::to_string(index) +
-                                           " runs past the end of the central directory");
-        }
-        const unsigned char* entry = cd + pos;
-        if (le32(entry) != kCentralHeaderSignature) {
-            archive.fail(entry_offset,
-                         "no central directory signature for entry #" + std::to_string(index));
-        }
-        const uint16_t method = le16(entry + 10);
-        uint64_t compressed = le32(entry + 20);
-        uint64_t uncompressed = le32(entry + 24);
-        const uint64_t name_size = le16(entry + 28);
-        const uint64_t extra_size = le16(entry + 30);
-        const uint64_t comment_size = le16(entry + 32);
-        uint64_t local_offset = le32(entry + 42);
-        if (name_size + extra_size + comment_size > location.size - pos - kCentralHeaderSize) {
-            archive.fail(entry_offset, "name, extra field and comment of entry #" +
-                                           std::to_string(index) +
-                                           " run past the end of the central directory");
-        }
-        std::string name(reinterpret_cast<const char*>(entry + kCentralHeaderSize), name_size);
-        apply_zip64_extra(archive, entry_offset, name, entry + kCentralHeaderSize + name_size,
-                          extra_size, uncompressed, compressed, local_offset);
-        pos += kCentralHeaderSize + name_size + extra_size + comment_size;
-
-        if (method != kMethodStored) {
-            archive.fail(entry_offset, "record '" + name + "' is compressed (method " +
-                                           std::to_string(method) +
-                                           "); only stored records, as torch.save writes "
-                                           "them, are supported");
-        }
-        if (compressed != uncompressed) {
-            archive.fail(entry_offset, "stored record '" + name + "' has compressed size " +
-                                           std::to_string(compressed) + " != uncompressed size " +
-                                           std::to_string(uncompressed));
-        }
-        // The local extra field differs from the central one (torch pads it for alignment),
-        // so the data offset needs the local header itself.
-        const std::string local =
-            archive.read(local_offset, kLocalHeaderSize, "local header of record '" + name + "'");
-        if (le32(bytes_of(local)) != kLocalHeaderSignature) {
-            archive.fail(local_offset, "no local header signature for record '" + name + "'");
-        }
-        const uint64_t data_offset = local_offset + kLocalHeaderSize + le16(bytes_of(local) + 26) +
-                                     le16(bytes_of(local) + 28);
-        if (!archive.contains(data_offset, uncompressed)) {
-            archive.fail(local_offset, "data of record '" + name + "' (" +
-                                           std::to_string(uncompressed) + " bytes at offset " +
-                                           std::to_string(data_offset) +
-                                           ") ends past the archive end");
-        }
-
+    result.records_.reserve(entries.size());
+    for (size_t index = 0; index < entries.size(); ++index) {
+        const CentralEntry& e = entries[index];
+        check_local_agrees(archive, e, locals[index]);
         if (index == 0) {
-            const size_t slash = name.find('/');
+            const size_t slash = e.name.find('/');
             if (slash == std::string::npos) {
-                archive.fail(entry_offset,
-                             "first record '" + name + "' has no '/' so the archive has no prefix");
+                archive.fail(e.offset, "first record '" + e.name + "' has no '/' so the archive has no prefix");
             }
-            result.prefix_ = name.substr(0, slash);
+            result.prefix_ = e.name.substr(0, slash);
         }
-        if (!result.by_name_.emplace(name, result.records_.size()).second) {
-            archive.fail(entry_offset, "record '" + name + "' appears twice");
+        if (!result.by_name_.emplace(e.name, result.records_.size()).second) {
+            archive.fail(e.offset, "record '" + e.name + "' appears twice");
         }
-        result.records_.push_back(ZipRecord{std::move(name), base + data_offset, uncompressed});
+        result.records_.push_back(ZipRecord{e.name, base + locals[index].data_offset, e.uncompressed, e.crc});
     }
     return result;
 }
@@ -295,6 +375,11 @@ const ZipRecord& ZipArchive::get(const std::string& name_without_prefix) const {
     return *record;
 }
 
+std::string ZipArchive::name_without_prefix(const std::string& name) const {
+    const std::string lead = prefix_ + "/";
+    return name.compare(0, lead.size(), lead) == 0 ? name.substr(lead.size()) : name;
+}
+
 std::string ZipArchive::read(const InputFile& file, const ZipRecord& record) const {
     if (record.size > kMaxReadSize) {
         throw Error(file.path() + ": record '" + record.name + "' of " +
@@ -304,6 +389,12 @@ std::string ZipArchive::read(const InputFile& file, const ZipRecord& record) con
     std::string bytes(record.size, '\0');
     const std::string what = "record '" + record.name + "'";
     file.read_exact(record.data_offset, bytes.data(), record.size, what.c_str());
+#ifndef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION  // fuzz builds (CMakeLists.txt) go on to the parsers
+    const uint32_t crc = crc32_of(bytes.data(), bytes.size());
+    if (crc != record.crc32)
+        fail_record_crc(file.path(), name_without_prefix(record.name), record.data_offset, record.size,
+                        record.crc32, crc, "while scanning");
+#endif
     return bytes;
 }
 

@@ -11,6 +11,7 @@
 #include "vmerge/lora_kernel.h"
 #include "vmerge/quantization.h"
 #include "vmerge/rank_work.h"
+#include "vmerge/record_crc.h"
 #include "vmerge/tensor_mapping.h"
 
 namespace vmerge {
@@ -24,6 +25,7 @@ struct CopyStats {
     double cast_seconds = 0;
     double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
     double lora_seconds = 0;     // assembling LoRA factors and adding B·A to merged weights
+    double crc_seconds = 0;      // CRC-32 of the record bytes read
     std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
@@ -47,13 +49,18 @@ public:
     using SkipBlock = std::function<bool(size_t tensor, int64_t row_begin, int64_t row_end)>;
     void run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip = {});
     const CopyStats& stats() const { return stats_; }
+    // The CRC-32 of every ZIP record byte read; records read whole are already checked (a
+    // mismatch throws from run), records read in part are for complete_record_crcs.
+    const RecordCrcLedger& crcs() const { return crcs_; }
+    // A CRC mismatch is kept in crcs().mismatch() instead of stopping run (RecordCrcLedger).
+    void defer_crc_mismatches() { crcs_.defer_mismatches(); }
 
 private:
     const InputFile& open(const std::string& path);
     // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
     const LoraFactors& lora_factors(size_t delta);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
-    void read(const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length);
+    void read(const StorageRef& storage, const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
                   const Shape& block_shape, const Shape& dst_start, unsigned char* block);
 
@@ -70,6 +77,8 @@ private:
     std::optional<size_t> lora_factors_for_;
     LoraFactors lora_factors_;
     CopyStats stats_;
+    RecordCrcLedger crcs_;
+    bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
 };
 
 }  // namespace vmerge

@@ -40,7 +40,8 @@ OutputLayout plan_output_layout(const std::vector<OutputTensor>& tensors, uint64
 
 // The safetensors header for a list of (name, dtype, shape) in data order, with
 // {"format":"pt"} metadata, padded with spaces to a multiple of 8; includes the 8-byte length.
-std::string safetensors_header(const std::vector<const OutputTensor*>& tensors);
+std::string safetensors_header(const std::vector<const OutputTensor*>& tensors,
+                               const std::string& file = "model.safetensors");
 
 // model.safetensors.index.json text (sorted keys, 2-space indent, trailing newline); the
 // model's tensors only.

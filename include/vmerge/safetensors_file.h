@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,23 @@ struct SafetensorsFile {
     std::vector<SafetensorsEntry> entries;  // in data order
     std::map<std::string, std::string> metadata;
     std::vector<std::string> convention_warnings;  // legal for readers, unlike HF's writer
+};
+
+// The writer's side of the header rules: every tensor a header is planned with must be
+// loadable by the reference reader. A name '__metadata__' (the reader takes it for the
+// metadata map) or a name given twice (JSON keeps one of them), a shape whose element count or
+// byte size overflows 64 bits, or a byte size that is not the data planned for it would each
+// write a file readers refuse or misread. Throws Error naming the tensor and the file.
+class SafetensorsHeaderCheck {
+public:
+    explicit SafetensorsHeaderCheck(std::string file) : file_(std::move(file)) {}
+    // Checks one tensor planned with `nbytes` bytes of data; returns the data end offset.
+    uint64_t add(const std::string& name, DType dtype, const Shape& shape, uint64_t nbytes);
+
+private:
+    std::string file_;
+    std::set<std::string> names_;
+    uint64_t end_ = 0;
 };
 
 // Reads and checks a header by the rules the reference reader enforces (output-formats.md

@@ -37,6 +37,9 @@ struct StorageRef {
     std::string key;          // "data/<key>" record name
     uint64_t byte_offset = 0; // absolute offset in `file`
     uint64_t byte_size = 0;
+    // The record's CRC-32 from the ZIP central directory (none for bytes outside a ZIP
+    // record, e.g. a simulated checkpoint): the copy checks the bytes it reads against it.
+    std::optional<uint32_t> crc32;
 };
 
 // The element count of `shape` when it fits in int64 (sizes are >= 0); nullopt on overflow, so

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,7 +13,22 @@ struct ZipRecord {
     std::string name;        // full name as in the central directory, e.g. "model/data/0"
     uint64_t data_offset;    // absolute offset of the record's bytes in the file
     uint64_t size;           // uncompressed (= stored) size
+    uint32_t crc32 = 0;      // CRC-32 of the bytes, from the central directory
 };
+
+// Bytes [begin, end) of an archive that one record (local header, name, extra, data) or the
+// central directory occupies.
+struct ZipSpan {
+    std::string name;
+    uint64_t begin;
+    uint64_t end;
+};
+
+// Records must not share bytes with each other nor with the central directory: a reader of
+// one record would otherwise read (or write over) another. Calls `fail(offset, what)` (which
+// throws) for the first overlap, naming both.
+void check_zip_spans_disjoint(std::vector<ZipSpan> spans, const ZipSpan& directory,
+                              const std::function<void(uint64_t, const std::string&)>& fail);
 
 // The ZIP container torch.save writes (torch-formats.md §1): central directory, ZIP64,
 // stored records only. It may start at `base` inside a larger file (a DCP item) and
@@ -31,10 +47,13 @@ public:
     const ZipRecord* find(const std::string& name_without_prefix) const;
     // Same, but a missing record is an Error naming the file.
     const ZipRecord& get(const std::string& name_without_prefix) const;
-    // Reads a whole record (for data.pkl and small records).
+    // Reads a whole record (for data.pkl and small records) and checks its CRC-32.
     std::string read(const InputFile& file, const ZipRecord& record) const;
 
 private:
+    // "data/0" for "<prefix>/data/0"; a name outside the prefix as it is.
+    std::string name_without_prefix(const std::string& name) const;
+
     std::string path_;
     std::string prefix_;
     std::vector<ZipRecord> records_;

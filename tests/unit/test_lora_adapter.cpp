@@ -25,7 +25,7 @@ TensorMapping mapping_of(const std::vector<std::pair<std::string, Shape>>& named
         ref.dtype = DType::BF16;
         ref.shape = shape;
         ref.stride = shape.size() == 2 ? Shape{shape[1], 1} : Shape{1};
-        ref.storage = {"/ckpt/rank0.pt", "data/" + std::to_string(m.sources.size()), 0, static_cast<uint64_t>(numel(shape)) * 2};
+        ref.storage = {"/ckpt/rank0.pt", "data/" + std::to_string(m.sources.size()), 0, static_cast<uint64_t>(numel(shape)) * 2, std::nullopt};
         t.copies.push_back({static_cast<uint32_t>(m.sources.size()), Shape(shape.size(), 0), Shape(shape.size(), 0), shape});
         m.sources.push_back(ref);
         m.tensors.push_back(t);

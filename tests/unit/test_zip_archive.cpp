@@ -57,6 +57,16 @@ void overwrite64(std::string& bytes, size_t offset, uint64_t v) {
     for (int i = 0; i < 8; ++i) bytes[offset + i] = static_cast<char>(v >> (8 * i));
 }
 
+// CRC-32 (ZIP's polynomial 0xEDB88320), bit by bit: independent of the zlib the reader uses.
+uint32_t reference_crc32(const std::string& bytes) {
+    uint32_t crc = 0xFFFFFFFF;
+    for (const unsigned char byte : bytes) {
+        crc ^= byte;
+        for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
 struct TestRecord {
     std::string name;
     std::string data;
@@ -100,7 +110,7 @@ std::string build_zip(const std::vector<TestRecord>& records, ZipLayout layout =
         put16(zip, record.method);
         put16(zip, 0);
         put16(zip, 0);
-        put32(zip, 0);
+        put32(zip, reference_crc32(record.data));
         put32(zip, size32);
         put32(zip, size32);
         put16(zip, static_cast<uint16_t>(record.name.size()));
@@ -447,6 +457,116 @@ TEST(ZipArchive, EntryCountBeyondCentralDirectoryFails) {
     overwrite64(zip, zip64 + 24, 2);
     overwrite64(zip, zip64 + 32, 2);
     expect_open_fails("too_many_entries.zip", zip, "entries");
+}
+
+// Offsets of one record's fields in an archive build_zip made: local header at `local`.
+constexpr size_t kLocalCrc = 14, kLocalCompressed = 18, kLocalSize = 22, kLocalMethod = 8;
+
+TEST(ZipArchive, RecordCrcIsCheckedWhenRead) {
+    std::string zip = build_zip({{"a/data.pkl", "pickle bytes", 0}, {"a/byteorder", "little", 0}});
+    const size_t data = zip.find("little");
+    zip[data + 2] = 'T';  // "liTtle": same size, other bytes
+    const TempFile temp("flipped.zip", zip);
+    const InputFile file(temp.path);
+    const ZipArchive archive = ZipArchive::open(file);  // the central directory is fine
+    EXPECT_EQ(archive.get("byteorder").crc32, reference_crc32("little"));
+    EXPECT_EQ(archive.read(file, archive.get("data.pkl")), "pickle bytes");
+    try {
+        archive.read(file, archive.get("byteorder"));
+        FAIL() << "read a damaged record";
+    } catch (const Error& error) {
+        const std::string message = error.what();
+        char expected[11], computed[11];
+        std::snprintf(expected, sizeof expected, "0x%08x", reference_crc32("little"));
+        std::snprintf(computed, sizeof computed, "0x%08x", reference_crc32("liTtle"));
+        EXPECT_NE(message.find(temp.path), std::string::npos) << message;
+        EXPECT_NE(message.find("ZIP record 'byteorder'"), std::string::npos) << message;
+        EXPECT_NE(message.find(std::string("is ") + computed), std::string::npos) << message;
+        EXPECT_NE(message.find(std::string("says ") + expected), std::string::npos) << message;
+    }
+}
+
+TEST(ZipArchive, TwoEntriesOnOneLocalHeaderFail) {
+    std::string zip = build_zip({{"a/data.pkl", "1234", 0}, {"a/data/0", "5678", 0}});
+    const size_t second_entry = zip.rfind("PK\x01\x02");
+    overwrite32(zip, second_entry + 42, 0);  // entry #1 now points at entry #0's local header
+    const uint64_t span_end = 30 + std::string("a/data.pkl").size() + 4;
+    expect_open_fails("shared_local.zip", zip,
+                      "byte 0 of " + std::to_string(zip.size()) + ": record 'a/data/0' (bytes 0.." +
+                          std::to_string(span_end) + ") overlaps record 'a/data.pkl' (bytes 0.." +
+                          std::to_string(span_end) + ")");
+}
+
+TEST(ZipArchive, DataRunningIntoTheNextRecordFails) {
+    std::string zip = build_zip({{"a/data.pkl", "1234", 0}, {"a/data/0", "5678", 0}});
+    const size_t first_entry = zip.find("PK\x01\x02");
+    overwrite32(zip, first_entry + 20, 10);  // 6 bytes into the next local header
+    overwrite32(zip, first_entry + 24, 10);
+    const uint64_t next = 30 + 10 + 4;
+    expect_open_fails("data_into_next.zip", zip,
+                      "byte " + std::to_string(next) + " of " + std::to_string(zip.size()) + ": record 'a/data/0' (bytes " +
+                          std::to_string(next) + ".." + std::to_string(next + 30 + 8 + 4) +
+                          ") overlaps record 'a/data.pkl' (bytes 0.." + std::to_string(next + 6) + ")");
+}
+
+TEST(ZipArchive, RecordOverlappingTheCentralDirectoryFails) {
+    std::string zip = build_zip({{"a/data.pkl", "1234", 0}});
+    const size_t entry = zip.find("PK\x01\x02");
+    overwrite32(zip, entry + 20, 8);
+    overwrite32(zip, entry + 24, 8);
+    expect_open_fails("into_cd.zip", zip, "record 'a/data.pkl' (bytes 0.." + std::to_string(entry + 4) +
+                                              ") overlaps the central directory (bytes " + std::to_string(entry));
+}
+
+TEST(ZipArchive, LocalHeaderThatDisagreesFails) {
+    const std::string good = build_zip({{"a/data.pkl", "1234", 0}, {"a/data/0", "5678", 0}});
+    const size_t second = good.find("PK\x03\x04", 1);
+
+    std::string zip = good;
+    zip[second + 30 + 7] = '9';  // local name "a/data/9"
+    expect_open_fails("local_name.zip", zip,
+                      "byte " + std::to_string(second) + " of " + std::to_string(zip.size()) +
+                          ": local header of record 'a/data/0' says name 'a/data/9', the central directory 'a/data/0'");
+
+    zip = good;
+    zip[second + kLocalMethod] = 8;
+    expect_open_fails("local_method.zip", zip, "local header of record 'a/data/0' says method 8, the central directory 0");
+
+    // Without the data-descriptor flag the local sizes and CRC must be the central ones.
+    zip = good;
+    zip[second + 6] = 0;
+    expect_open_fails("local_no_descriptor.zip", zip, "local header of record 'a/data/0' says CRC-32 0x00000000");
+
+    // With the flag, zero local fields are fine, and non-zero ones must still agree.
+    zip = good;
+    overwrite32(zip, second + kLocalCrc, reference_crc32("5678"));
+    overwrite32(zip, second + kLocalCompressed, 4);
+    overwrite32(zip, second + kLocalSize, 4);
+    {
+        const TempFile temp("local_filled.zip", zip);
+        const InputFile file(temp.path);
+        EXPECT_EQ(ZipArchive::open(file).read(file, ZipArchive::open(file).get("data/0")), "5678");
+    }
+    overwrite32(zip, second + kLocalSize, 5);
+    overwrite32(zip, second + kLocalCompressed, 5);
+    expect_open_fails("local_size.zip", zip, "local header of record 'a/data/0' says compressed size 5, the central directory 4");
+}
+
+TEST(ZipSpans, DisjointSpansPassAndTheFirstOverlapIsNamed) {
+    std::vector<std::pair<uint64_t, std::string>> failures;
+    const auto fail = [&](uint64_t offset, const std::string& what) {
+        failures.emplace_back(offset, what);
+        throw Error(what);
+    };
+    const vmerge::ZipSpan directory{"central directory", 100, 150};
+    EXPECT_NO_THROW(vmerge::check_zip_spans_disjoint({{"b", 50, 100}, {"a", 0, 50}}, directory, fail));
+    EXPECT_THROW(vmerge::check_zip_spans_disjoint({{"a", 0, 50}, {"b", 49, 60}}, directory, fail), Error);
+    ASSERT_EQ(failures.size(), 1u);
+    EXPECT_EQ(failures[0].first, 49u);
+    EXPECT_EQ(failures[0].second, "record 'b' (bytes 49..60) overlaps record 'a' (bytes 0..50)");
+    EXPECT_THROW(vmerge::check_zip_spans_disjoint({{"a", 0, 101}}, directory, fail), Error);
+    EXPECT_EQ(failures.back().second, "record 'a' (bytes 0..101) overlaps the central directory (bytes 100..150)");
+    EXPECT_THROW(vmerge::check_zip_spans_disjoint({{"a", 0, 10}, {"z", 120, 130}}, directory, fail), Error);
 }
 
 }  // namespace
