@@ -30,6 +30,8 @@
 #include "vmerge/input_file.h"
 #include "vmerge/lora_adapter.h"
 #include "vmerge/output_folder.h"
+#include "vmerge/output_path_check.h"
+#include "vmerge/bounded_number.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/output_rules.h"
 #include "vmerge/progress_monitor.h"
@@ -162,7 +164,7 @@ uint64_t default_max_memory(const Comm& comm) {
     std::ifstream cgroup("/sys/fs/cgroup/memory.max");
     std::string limit;
     if (cgroup >> limit && !limit.empty() && std::isdigit(static_cast<unsigned char>(limit[0])))
-        ram = std::min<uint64_t>(ram, std::stoull(limit));
+        ram = std::min<uint64_t>(ram, parse_int_within(limit, 0, INT64_MAX).value_or(ram));
     uint64_t share = ram / 4 / static_cast<uint64_t>(std::max(1, comm.local_size()));
     if (const char* per_cpu = std::getenv("SLURM_MEM_PER_CPU")) {
         const char* cpus = std::getenv("SLURM_CPUS_PER_TASK");
@@ -332,6 +334,9 @@ uint64_t peak_rss_bytes() {
 
 int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     const uint64_t budget = max_memory(o, comm);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0 && !o.log_json.empty()) require_writable_output_file(o.log_json, "--log_json");
+    });
     if (o.backend == "hdf5") return convert_hdf5_archive(o, comm, budget, out);
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
@@ -442,7 +447,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                                       {"wall_s", seconds},          {"bytes", layout.total_size},
                                       {"files", layout.files.size()}, {"max_memory", budget},
                                       {"per_rank", ranks}};
-        std::ofstream(o.log_json) << log.dump(2) << "\n";
+        if (!(std::ofstream(o.log_json) << log.dump(2) << "\n")) throw Error("--log_json " + o.log_json + ": cannot write it");
     }
     if (!o.quiet) {
         if (resumed)

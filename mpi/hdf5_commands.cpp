@@ -25,6 +25,7 @@
 #include "vmerge/copy_executor.h"
 #include "vmerge/error.h"
 #include "vmerge/human_units.h"
+#include "vmerge/input_file.h"
 #include "vmerge/output_folder.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/progress_monitor.h"
@@ -37,11 +38,8 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    if (!in) throw Error(path.string() + ": cannot read");
-    return bytes.str();
+    // Through InputFile: a regular file only (a FIFO is refused, not waited on).
+    return read_small_file(path.string(), uint64_t{1} << 30, "a copied model file");
 }
 
 // Rank 0: a fresh staging folder for the archive (an archive has no --resume).
