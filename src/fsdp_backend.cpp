@@ -81,11 +81,12 @@ FsdpCheckpoint discover_fsdp(const std::string& dir) {
         std::smatch m;
         const std::string name = entry.path().filename().string();
         if (std::regex_match(name, m, kRankFile)) {
-            require_regular_file(entry.path().string());
-            const int world = static_cast<int>(parse_bounded_int(m.str(1), 1, kMaxWorldSize, name + ": world size"));
-            const int rank = static_cast<int>(parse_bounded_int(m.str(2), 0, kMaxWorldSize - 1, name + ": rank"));
+            const std::string path = entry.path().string();
+            require_regular_file(path);
+            const int world = static_cast<int>(parse_bounded_int(m.str(1), 1, kMaxWorldSize, path + ": world size"));
+            const int rank = static_cast<int>(parse_bounded_int(m.str(2), 0, kMaxWorldSize - 1, path + ": rank"));
             worlds.insert(world);
-            files_by_world[world][rank] = entry.path().string();
+            files_by_world[world][rank] = path;
         }
     }
     const std::string config_path = dir + "/fsdp_config.json";
