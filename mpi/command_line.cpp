@@ -6,6 +6,7 @@
 #include <map>
 #include <iostream>
 #include <set>
+#include <sstream>
 
 #include <boost/program_options.hpp>
 
@@ -102,8 +103,11 @@ int bounded_flag(const char* flag, int64_t value, int64_t lo, int64_t hi) {
 }
 
 double tolerance_flag(const char* flag, double value) {
-    if (!std::isfinite(value) || value < 0)
-        throw UsageError(std::string(flag) + " " + std::to_string(value) + ": expected a finite number >= 0");
+    if (!std::isfinite(value) || value < 0) {
+        std::ostringstream text;  // "nan", "inf", "-1" as typed (std::to_string: "-1.000000")
+        text << value;
+        throw UsageError(std::string(flag) + " " + text.str() + ": expected a finite number >= 0");
+    }
     return value;
 }
 
