@@ -68,18 +68,11 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
         o.zstd_level = kZstdDefaultLevel;
         if (compress != "zstd") {
-            const std::string level = compress.substr(5);
-            size_t used = 0;
-            int value = 0;
-            try {
-                value = std::stoi(level, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            if (used != level.size() || value < kZstdMinLevel || value > kZstdMaxLevel)
+            const auto value = parse_int_within(compress.substr(5), kZstdMinLevel, kZstdMaxLevel);
+            if (!value)
                 throw UsageError("--compress " + compress + ": the zstd level must be a whole number from " +
                                  std::to_string(kZstdMinLevel) + " to " + std::to_string(kZstdMaxLevel));
-            o.zstd_level = value;
+            o.zstd_level = static_cast<int>(*value);
         }
     }
     if (compress_given && o.format != "hdf5") throw UsageError("--compress applies to --format hdf5");

@@ -168,7 +168,9 @@ uint64_t default_max_memory(const Comm& comm) {
     uint64_t share = ram / 4 / static_cast<uint64_t>(std::max(1, comm.local_size()));
     if (const char* per_cpu = std::getenv("SLURM_MEM_PER_CPU")) {
         const char* cpus = std::getenv("SLURM_CPUS_PER_TASK");
-        const uint64_t per_rank = std::strtoull(per_cpu, nullptr, 10) * (cpus ? std::max(1, std::atoi(cpus)) : 1) << 20;
+        // Both bounded (MiB per CPU up to 1 PiB, 4096 CPUs), so the product cannot wrap.
+        const uint64_t per_rank = static_cast<uint64_t>(parse_int_within(per_cpu, 0, int64_t{1} << 30).value_or(0)) *
+                                  static_cast<uint64_t>(cpus ? parse_int_within(cpus, 1, 4096).value_or(1) : 1) << 20;
         if (per_rank > 0) share = std::min(share, per_rank / 2);
     }
     return std::clamp<uint64_t>(share, 64ull << 20, 4ull << 30);
@@ -323,7 +325,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
 // rank or interrupt a merge while it is writing.
 int block_delay_ms() {
     const char* text = std::getenv("VMERGE_TEST_BLOCK_DELAY_MS");
-    return text ? std::atoi(text) : 0;
+    return text ? static_cast<int>(parse_int_within(text, 0, 600000).value_or(0)) : 0;
 }
 
 uint64_t peak_rss_bytes() {

@@ -15,6 +15,9 @@ HfConfig load_hf_config(const std::string& dir) {
     const std::string path = dir + "/config.json";
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) throw Error(path + ": cannot open the model config (pass --hf_config DIR)");
+    // Every other file of the folder is copied into the output at the end: refuse a FIFO or
+    // device among them now, before anything is written.
+    require_no_special_files(dir);
     HfConfig config;
     config.dir = dir;
     config.json = parse_json_text(read_small_file(path, kMaxJsonBytes, "a model config"), path);

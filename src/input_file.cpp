@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "vmerge/error.h"
@@ -64,6 +65,19 @@ std::string read_small_file(const std::string& path, uint64_t max_bytes, const c
     std::string text(file.size(), '\0');
     file.read_exact(0, text.data(), text.size(), what);
     return text;
+}
+
+void require_no_special_files(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        std::error_code status_ec;  // a dangling link: not this check's business
+        const fs::file_type type = it->status(status_ec).type();
+        if (type == fs::file_type::fifo || type == fs::file_type::character || type == fs::file_type::block ||
+            type == fs::file_type::socket)
+            require_regular_file(it->path().string());
+    }
 }
 
 void require_regular_file(const std::string& path) {

@@ -11,6 +11,7 @@
 
 #include "vmerge/checksum.h"
 #include "vmerge/error.h"
+#include "vmerge/input_file.h"
 #include "vmerge/rank_work.h"
 
 namespace vmerge {
@@ -162,6 +163,11 @@ std::vector<std::string> non_weight_files(const std::string& hf_dir) {
     std::error_code ec;
     if (!fs::is_directory(hf_dir, ec)) return out;
     for (auto it = fs::recursive_directory_iterator(hf_dir); it != fs::recursive_directory_iterator(); ++it) {
+        // A FIFO, device or socket is refused, not skipped: the output would silently lack it.
+        const fs::file_type type = it->status().type();
+        if (type == fs::file_type::fifo || type == fs::file_type::character || type == fs::file_type::block ||
+            type == fs::file_type::socket)
+            require_regular_file(it->path().string());
         if (!it->is_regular_file()) continue;
         const std::string name = it->path().filename().string();
         if (is_weight_file(name)) continue;

@@ -44,6 +44,11 @@ inline constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20;
 // `path` is a regular file, by the same rule as InputFile.
 void require_regular_file(const std::string& path);
 
+// For a folder whose files are all read or copied (the Hugging Face config folder): Error
+// naming the first FIFO, device or socket found in it or its subfolders (links followed;
+// other entries are the business of whoever reads them).
+void require_no_special_files(const std::string& dir);
+
 // "a FIFO", "a character device", ...: what a non-regular st_mode is, for messages.
 std::string file_kind(unsigned mode);
 

@@ -26,6 +26,7 @@ def add_cases(good_fsdp, good_megatron, out):
     config_cases(good_megatron, out)
     name_and_key_cases(good_fsdp, good_megatron, out)
     cli_cases(good_fsdp, out)
+    hf_folder_cases(good_fsdp, out)
 
 
 def long1_op(value):
@@ -238,3 +239,13 @@ def cli_cases(good_fsdp, out):
     case("cli_max_memory_slurm_128M", d, [], "--max_memory 128M (Slurm's M = MiB) is accepted",
          args=["--max_memory", "128M"], command="inspect", exit=0,
          output=[f"--max-memory {128.0:.1f} MiB per rank"])
+
+
+def hf_folder_cases(good_fsdp, out):
+    # The config folder's files are copied into the output at the end: a FIFO among them is
+    # refused before anything is written (it was skipped, so the output silently lacked it).
+    d = copy_case(os.path.join(good_fsdp, "w2_bf16"), os.path.join(out, "fifo_tokenizer_in_hf_folder"))
+    tok = os.path.join(d, "huggingface", "tokenizer.json")
+    replace_by_fifo(tok)
+    case("fifo_tokenizer_in_hf_folder", d, not_regular(tok, "a FIFO"),
+         "huggingface/tokenizer.json replaced by a FIFO", timeout=HANG)
