@@ -54,7 +54,7 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint6
     if (!std::isfinite(bytes) || bytes > static_cast<long double>(max_bytes))
         throw UsageError(what + ": more than " + std::to_string(max_bytes) + " bytes");
     if (bytes < 1) throw UsageError(what + ": expected a positive size (at least 1 byte)");
-    return static_cast<uint64_t>(bytes);
+    return static_cast<uint64_t>(std::roundl(bytes));  // "1.1GB": 1100000000, not one byte less
 }
 
 namespace {

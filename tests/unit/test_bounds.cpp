@@ -186,6 +186,8 @@ TEST(CommandLineBounds, SlurmUnitsAreBinary) {
     EXPECT_EQ(parse_byte_size("1T"), 1ull << 40);
     EXPECT_EQ(parse_byte_size("1.5KiB"), 1536ull);
     EXPECT_EQ(parse_byte_size("1e3"), 1000ull);
+    EXPECT_EQ(parse_byte_size("1.1GB"), 1'100'000'000ull);
+    EXPECT_EQ(parse_byte_size("0.3KB"), 300ull);
     EXPECT_EQ(parse({"inspect", "--local_dir", "/in", "--max_memory", "128M"}).max_memory, 128ull << 20);
 }
 
