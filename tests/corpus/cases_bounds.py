@@ -249,3 +249,10 @@ def hf_folder_cases(good_fsdp, out):
     replace_by_fifo(tok)
     case("fifo_tokenizer_in_hf_folder", d, not_regular(tok, "a FIFO"),
          "huggingface/tokenizer.json replaced by a FIFO", timeout=HANG)
+
+    # merge --backend hdf5 of an archive folder whose model.h5 is a FIFO.
+    d = os.path.join(out, "fifo_hdf5_archive")
+    os.makedirs(d)
+    os.mkfifo(os.path.join(d, "model.h5"))
+    case("fifo_hdf5_archive", d, not_regular(os.path.join(d, "model.h5"), "a FIFO"),
+         "an archive folder whose model.h5 is a FIFO (--backend hdf5)", args=["--backend", "hdf5"], timeout=HANG)
