@@ -7,6 +7,7 @@
 #include "h5z_zstd_filter.h"
 #include "row_selection.h"
 #include "vmerge/error.h"
+#include "vmerge/input_file.h"
 
 namespace vmerge {
 namespace {
@@ -58,6 +59,7 @@ ArchiveReader::ArchiveReader(const std::string& path) : path_(path) {
     // Readers of compressed archives need no HDF5_PLUGIN_PATH inside vmerge.
     if (H5Zregister(zstd_filter_class()) < 0) throw Error(hdf5_error("registering the zstd filter"));
     std::error_code ec;
+    if (std::filesystem::exists(path, ec)) require_regular_file(path);  // a FIFO: refused, not opened
     if (!std::filesystem::is_regular_file(path, ec))
         throw Error(path + ": missing (--backend hdf5 reads the " + kArchiveFileName +
                     " that merge --format hdf5 wrote into its target folder)");

@@ -1,39 +1,60 @@
 #include "command_line.h"
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <map>
 #include <iostream>
 #include <set>
+#include <sstream>
 
 #include <boost/program_options.hpp>
 
+#include "vmerge/bounded_number.h"
 #include "zstd_codec.h"
 
 namespace vmerge {
 namespace po = boost::program_options;
 
-uint64_t parse_byte_size(const std::string& text) {
+uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint64_t max_bytes) {
+    const std::string what = flag + " " + text;
+    // Digits, an optional fraction and exponent, then the unit: no sign, nan, inf or hex
+    // (std::stod takes them all, and "nan" cast to an integer is undefined).
     size_t pos = 0;
-    double value = 0;
-    try {
-        value = std::stod(text, &pos);
-    } catch (const std::exception&) {
-        throw UsageError("size '" + text + "': expected a number with an optional unit (5GB, 512MiB)");
+    auto digits = [&] {
+        const size_t from = pos;
+        while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
+        return pos > from;
+    };
+    bool number = digits();
+    if (pos < text.size() && text[pos] == '.') {
+        ++pos;
+        number = digits() || number;
     }
+    if (number && pos < text.size() && (text[pos] == 'e' || text[pos] == 'E')) {
+        const size_t mark = pos++;
+        if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) ++pos;
+        if (!digits()) pos = mark;  // "5E" is not an exponent
+    }
+    if (!number)
+        throw UsageError(what + ": expected a positive size: a number and an optional unit (5GB, 512MiB, 128M)");
     std::string unit = text.substr(pos);
     for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    double scale = 1;
-    if (unit.empty() || unit == "B") scale = 1;
-    else if (unit == "KB") scale = 1e3;
-    else if (unit == "MB") scale = 1e6;
-    else if (unit == "GB") scale = 1e9;
-    else if (unit == "TB") scale = 1e12;
-    else if (unit == "KIB") scale = 1024.0;
-    else if (unit == "MIB") scale = 1024.0 * 1024;
-    else if (unit == "GIB") scale = 1024.0 * 1024 * 1024;
-    else if (unit == "TIB") scale = 1024.0 * 1024 * 1024 * 1024;
-    else throw UsageError("size '" + text + "': unknown unit '" + unit + "'");
-    if (value <= 0) throw UsageError("size '" + text + "' must be positive");
-    return static_cast<uint64_t>(value * scale);
+    // Decimal units (KB = 10^3), binary ones (KiB = 2^10), and Slurm's --mem letters
+    // (K, M, G, T = KiB, MiB, GiB, TiB).
+    static const std::map<std::string, long double> scales{
+        {"", 1},      {"B", 1},           {"KB", 1e3},        {"MB", 1e6},        {"GB", 1e9},
+        {"TB", 1e12}, {"KIB", 1024.0L},   {"MIB", 1048576.0L}, {"GIB", 1073741824.0L},
+        {"TIB", 1099511627776.0L},         {"K", 1024.0L},     {"M", 1048576.0L},  {"G", 1073741824.0L},
+        {"T", 1099511627776.0L}};
+    auto scale = scales.find(unit);
+    if (scale == scales.end()) throw UsageError(what + ": unknown unit '" + text.substr(pos) + "' (B, KB, MB, GB, TB, "
+                                                "KiB, MiB, GiB, TiB, or Slurm's K, M, G, T)");
+    const long double bytes = std::strtold(text.substr(0, pos).c_str(), nullptr) * scale->second;
+    if (!std::isfinite(bytes) || bytes > static_cast<long double>(max_bytes))
+        throw UsageError(what + ": more than " + std::to_string(max_bytes) + " bytes");
+    if (bytes < 1) throw UsageError(what + ": expected a positive size (at least 1 byte)");
+    return static_cast<uint64_t>(std::roundl(bytes));  // "1.1GB": 1100000000, not one byte less
 }
 
 namespace {
@@ -47,18 +68,11 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
         o.zstd_level = kZstdDefaultLevel;
         if (compress != "zstd") {
-            const std::string level = compress.substr(5);
-            size_t used = 0;
-            int value = 0;
-            try {
-                value = std::stoi(level, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            if (used != level.size() || value < kZstdMinLevel || value > kZstdMaxLevel)
+            const auto value = parse_int_within(compress.substr(5), kZstdMinLevel, kZstdMaxLevel);
+            if (!value)
                 throw UsageError("--compress " + compress + ": the zstd level must be a whole number from " +
                                  std::to_string(kZstdMinLevel) + " to " + std::to_string(kZstdMaxLevel));
-            o.zstd_level = value;
+            o.zstd_level = static_cast<int>(*value);
         }
     }
     if (compress_given && o.format != "hdf5") throw UsageError("--compress applies to --format hdf5");
@@ -72,6 +86,31 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
     if (o.backend == "hdf5" && ((o.dtype != "auto" && o.dtype != "keep") || o.quantize))
         throw UsageError(std::string("--backend hdf5 writes the archive's tensors as stored; ") +
                          (o.quantize ? "--quantize" : "--dtype " + o.dtype) + " applies to checkpoints");
+}
+
+// A whole-number flag within [lo, hi], or a usage error naming it.
+int bounded_flag(const char* flag, int64_t value, int64_t lo, int64_t hi) {
+    if (value < lo || value > hi)
+        throw UsageError(std::string(flag) + " " + std::to_string(value) + ": expected " + range_text(lo, hi));
+    return static_cast<int>(value);
+}
+
+double tolerance_flag(const char* flag, double value) {
+    if (!std::isfinite(value) || value < 0) {
+        std::ostringstream text;  // "nan", "inf", "-1" as typed (std::to_string: "-1.000000")
+        text << value;
+        throw UsageError(std::string(flag) + " " + text.str() + ": expected a finite number >= 0");
+    }
+    return value;
+}
+
+// Every numeric flag bounded: each drives a loop, an allocation or a comparison.
+void check_number_flags(const Options& o) {
+    bounded_flag("--np", o.np, 0, kMaxWorldSize);
+    bounded_flag("--progress", o.progress, -1, 86400);
+    bounded_flag("--group_size", o.group_size, 0, int64_t{1} << 24);
+    tolerance_flag("--atol", o.atol);
+    tolerance_flag("--rtol", o.rtol);
 }
 
 }  // namespace
@@ -210,7 +249,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (!dtypes.count(o.dtype)) throw UsageError("--dtype " + o.dtype + ": expected auto, keep, bf16, fp16 or fp32");
     if (symmetric_flag && o.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
     if (o.bits != 4 && o.bits != 8) throw UsageError("--bits " + std::to_string(o.bits) + ": expected 4 or 8");
-    if (o.group_size < 0) throw UsageError("--group_size must be 0 (per channel) or positive");
+    check_number_flags(o);
     for (size_t start = 0; start < quantize_ignore.size();) {
         const size_t comma = std::min(quantize_ignore.find(',', start), quantize_ignore.size());
         if (comma > start) o.quantize_ignore.push_back(quantize_ignore.substr(start, comma - start));
@@ -220,15 +259,16 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         throw UsageError("--quantize applies to merge and inspect; test compares unquantized tensors");
     if (extract_lora && o.merge_lora) throw UsageError("--extract_lora and --merge_lora exclude each other");
     if (vm.count("lora_alpha")) {
-        if (!(lora_alpha > 0)) throw UsageError("--lora_alpha must be positive (0 would make the adapter do nothing)");
+        if (!(lora_alpha > 0) || !std::isfinite(lora_alpha))
+            throw UsageError("--lora_alpha must be positive and finite (0 would make the adapter do nothing)");
         o.lora_alpha = lora_alpha;
     }
-    o.max_shard_size = parse_byte_size(max_shard);
-    o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory);
+    o.max_shard_size = parse_byte_size(max_shard, "--max_shard_size");
+    o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory, "--max_memory");
     o.low_cpu_mem_usage = low_cpu_mem_usage;
-    if (vm.count("tp_size")) o.tp_size = tp;
-    if (vm.count("pp_size")) o.pp_size = pp;
-    if (vm.count("iteration")) o.iteration = iteration;
+    if (vm.count("tp_size")) o.tp_size = bounded_flag("--tp_size", tp, 1, kMaxWorldSize);
+    if (vm.count("pp_size")) o.pp_size = bounded_flag("--pp_size", pp, 1, kMaxWorldSize);
+    if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", iteration, 0, kMaxIteration);
     if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
         throw UsageError(o.command + " needs --local_dir");
     if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
@@ -239,8 +279,8 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp" && o.backend != "hdf5")
         throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron, dcp or hdf5");
     parse_archive_options(o, compress, !vm["compress"].defaulted());
-    o.hdf5_chunk_size = parse_byte_size(hdf5_chunk);
-    if (o.hdf5_chunk_size >= (4ull << 30)) throw UsageError("--hdf5_chunk_size must be below 4 GiB (HDF5's chunk limit)");
+    // HDF5's chunk limit is 4 GiB.
+    o.hdf5_chunk_size = parse_byte_size(hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);
     return o;
 }
 

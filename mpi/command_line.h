@@ -52,8 +52,13 @@ struct Options {
 // dashes or underscores. Returns nullopt after printing help/version; throws UsageError.
 std::optional<Options> parse_command_line(int argc, const char* const* argv, bool print_help);
 
-// "5GB" (10^9), "5GiB" (2^30), "500MB", "1024": bytes.
-uint64_t parse_byte_size(const std::string& text);
+// Largest size a flag accepts (1 PiB): far above any node's memory or a shard's size.
+inline constexpr uint64_t kMaxFlagBytes = uint64_t{1} << 50;
+
+// "5GB" (10^9), "5GiB" (2^30), "500MB", "1024", Slurm's "128M" (MiB): bytes, from 1 to
+// `max_bytes`; UsageError naming `flag` and the text otherwise (nan, inf, negative, 0).
+uint64_t parse_byte_size(const std::string& text, const std::string& flag = "size",
+                         uint64_t max_bytes = kMaxFlagBytes);
 
 class UsageError : public std::exception {
 public:

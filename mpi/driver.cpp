@@ -32,6 +32,8 @@
 #include "vmerge/lora_adapter.h"
 #include "vmerge/output_config.h"
 #include "vmerge/output_folder.h"
+#include "vmerge/output_path_check.h"
+#include "vmerge/bounded_number.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/output_rules.h"
 #include "vmerge/progress_monitor.h"
@@ -194,11 +196,13 @@ uint64_t default_max_memory(const Comm& comm) {
     std::ifstream cgroup("/sys/fs/cgroup/memory.max");
     std::string limit;
     if (cgroup >> limit && !limit.empty() && std::isdigit(static_cast<unsigned char>(limit[0])))
-        ram = std::min<uint64_t>(ram, std::stoull(limit));
+        ram = std::min<uint64_t>(ram, parse_int_within(limit, 0, INT64_MAX).value_or(ram));
     uint64_t share = ram / 4 / static_cast<uint64_t>(std::max(1, comm.local_size()));
     if (const char* per_cpu = std::getenv("SLURM_MEM_PER_CPU")) {
         const char* cpus = std::getenv("SLURM_CPUS_PER_TASK");
-        const uint64_t per_rank = std::strtoull(per_cpu, nullptr, 10) * (cpus ? std::max(1, std::atoi(cpus)) : 1) << 20;
+        // Both bounded (MiB per CPU up to 1 PiB, 4096 CPUs), so the product cannot wrap.
+        const uint64_t per_rank = static_cast<uint64_t>(parse_int_within(per_cpu, 0, int64_t{1} << 30).value_or(0)) *
+                                  static_cast<uint64_t>(cpus ? parse_int_within(cpus, 1, 4096).value_or(1) : 1) << 20;
         if (per_rank > 0) share = std::min(share, per_rank / 2);
     }
     return std::clamp<uint64_t>(share, 64ull << 20, 4ull << 30);
@@ -353,7 +357,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
 // rank or interrupt a merge while it is writing.
 int block_delay_ms() {
     const char* text = std::getenv("VMERGE_TEST_BLOCK_DELAY_MS");
-    return text ? std::atoi(text) : 0;
+    return text ? static_cast<int>(parse_int_within(text, 0, 600000).value_or(0)) : 0;
 }
 
 uint64_t peak_rss_bytes() {
@@ -374,6 +378,9 @@ void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& 
 
 int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     const uint64_t budget = max_memory(o, comm);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0 && !o.log_json.empty()) require_writable_output_file(o.log_json, "--log_json");
+    });
     std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
     if (o.backend == "hdf5") {
         guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
@@ -508,7 +515,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                                       {"wall_s", seconds},          {"bytes", layout.total_size},
                                       {"files", layout.files.size()}, {"max_memory", budget},
                                       {"per_rank", ranks}};
-        std::ofstream(o.log_json) << log.dump(2) << "\n";
+        if (!(std::ofstream(o.log_json) << log.dump(2) << "\n")) throw Error("--log_json " + o.log_json + ": cannot write it");
     }
     if (!o.quiet) {
         if (resumed)

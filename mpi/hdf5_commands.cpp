@@ -24,6 +24,7 @@
 #include "vmerge/copy_executor.h"
 #include "vmerge/error.h"
 #include "vmerge/human_units.h"
+#include "vmerge/input_file.h"
 #include "vmerge/output_folder.h"
 #include "vmerge/output_layout.h"
 #include "vmerge/progress_monitor.h"

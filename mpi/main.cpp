@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
             code = vmerge::run_command(*options, *comm, std::cout, std::cerr);
         }
     } catch (const vmerge::UsageError& e) {
-        if (rank == 0) std::cerr << "vmerge-mpi: " << e.what() << " (see --help)\n";
+        if (rank == 0) std::cerr << "vmerge-mpi: usage error: " << e.what() << " (see --help)\n";
         code = 2;
     }
     std::cout.flush();

@@ -139,6 +139,8 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
             if (size_it == file_sizes.end()) {
                 std::error_code ec;
                 const auto size = fs::file_size(chunk.file, ec);
+                std::error_code exists_ec;
+                if (ec && fs::exists(chunk.file, exists_ec)) require_regular_file(chunk.file);  // a FIFO: say so
                 if (ec) throw Error(chunk.file + ": missing data file of " + where + " (" + ec.message() + ")");
                 size_it = file_sizes.emplace(chunk.file, size).first;
             }

@@ -1,5 +1,6 @@
 #include "vmerge/dtensor_placement.h"
 
+#include "vmerge/bounded_number.h"
 #include "vmerge/error.h"
 
 namespace vmerge {
@@ -37,8 +38,27 @@ std::pair<int64_t, int64_t> chunk_range(int64_t size, int64_t count, int64_t ind
     return {begin, end - begin};
 }
 
+void check_dtensor_layout(const DTensorLayout& layout, const std::string& where) {
+    int64_t ranks = 1;
+    for (int64_t size : layout.mesh_shape) {
+        if (size < 1 || size > kMaxWorldSize / ranks)
+            throw Error(where + ": DTensor mesh " + shape_to_string(layout.mesh_shape) + ": expected dims of 1 or more, " +
+                        std::to_string(kMaxWorldSize) + " ranks at most in all");
+        ranks *= size;
+    }
+    int64_t splits = 1;
+    for (const Placement& p : layout.placements) {
+        if (p.kind != Placement::Kind::StridedShard) continue;
+        require_within(p.split_factor, 1, kMaxWorldSize / splits,
+                       where + ": placement _StridedShard(dim=" + std::to_string(p.dim) + ")" +
+                           (splits > 1 ? " after other split factors " + std::to_string(splits) : "") + ": split factor");
+        splits *= p.split_factor;
+    }
+}
+
 std::vector<std::vector<DimRun>> dtensor_runs(const DTensorLayout& layout,
                                               const std::string& where) {
+    check_dtensor_layout(layout, where);
     std::vector<Runs> dims;
     for (int64_t size : layout.global_shape) dims.push_back(Runs{{0, 0, size}});
     for (size_t m = 0; m < layout.placements.size(); ++m) {

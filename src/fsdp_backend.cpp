@@ -10,7 +10,9 @@
 
 #include "vmerge/dtensor_placement.h"
 #include "vmerge/box_region.h"
+#include "vmerge/bounded_number.h"
 #include "vmerge/error.h"
+#include "vmerge/input_file.h"
 #include "vmerge/json_file.h"
 
 namespace vmerge {
@@ -79,19 +81,20 @@ FsdpCheckpoint discover_fsdp(const std::string& dir) {
         std::smatch m;
         const std::string name = entry.path().filename().string();
         if (std::regex_match(name, m, kRankFile)) {
-            int world = std::stoi(m[1]);
+            const std::string path = entry.path().string();
+            require_regular_file(path);
+            const int world = static_cast<int>(parse_bounded_int(m.str(1), 1, kMaxWorldSize, path + ": world size"));
+            const int rank = static_cast<int>(parse_bounded_int(m.str(2), 0, kMaxWorldSize - 1, path + ": rank"));
             worlds.insert(world);
-            files_by_world[world][std::stoi(m[2])] = entry.path().string();
+            files_by_world[world][rank] = path;
         }
     }
     const std::string config_path = dir + "/fsdp_config.json";
-    std::ifstream config(config_path);
-    if (config) {
-        const nlohmann::json json = parse_json(config, config_path);
-        if (!json.contains("world_size") || !json["world_size"].is_number_integer())
+    if (fs::exists(config_path, ec)) {
+        const nlohmann::json json = read_json_file(config_path);
+        if (!json.is_object() || !json.contains("world_size") || !json["world_size"].is_number_integer())
             throw Error(config_path + ": no integer world_size");
-        ckpt.world_size = json["world_size"].get<int>();
-        if (ckpt.world_size < 1) throw Error(config_path + ": world_size must be >= 1");
+        ckpt.world_size = static_cast<int>(json_int_within(json["world_size"], 1, kMaxWorldSize, config_path + ": world_size"));
         for (int w : worlds)
             if (w != ckpt.world_size)
                 throw Error(dir + ": " + config_path + " says world_size " +

@@ -3,6 +3,7 @@
 #include <array>
 #include <regex>
 
+#include "vmerge/bounded_number.h"
 #include "vmerge/error.h"
 
 namespace vmerge {
@@ -107,14 +108,23 @@ void append(std::vector<NameRule>& out, const Rules& rules) {
     out.insert(out.end(), rules.begin(), rules.end());
 }
 
+// A config.json integer within its bounds (config_int); fallback -1: the key is required.
 int64_t get_int(const HfConfig& c, const char* key, int64_t fallback = -1) {
-    auto it = c.json.find(key);
-    if (it == c.json.end() || it->is_null()) {
-        if (fallback >= 0) return fallback;
-        throw Error(c.dir + "/config.json: missing '" + key + "'");
-    }
-    if (!it->is_number_integer()) throw Error(c.dir + "/config.json: '" + key + "' is not an integer");
-    return it->get<int64_t>();
+    return config_int(c, key, fallback >= 0 ? std::optional<int64_t>(fallback) : std::nullopt);
+}
+
+// The expert tensor table grows with layers x experts: bound the product, not just each.
+void check_expert_table_size(const HfConfig& c, const ArchitectureInfo& arch) {
+    const char* key = arch.family == "mixtral"       ? "num_local_experts"
+                      : arch.family == "deepseek_v3" ? "n_routed_experts"
+                      : arch.family == "dense"       ? nullptr
+                                                     : "num_experts";
+    if (!key) return;
+    const int64_t experts = get_int(c, key, 0);
+    if (arch.layers * experts > kMaxLayerExperts)
+        throw Error(c.dir + "/config.json: num_hidden_layers " + std::to_string(arch.layers) + " x " + key + " " +
+                    std::to_string(experts) + " = " + std::to_string(arch.layers * experts) +
+                    " expert blocks: expected at most " + std::to_string(kMaxLayerExperts));
 }
 
 bool get_bool(const HfConfig& c, const char* key, bool fallback) {
@@ -223,6 +233,7 @@ ExpectedTensors expected_hf_tensors(const HfConfig& c, const ArchitectureInfo& a
     const bool deepseek = arch.family == "deepseek_v3";
     const bool qkv_bias = arch.name.starts_with("Qwen2") || get_bool(c, "attention_bias", false);
     const bool qk_norm = arch.name.starts_with("Qwen3");
+    check_expert_table_size(c, arch);
     const int64_t F = get_int(c, "intermediate_size");
     auto dense_mlp = [&](int64_t i, int64_t ffn, const std::string& prefix) {
         req[layer_name(i, prefix + "gate_proj.weight")] = {ffn, H};

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "vmerge/error.h"
@@ -18,10 +19,27 @@ std::string range_text(uint64_t offset, uint64_t length) {
     return std::to_string(length) + " bytes at offset " + std::to_string(offset);
 }
 
+std::string not_regular(const std::string& path, unsigned mode) {
+    return path + ": " + file_kind(mode) + ", not a regular file (vmerge reads only regular files)";
+}
+
 }  // namespace
 
+std::string file_kind(unsigned mode) {
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISREG(mode)) return "a regular file";
+    return "an unknown kind of file";
+}
+
 InputFile::InputFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: open() of a FIFO returns at once instead of waiting for a writer; the
+    // type check below then refuses it. A regular file ignores the flag, so reads are as usual.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd_ < 0) {
         throw Error(path + ": cannot open for reading: " + std::strerror(errno));
     }
@@ -33,9 +51,39 @@ InputFile::InputFile(const std::string& path) : path_(path) {
     }
     if (!S_ISREG(info.st_mode)) {
         ::close(fd_);
-        throw Error(path + ": not a regular file");
+        fd_ = -1;
+        throw Error(not_regular(path, info.st_mode));
     }
     size_ = static_cast<uint64_t>(info.st_size);
+}
+
+std::string read_small_file(const std::string& path, uint64_t max_bytes, const char* what) {
+    const InputFile file(path);
+    if (file.size() > max_bytes)
+        throw Error(path + ": " + std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                    " bytes " + what + " may hold");
+    std::string text(file.size(), '\0');
+    file.read_exact(0, text.data(), text.size(), what);
+    return text;
+}
+
+void require_no_special_files(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        std::error_code status_ec;  // a dangling link: not this check's business
+        const fs::file_type type = it->status(status_ec).type();
+        if (type == fs::file_type::fifo || type == fs::file_type::character || type == fs::file_type::block ||
+            type == fs::file_type::socket)
+            require_regular_file(it->path().string());
+    }
+}
+
+void require_regular_file(const std::string& path) {
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) throw Error(path + ": cannot stat: " + std::strerror(errno));
+    if (!S_ISREG(info.st_mode)) throw Error(not_regular(path, info.st_mode));
 }
 
 InputFile::~InputFile() {

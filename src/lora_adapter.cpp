@@ -107,6 +107,13 @@ std::optional<double> number_field(const nlohmann::json& j, const char* key, con
     return j[key].get<double>();
 }
 
+// A LoRA rank: a whole number within bounds (it sizes the adapter tensors vmerge expects).
+constexpr int64_t kMaxLoraRank = int64_t{1} << 20;
+std::optional<int64_t> rank_field(const nlohmann::json& j, const char* key, const fs::path& path) {
+    if (!j.is_object() || !j.contains(key) || j[key].is_null()) return std::nullopt;
+    return json_int_within(j[key], 1, kMaxLoraRank, path.string() + ": " + key);
+}
+
 bool path_exists(const fs::path& p) {
     std::error_code ec;
     return fs::exists(p, ec);
@@ -135,7 +142,8 @@ bool pattern_matches(const std::string& key, const std::string& module) {
 
 std::optional<int64_t> module_rank(const LoraHyperparameters& h, const std::string& module) {
     for (auto it = h.rank_pattern.begin(); it != h.rank_pattern.end(); ++it)
-        if (it.value().is_number() && pattern_matches(it.key(), module)) return it.value().get<int64_t>();
+        if (it.value().is_number() && pattern_matches(it.key(), module))
+            return json_int_within(it.value(), 1, kMaxLoraRank, "adapter_config.json: rank_pattern '" + it.key() + "'");
     return h.r;
 }
 
@@ -192,7 +200,7 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
         if (c.value("fan_in_fan_out", false))
             throw Error(config_path.string() + ": fan_in_fan_out is true (Conv1D weights stored [in, out]); not supported");
         if (auto a = number_field(c, "lora_alpha", config_path)) found.push_back({*a, config_path});
-        if (auto r = number_field(c, "r", config_path)) h.r = static_cast<int64_t>(*r);
+        if (auto r = rank_field(c, "r", config_path)) h.r = *r;
         if (c.contains("use_rslora") && c["use_rslora"].is_boolean()) h.use_rslora = c["use_rslora"].get<bool>();
         if (c.contains("rank_pattern") && c["rank_pattern"].is_object()) h.rank_pattern = c["rank_pattern"];
         if (c.contains("alpha_pattern") && c["alpha_pattern"].is_object()) h.alpha_pattern = c["alpha_pattern"];
@@ -201,7 +209,7 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
         if (!path_exists(meta)) continue;
         const nlohmann::json m = read_json_file(meta.string());
         if (auto a = number_field(m, "lora_alpha", meta)) found.push_back({*a, meta});
-        if (auto r = number_field(m, "r", meta); r && !h.r) h.r = static_cast<int64_t>(*r);
+        if (auto r = rank_field(m, "r", meta); r && !h.r) h.r = *r;
         break;
     }
     for (size_t i = 1; i < found.size(); ++i)
@@ -224,7 +232,7 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
                     "the adapter was trained with (verl: actor_rollout_ref.model.lora_alpha, default 16; Megatron: "
                     "actor_rollout_ref.model.lora.alpha, default 32)");
     }
-    if (!(h.alpha > 0))
+    if (!(h.alpha > 0) || !std::isfinite(h.alpha))
         throw Error("lora_alpha " + number_text(h.alpha) + " (" + h.source + "): the adapter would change nothing (scale " +
                     "alpha/r = 0); pass the value the adapter was trained with as --lora_alpha");
     if (options.use_rslora) h.use_rslora = *options.use_rslora;

@@ -1,12 +1,14 @@
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
+#include <cctype>
 #include <map>
 #include <regex>
 #include <set>
 
 #include "vmerge/box_region.h"
+#include "vmerge/bounded_number.h"
 #include "vmerge/error.h"
+#include "vmerge/input_file.h"
 #include "vmerge/megatron_backend.h"
 
 namespace vmerge {
@@ -43,20 +45,22 @@ struct RankKey {
     std::string expert_rest;  // "linear_fc1.weight", or what follows a sequential expert's index
 };
 
-RankKey parse_rank_key(const std::string& key) {
+// `where` names the rank file, for a layer or expert number out of bounds.
+RankKey parse_rank_key(const std::string& key, const std::string& where) {
     static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
     static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
     static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
     RankKey k;
     std::smatch m, x;
     if (!std::regex_match(key, m, layer_key)) return k;
-    k.layer = std::stoll(m[1]);
+    const std::string source = where + ": key '" + key + "':";
+    k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
     k.rest = m[2];
     if (std::regex_match(k.rest, x, grouped_expert)) {
-        k.expert = std::stoll(x[3]);
+        k.expert = parse_bounded_int(x.str(3), 0, kMaxExperts - 1, source + " expert number");
         k.expert_rest = std::string(x[1]) + "." + std::string(x[2]);
     } else if (std::regex_match(k.rest, x, sequential_expert)) {
-        k.expert = std::stoll(x[1]);
+        k.expert = parse_bounded_int(x.str(1), 0, kMaxExperts - 1, source + " expert number");
         k.expert_rest = x[2];
     }
     return k;
@@ -94,24 +98,27 @@ std::optional<IterationFolder> iteration_folder(const std::string& dir, std::opt
     const fs::path tracker_path = fs::path(dir) / "latest_checkpointed_iteration.txt";
     std::error_code ec;
     if (!fs::exists(tracker_path, ec)) return std::nullopt;
-    std::ifstream in(tracker_path);
-    std::string tracker;
-    in >> tracker;
+    // Megatron-LM writes the number (or "release") alone; a trailing newline is allowed.
+    std::string tracker = read_small_file(tracker_path.string(), 4096, "a tracker file");
+    while (!tracker.empty() && std::isspace(static_cast<unsigned char>(tracker.back()))) tracker.pop_back();
     if (tracker == "release") return IterationFolder{"release", std::nullopt};
-    try {
-        const int number = std::stoi(tracker);
-        return IterationFolder{iteration_dir_name(number), number};
-    } catch (const std::exception&) {
-        throw Error(tracker_path.string() + ": holds '" + tracker + "', expected an iteration number or 'release'");
+    const auto number = parse_int_within(tracker, 0, kMaxIteration);
+    if (!number) {
+        const std::string shown = tracker.size() > 40 ? tracker.substr(0, 40) + "..." : tracker;
+        throw Error(tracker_path.string() + ": holds '" + shown + "', expected 'release' or an iteration number " +
+                    range_text(0, kMaxIteration));
     }
+    return IterationFolder{iteration_dir_name(static_cast<int>(*number)), static_cast<int>(*number)};
 }
 
 MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name) {
     MegatronRankFile file;
     file.dir_name = name;
-    file.tp = std::stoi(m[1]);
+    // The regexes take 2 or 3 digits: bounded by construction, checked all the same.
+    file.tp = static_cast<int>(parse_bounded_int(m.str(1), 0, kMaxWorldSize - 1, name + ": tensor-parallel rank"));
     for (int g = 2; g <= 3; ++g)
-        if (m[g].matched) file.more.push_back(std::stoi(m[g]));
+        if (m[g].matched)
+            file.more.push_back(static_cast<int>(parse_bounded_int(m.str(g), 0, kMaxWorldSize - 1, name + ": rank")));
     return file;
 }
 
@@ -221,7 +228,7 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
     // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
     std::vector<std::vector<RankKey>> keys(scans.size());
     for (size_t i = 0; i < scans.size(); ++i)
-        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key));
+        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key, ckpt.files[i].path));
 
     // 2. Global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
     //    (megatron-formats.md §6): correct for even, uneven and empty stages alike.

@@ -5,7 +5,9 @@
 #include <regex>
 #include <set>
 
+#include "vmerge/bounded_number.h"
 #include "vmerge/error.h"
+#include "vmerge/input_file.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -35,6 +37,7 @@ MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir) {
         if (!std::regex_match(name, m, kAdapterFile)) continue;
         MegatronRankFile file = rank_file_from_name(m, name);
         file.path = entry.path().string();
+        require_regular_file(file.path);
         ckpt.files.push_back(std::move(file));
     }
     if (ckpt.files.empty()) throw Error(ckpt.dir + ": no mp_rank_*_adapter.pt files");
@@ -57,7 +60,7 @@ TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const Ar
         if (!std::regex_match(t.name, m, adapter_key))
             throw Error("'" + t.name + "': expected <module>.adapter.linear_in.weight or .adapter.linear_out.weight "
                         "(Megatron-Bridge LoRA; canonical_lora's per-projection adapters are not supported)");
-        layers.insert(std::stoll(m[2]));
+        layers.insert(parse_bounded_int(m.str(2), 0, kMaxLayers - 1, "'" + t.name + "': layer number"));
         const std::string base = std::string(m[1]) + ".weight";
         const auto match = match_rule(arch, base);
         if (!match) throw Error("'" + t.name + "': no " + arch.name + " name for its base weight '" + base + "'");

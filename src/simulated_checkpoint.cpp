@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "vmerge/bounded_number.h"
 #include "vmerge/dtensor_placement.h"
 #include "vmerge/error.h"
 #include "vmerge/hf_tensor_order.h"
@@ -79,7 +80,8 @@ int64_t take_index(std::string& text, const std::string& marker, const std::stri
     size_t end = begin;
     while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
     if (end == begin || end >= text.size() || text[end] != '.') return -1;
-    const int64_t value = std::stoll(text.substr(begin, end - begin));
+    // A name config.json implies: its numbers are below the layer and expert bounds.
+    const int64_t value = parse_bounded_int(text.substr(begin, end - begin), 0, INT64_MAX, "'" + text + "': index");
     text.replace(begin, end - begin, placeholder);
     return value;
 }
@@ -93,16 +95,11 @@ HfPattern hf_pattern(const std::string& name) {
 }
 
 int parse_count(const std::string& spec, const std::string& text, const char* what) {
-    size_t used = 0;
-    int value = 0;
-    try {
-        value = std::stoi(text, &used);
-    } catch (const std::exception&) {
-        used = 0;
-    }
-    if (used != text.size() || value < 1)
-        throw Error("simulated layout " + spec + ": " + what + " '" + text + "' is not a positive integer");
-    return value;
+    const auto value = parse_int_within(text, 1, kMaxWorldSize);
+    if (!value)
+        throw Error("simulated layout " + spec + ": " + what + " '" + text + "' is not a whole number " +
+                    range_text(1, kMaxWorldSize));
+    return static_cast<int>(*value);
 }
 
 // ---------------------------------------------------------------- FSDP
@@ -450,6 +447,9 @@ SimulationSpec parse_simulation_spec(const std::string& spec) {
     }
     if (s.tp > 99 || s.pp > 999 || s.ep > 999)
         throw Error("simulated layout " + spec + ": Megatron folder names hold tp < 100, pp and ep < 1000");
+    if (int64_t{s.tp} * s.pp * s.ep > kMaxWorldSize)
+        throw Error("simulated layout " + spec + ": tp x pp x ep = " + std::to_string(int64_t{s.tp} * s.pp * s.ep) +
+                    " rank folders: expected at most " + std::to_string(kMaxWorldSize));
     return s;
 }
 

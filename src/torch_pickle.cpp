@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "vmerge/dtensor_placement.h"
 #include "vmerge/error.h"
 
 namespace vmerge {
@@ -237,6 +238,7 @@ void interpret_dtensor(const Value& wrapper_args, const Value& state, const ZipA
                         " dims but " + std::to_string(layout.placements.size()) +
                         " placements and " + std::to_string(layout.coordinates.size()) +
                         " coordinates");
+    check_dtensor_layout(layout, where);
     if (!checked_numel(layout.global_shape))
         fail(where, "DTensor global shape " + shape_to_string(layout.global_shape) + ": its element count overflows 64 bits");
     if (layout.global_shape.size() != out.shape.size())

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vmerge/bounded_number.h"
 #include "vmerge/checksum.h"
 #include "vmerge/error.h"
 #include "vmerge/json_file.h"
@@ -81,10 +82,9 @@ void write_resume_identity(const std::string& staging, const ResumeIdentity& id)
 
 void check_resume_identity(const std::string& staging, const ResumeIdentity& id) {
     const std::string path = journal_dir(staging) + "/plan";
-    std::ifstream in(path);
     nlohmann::json recorded;
     try {
-        recorded = nlohmann::json::parse(in);
+        recorded = nlohmann::json::parse(read_small_file(path, kMaxJsonBytes, "a staging plan"));
     } catch (const nlohmann::json::exception&) {
         throw Error(path + ": unreadable; this staging folder cannot be resumed (delete it, or rerun without --resume)");
     }
@@ -144,7 +144,8 @@ std::vector<WrittenBlock> read_journals(const std::string& staging) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(journal_dir(staging), ec)) {
         if (!entry.path().filename().string().starts_with("rank-")) continue;
-        std::ifstream in(entry.path());
+        // Through InputFile: a FIFO planted in the staging folder is refused, not waited on.
+        std::istringstream in(read_small_file(entry.path().string(), kMaxJournalBytes, "a write journal"));
         std::string line;
         while (std::getline(in, line)) {
             // A line torn by a killed rank, or changed since: that block is simply redone.
@@ -153,10 +154,11 @@ std::vector<WrittenBlock> read_journals(const std::string& staging) {
             std::istringstream fields(line.substr(0, split));
             WrittenBlock b;
             std::string hash;
-            if (!(fields >> b.tensor >> b.row_begin >> b.row_end >> b.file >> b.offset >> b.length >> hash) ||
-                hash.size() != 16 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
+            if (!(fields >> b.tensor >> b.row_begin >> b.row_end >> b.file >> b.offset >> b.length >> hash))
                 continue;
-            b.hash = std::stoull(hash, nullptr, 16);
+            const auto parsed_hash = parse_hex64(hash);
+            if (!parsed_hash) continue;
+            b.hash = *parsed_hash;
             blocks.push_back(b);
         }
     }
@@ -227,11 +229,16 @@ std::vector<std::string> verify_checksums(const std::string& dir) {
         for (const auto& r : it->at("blocks")) ranges.push_back(r);
         for (const auto& r : ranges) {
             const uint64_t offset = r.at(0).get<uint64_t>(), length = r.at(1).get<uint64_t>();
-            const uint64_t want = std::stoull(r.at(2).get<std::string>(), nullptr, 16);
+            const auto want = parse_hex64(r.at(2).get<std::string>());
+            if (!want || offset > file.size() || length > file.size() - offset) {
+                problems.push_back(path + ": range " + r.dump() + " of " + it.key() + " is not inside its " +
+                                   std::to_string(file.size()) + " bytes with a 16-digit hex checksum");
+                continue;
+            }
             // Ranges are the blocks ranks wrote, each bounded by their --max-memory.
             buffer.resize(length);
             file.read_exact(offset, buffer.data(), length, "checksummed range");
-            if (xxh64(buffer.data(), length) != want) {
+            if (xxh64(buffer.data(), length) != *want) {
                 problems.push_back(file_path + ": bytes " + std::to_string(offset) + ".." + std::to_string(offset + length) +
                                    " do not match their recorded checksum");
             }

@@ -24,6 +24,13 @@ std::pair<int64_t, int64_t> chunk_range(int64_t size, int64_t count, int64_t ind
 // keeps everything). Partial is an Error: it is not a piece of the tensor but a summand.
 std::vector<std::vector<DimRun>> dtensor_runs(const DTensorLayout& layout, const std::string& where);
 
+// Every number of a DTensor layout read from a pickle within bounds, else Error naming
+// `where`: mesh dims >= 1 and at most kMaxWorldSize ranks in all; a _StridedShard's split
+// factor from 1 to kMaxWorldSize, all split factors together too (torch sets one to the
+// product of the sizes of the mesh dims that shard the tensor dim after it, which may lie
+// outside the saved mesh), so the splitting loops stay bounded.
+void check_dtensor_layout(const DTensorLayout& layout, const std::string& where);
+
 // Whether this shard is the one copy to read: coordinate 0 on every Replicate mesh dim.
 bool is_primary_replica(const DTensorLayout& layout);
 

@@ -6,6 +6,9 @@ namespace vmerge {
 
 // A read-only file read by exact ranges (pread). Every range is checked against the file
 // size first, so a truncated or lying file gives an Error naming the path and offset.
+// This is the one way vmerge opens an input: without blocking (open() on a FIFO waits for a
+// writer forever, a device never ends), and only a regular file is accepted, so a FIFO, a
+// device or a socket in place of a rank file, config.json or tracker is an Error naming it.
 class InputFile {
 public:
     explicit InputFile(const std::string& path);
@@ -29,5 +32,24 @@ private:
     int fd_ = -1;
     uint64_t size_ = 0;
 };
+
+// The whole of a small input file (config.json, a tracker, fsdp_config.json), opened as an
+// InputFile; Error when it holds more than `max_bytes` (`what` names the kind of file).
+std::string read_small_file(const std::string& path, uint64_t max_bytes, const char* what);
+
+// Largest JSON document vmerge parses (an index of a million tensors is ~100 MiB).
+inline constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20;
+
+// For directory listings: Error "<path>: a FIFO, not a regular file" (links followed) unless
+// `path` is a regular file, by the same rule as InputFile.
+void require_regular_file(const std::string& path);
+
+// For a folder whose files are all read or copied (the Hugging Face config folder): Error
+// naming the first FIFO, device or socket found in it or its subfolders (links followed;
+// other entries are the business of whoever reads them).
+void require_no_special_files(const std::string& dir);
+
+// "a FIFO", "a character device", ...: what a non-regular st_mode is, for messages.
+std::string file_kind(unsigned mode);
 
 }  // namespace vmerge

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <istream>
 #include <string>
 
@@ -8,8 +9,13 @@ namespace vmerge {
 
 // Parses the JSON document `in` read from `path`; Error "<path>: not valid JSON: ..." otherwise.
 nlohmann::json parse_json(std::istream& in, const std::string& path);
+nlohmann::json parse_json_text(const std::string& text, const std::string& path);
 
-// The same for a file (a missing or unreadable file is "not valid JSON" too).
+// The same for a file, read through InputFile (a regular file only, at most kMaxJsonBytes).
 nlohmann::json read_json_file(const std::string& path);
+
+// A JSON whole number within [lo, hi], or Error "<source> <value>: expected lo..hi" (also for
+// a fraction, a string, or a number beyond 64 bits). `source` names file and key.
+int64_t json_int_within(const nlohmann::json& value, int64_t lo, int64_t hi, const std::string& source);
 
 }  // namespace vmerge

@@ -63,10 +63,6 @@ def hf_link_cases(good_fsdp, out):
     case("hf_dangling_link", ckpt, [], "huggingface/chat_template.json links to nothing", exit=0,
          output=["chat_template.json: a link to nothing"], target_lacks=["chat_template.json"])
 
-    root, ckpt = checkpoint_with_outside(good_fsdp, out, "hf_fifo_not_copied")
-    os.mkfifo(os.path.join(ckpt, "huggingface", "preprocessor_config.json"))
-    case("hf_fifo_not_copied", ckpt, [], "a FIFO in huggingface/ is skipped, not read (no hang)", exit=0, timeout=60,
-         output=["preprocessor_config.json: not a regular file"], target_lacks=["preprocessor_config.json"])
 
 
 def placement_cases(good_fsdp, out):
