@@ -75,6 +75,22 @@ TensorMapping strip_dcp_prefixes(TensorMapping mapping, const DcpMetadata& meta,
     return out;
 }
 
+// Buffers a model's state dict may hold that are not weights of the Hugging Face model:
+// transformers recomputes rotary inv_freq, and TransformerEngine's _extra_state is FP8
+// bookkeeping. FSDP and DCP keep every key, so they are taken out here, each with its reason.
+void drop_non_weight_buffers(TensorMapping& mapping, SourceLedger& ledger, std::vector<std::string>& notes) {
+    size_t dropped = 0;
+    std::erase_if(mapping.tensors, [&](const OutputTensor& t) {
+        const bool inv_freq = t.name.ends_with("rotary_emb.inv_freq");
+        const bool extra_state = t.name.ends_with("_extra_state");
+        if (!inv_freq && !extra_state) return false;
+        ledger.drop_output(t, mapping.sources, inv_freq ? DropReason::RotaryInvFreq : DropReason::ExtraState);
+        ++dropped;
+        return true;
+    });
+    if (dropped) notes.push_back(std::to_string(dropped) + " rotary inv_freq / _extra_state buffers not written (not model weights)");
+}
+
 // One account per scanned entry; a DCP item is named by its fqn and chunk (its archive key
 // is empty), and its bytes items, never scanned, are dropped as such.
 SourceLedger open_ledger(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans) {
@@ -233,6 +249,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
             m.facts["world_size"] = ckpt.fsdp.world_size;
             m.facts["world_size_inferred"] = ckpt.fsdp.world_size_inferred;
             m.mapping = map_fsdp(scans, &ledger);
+            drop_non_weight_buffers(m.mapping, ledger, m.notes);
             break;
         case Layout::MegatronLegacy: {
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
@@ -251,6 +268,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
         case Layout::Dcp: {
             m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, m.notes, &ledger), ckpt.dcp,
                                            ledger, m.notes);
+            drop_non_weight_buffers(m.mapping, ledger, m.notes);
             break;
         }
         case Layout::HfSafetensors:

@@ -129,6 +129,17 @@ def add_record(path, name, data):
             z.writestr(zipfile.ZipInfo(n), d, compress_type=zipfile.ZIP_STORED)
 
 
+def add_copy_of_entry(path, key, new_key, new_storage):
+    """`key`'s entry copied under `new_key`, its tensor bytes in a new record `new_storage`."""
+    pkl = read_record(path, "/data.pkl")
+    storage = storage_of(pkl, key)
+    names = zipfile.ZipFile(path).namelist()
+    prefix = next(n for n in names if n.endswith("/data.pkl"))[:-len("data.pkl")]
+    data = zipfile.ZipFile(path).read(prefix + "data/" + storage)
+    patch_data_pkl(path, lambda p: duplicate_entry(p, key, new_key, storage, new_storage))
+    add_record(path, prefix + "data/" + new_storage, data)
+
+
 def state_dict_keys(path):
     """The tensor keys of an FSDP rank file in order (the strings a dict batch pushes as keys)."""
     pkl = read_record(path, "/data.pkl")
@@ -164,11 +175,12 @@ def fsdp_cases(good, out):
     assert keys[-1] == "lm_head.weight" and not cfg["tie_word_embeddings"], keys[-1]
 
     d = copy_case(w2, os.path.join(out, "fsdp_value_unknown_object"))
-    patch_data_pkl(os.path.join(d, R0),
-                   lambda p: replace_value(p, "lm_head.weight", b"cvmerge_corpus\nNotATensor\n)R"))
+    for r in (R0, R1):
+        patch_data_pkl(os.path.join(d, r),
+                       lambda p: replace_value(p, "lm_head.weight", b"cvmerge_corpus\nNotATensor\n)R"))
     case("fsdp_value_unknown_object", d,
          f"{R0} key 'lm_head.weight': holds vmerge_corpus.NotATensor(...) where a tensor is expected",
-         "rank 0's lm_head.weight value replaced by vmerge_corpus.NotATensor() (GLOBAL, "
+         "both ranks' lm_head.weight value replaced by vmerge_corpus.NotATensor() (GLOBAL, "
          "EMPTY_TUPLE, REDUCE): once silently skipped, the model lost its head with exit 0")
 
     d = copy_case(w2, os.path.join(out, "fsdp_lm_head_missing_untied"))
@@ -220,6 +232,16 @@ def fsdp_cases(good, out):
     case("fsdp_wrapped_key_merges", d, [], "model.norm.weight saved as _fsdp_wrapped_module.model.norm.weight "
          "(FSDP1 names): the wrapper segment is stripped and the merge succeeds",
          exit=0, output=["vmerge: merged"])
+
+    # An older transformers' rotary buffer saved with the weights: dropped with its reason.
+    d = copy_case(w2, os.path.join(out, "fsdp_inv_freq_dropped"))
+    norm0, inv_freq = keys[11], "model.layers.0.self_attn.rotary_emb.inv_freq"
+    assert norm0 == "model.layers.0.input_layernorm.weight", norm0
+    for r in (R0, R1):
+        add_copy_of_entry(os.path.join(d, r), norm0, inv_freq, "inv_freq")
+    case("fsdp_inv_freq_dropped", d, [], f"{inv_freq} (a copy of {norm0}'s shards in their own storages) added "
+         "to both ranks: not written, and counted", exit=0,
+         output=["vmerge: dropped 2 source entries: 2 rotary inv_freq buffer", f"vmerge: merged {len(keys)} tensors"])
 
     hsdp = os.path.join(good, "hsdp_2x2")
     rank_files = sorted(f for f in os.listdir(hsdp) if f.startswith("model_world_size_"))
@@ -303,13 +325,7 @@ def megatron_cases(good, out):
 
     def add_unmapped(d):
         for f in files:
-            path = os.path.join(d, f)
-            pkl = read_record(path, "/data.pkl")
-            storage = storage_of(pkl, base)
-            prefix = next(n for n in zipfile.ZipFile(path).namelist() if n.endswith("/data.pkl"))[:-len("data.pkl")]
-            data = zipfile.ZipFile(path).read(prefix + "data/" + storage)
-            patch_data_pkl(path, lambda p: duplicate_entry(p, base, extra, storage, "unmapped"))
-            add_record(path, prefix + "data/unmapped", data)
+            add_copy_of_entry(os.path.join(d, f), base, extra, "unmapped")
 
     d = copy_case(src, os.path.join(out, "megatron_unmapped_key"))
     add_unmapped(d)

@@ -246,5 +246,26 @@ TEST(FsdpConfigCheck, UnknownArchitectureIsNotCheckedAndSaysSo) {
     EXPECT_TRUE(contains(m.notes[0], "not checked against /hf/config.json: no tensor table for architecture FooForCausalLM"));
 }
 
+// --- map_checkpoint -------------------------------------------------------------------------
+
+TEST(MapCheckpoint, FsdpBuffersAndNonTensorsAreDroppedAndCounted) {
+    const std::string path = "/c/model_world_size_1_rank_0.pt";
+    DetectedCheckpoint ckpt = fsdp_layout();
+    ckpt.fsdp.world_size = 1;
+    const std::vector<ScannedFile> scans{scan_of(path,
+                                                 {{"model.w", stored({2}, path, 64), 0},
+                                                  {"model.layers.0.self_attn.rotary_emb.inv_freq", stored({2}, path, 128), 0},
+                                                  {"model.layers.0.mlp.fc._extra_state", stored({8}, path, 192), 0}},
+                                                 {{"model.version", "int"}})};
+    const MappedCheckpoint m = map_checkpoint(ckpt, scans, tiny_config(false), {});
+    ASSERT_EQ(m.mapping.tensors.size(), 1u);
+    EXPECT_EQ(m.mapping.tensors[0].name, "model.w");
+    EXPECT_EQ(m.account.written, 1u);
+    EXPECT_EQ(m.account.dropped.at("rotary inv_freq buffer"), 1u);
+    EXPECT_EQ(m.account.dropped.at("_extra_state"), 1u);
+    EXPECT_EQ(m.account.dropped.at("not a tensor"), 1u);
+    EXPECT_EQ(m.notes.back(), "dropped 3 source entries: 1 _extra_state, 1 not a tensor, 1 rotary inv_freq buffer");
+}
+
 }  // namespace
 }  // namespace vmerge
