@@ -48,19 +48,16 @@ void add_dcp_jobs(DetectedCheckpoint& d) {
 // dcp.save({"model": sd}), "module." for wrapped modules): strip them to get model names.
 // What lies outside the "model" dict is dropped in the ledger; two keys that strip to one
 // name are an Error.
-TensorMapping strip_dcp_prefixes(TensorMapping mapping, const DcpMetadata& meta, SourceLedger& ledger,
-                                 std::vector<std::string>& notes) {
+TensorMapping strip_dcp_prefixes(TensorMapping mapping, const DcpMetadata& meta, SourceLedger& ledger) {
     TensorMapping out;
     out.sources = std::move(mapping.sources);
     OutputNames names(meta.dir + "/.metadata");
-    size_t dropped = 0;
     bool any_model = false;
     for (const auto& t : mapping.tensors) any_model = any_model || t.name.starts_with("model.");
     for (auto& t : mapping.tensors) {
         std::string name = t.name;
         if (any_model) {
             if (!name.starts_with("model.")) {
-                ++dropped;
                 ledger.drop_output(t, out.sources, DropReason::OutsideModel);
                 continue;
             }
@@ -71,7 +68,6 @@ TensorMapping strip_dcp_prefixes(TensorMapping mapping, const DcpMetadata& meta,
         t.name = name;
         out.tensors.push_back(std::move(t));
     }
-    if (dropped) notes.push_back("skipped " + std::to_string(dropped) + " tensors outside the 'model' state dict (optimizer, ...)");
     return out;
 }
 
@@ -135,7 +131,7 @@ TensorMapping assemble_rank_files(DetectedCheckpoint& ckpt, const std::vector<Sc
                                   const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m,
                                   SourceLedger& ledger) {
     MegatronParallelism found;
-    TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes, &ledger);
+    TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, &ledger);
     m.facts["tp"] = found.tp;
     m.facts["pp"] = found.pp;
     m.facts["vpp"] = found.vpp;
@@ -260,14 +256,14 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
         }
         case Layout::MegatronDist: {
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
-            const TensorMapping canonical = assemble_dcp_tensors(ckpt.dcp, scans, true, m.notes, &ledger);
+            const TensorMapping canonical = assemble_dcp_tensors(ckpt.dcp, scans, true, &ledger);
             m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
                                        &ledger);
             break;
         }
         case Layout::Dcp: {
-            m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, m.notes, &ledger), ckpt.dcp,
-                                           ledger, m.notes);
+            m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, &ledger), ckpt.dcp,
+                                           ledger);
             drop_non_weight_buffers(m.mapping, ledger, m.notes);
             break;
         }

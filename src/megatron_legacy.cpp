@@ -168,7 +168,7 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
 
 TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
-                                       std::vector<std::string>& notes, SourceLedger* ledger) {
+                                       SourceLedger* ledger) {
     // 1. Which index is which: a lone second index is the pipeline stage unless the
     //    embedding lives in more than one of those folders (then it is the expert rank).
     size_t index_count = ckpt.files.front().more.size();
@@ -244,13 +244,11 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             if (k.expert >= 0) experts_per_rank[ckpt.files[i].pp] = std::max(experts_per_rank[ckpt.files[i].pp], k.expert + 1);
     std::map<std::string, std::vector<Piece>> shards;  // canonical key -> pieces by tp rank
     std::vector<std::string> order;
-    size_t skipped_extra_state = 0;
     for (size_t i = 0; i < scans.size(); ++i) {
         const MegatronRankFile& f = ckpt.files[i];
         for (size_t n = 0; n < scans[i].tensors.size(); ++n) {
             const StateDictEntry& e = scans[i].tensors[n];
             if (e.key.find("_extra_state") != std::string::npos) {
-                ++skipped_extra_state;
                 if (ledger) ledger->drop(e.tensor, DropReason::ExtraState);
                 continue;
             }
@@ -280,7 +278,6 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             else if (ledger) ledger->drop(e.tensor, DropReason::Replica);  // a pipeline stage's output_layer copy
         }
     }
-    if (skipped_extra_state) notes.push_back("skipped " + std::to_string(skipped_extra_state) + " _extra_state entries");
 
     // 4. Assemble each tensor from its TP shards.
     std::map<std::string, Shape> expected_shapes;

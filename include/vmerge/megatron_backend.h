@@ -68,15 +68,14 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
 // What it does not use is dropped in `ledger` with its reason (_extra_state, replicas).
 TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
-                                       std::vector<std::string>& notes, SourceLedger* ledger = nullptr);
+                                       SourceLedger* ledger = nullptr);
 
 // The same canonical tensors from a torch_dist (dist_ckpt) or DCP folder: stacked layer and
 // expert axes are split into one tensor per layer/expert. `chunk_scans` holds the scan of
 // every chunk in metadata order (tensor by tensor, chunk by chunk).
 // Non-model and _extra_state items are dropped in `ledger`.
 TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
-                                   bool split_megatron_axes, std::vector<std::string>& notes,
-                                   SourceLedger* ledger = nullptr);
+                                   bool split_megatron_axes, SourceLedger* ledger = nullptr);
 
 // Renames and splits canonical Megatron tensors into the HF tensors of `arch` (QKV
 // de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
