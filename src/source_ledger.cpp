@@ -1,5 +1,7 @@
 #include "vmerge/source_ledger.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "vmerge/error.h"
@@ -54,17 +56,20 @@ std::string SourceAccount::dropped_text() const {
     return text;
 }
 
-SourceLedger::SourceLedger(const std::vector<ScannedFile>& scans, const std::vector<std::string>& item_names) {
+SourceLedger::SourceLedger(const std::vector<ScannedFile>& scans, std::vector<std::string> item_names)
+    : scans_(scans), item_names_(std::move(item_names)) {
     for (size_t i = 0; i < scans.size(); ++i) {
         const ScannedFile& scan = scans[i];
-        for (const StateDictEntry& e : scan.tensors) {
+        for (size_t n = 0; n < scan.tensors.size(); ++n) {
+            const StateDictEntry& e = scan.tensors[n];
             Entry entry;
-            const std::string name = i < item_names.size() ? item_names[i] : "key '" + e.key + "'";
-            entry.where = scan.path + " " + name;
+            entry.scan = static_cast<uint32_t>(i);
+            entry.index = static_cast<uint32_t>(n);
             entry.empty = numel(e.tensor.shape) == 0;
             if (is_extra_state(e.key)) entry.reason = DropReason::ExtraState;
-            by_storage_[{e.tensor.storage.file, e.tensor.storage.byte_offset}].push_back(entries_.size());
-            entries_.push_back(std::move(entry));
+            const auto file = file_ids_.emplace(e.tensor.storage.file, static_cast<uint32_t>(file_ids_.size())).first;
+            by_storage_.push_back({file->second, e.tensor.storage.byte_offset, static_cast<uint32_t>(entries_.size())});
+            entries_.push_back(entry);
         }
         for (const SkippedEntry& s : scan.skipped) {
             const std::string where = scan.path + " key '" + s.key + "'";
@@ -75,13 +80,29 @@ SourceLedger::SourceLedger(const std::vector<ScannedFile>& scans, const std::vec
                                     "value vmerge can ignore)");
         }
     }
+    std::sort(by_storage_.begin(), by_storage_.end());
+}
+
+std::string SourceLedger::where(const Entry& e) const {
+    const ScannedFile& scan = scans_[e.scan];
+    if (e.scan < item_names_.size()) return scan.path + " " + item_names_[e.scan];
+    return scan.path + " key '" + scan.tensors[e.index].key + "'";
+}
+
+std::pair<std::vector<SourceLedger::StorageEntry>::const_iterator, std::vector<SourceLedger::StorageEntry>::const_iterator>
+SourceLedger::entries_of(const TensorRef& source) const {
+    auto file = file_ids_.find(source.storage.file);
+    if (file == file_ids_.end()) return {by_storage_.end(), by_storage_.end()};  // not scanned (an HF base folder)
+    const StorageEntry low{file->second, source.storage.byte_offset, 0};
+    const StorageEntry high{file->second, source.storage.byte_offset, UINT32_MAX};
+    return {std::lower_bound(by_storage_.begin(), by_storage_.end(), low),
+            std::upper_bound(by_storage_.begin(), by_storage_.end(), high)};
 }
 
 void SourceLedger::drop(const TensorRef& source, DropReason reason) {
-    auto it = by_storage_.find({source.storage.file, source.storage.byte_offset});
-    if (it == by_storage_.end()) return;  // not from a scanned file (an HF base folder)
-    for (size_t e : it->second)
-        if (!entries_[e].reason) entries_[e].reason = reason;
+    const auto [begin, end] = entries_of(source);
+    for (auto it = begin; it != end; ++it)
+        if (!entries_[it->entry].reason) entries_[it->entry].reason = reason;
 }
 
 void SourceLedger::drop_output(const OutputTensor& t, const std::vector<TensorRef>& sources, DropReason reason) {
@@ -92,11 +113,13 @@ void SourceLedger::drop_output(const OutputTensor& t, const std::vector<TensorRe
 void SourceLedger::drop_unscanned(const std::string& where, DropReason reason) { settled_.emplace_back(where, reason); }
 
 SourceAccount SourceLedger::settle(const TensorMapping& mapping) const {
-    std::set<StorageId> written;
+    std::vector<char> written(entries_.size(), 0);
     auto mark = [&](const OutputTensor& t) {
-        for (const BoxCopy& c : t.copies)
-            if (c.source < mapping.sources.size() && numel(c.extent) > 0)
-                written.insert({mapping.sources[c.source].storage.file, mapping.sources[c.source].storage.byte_offset});
+        for (const BoxCopy& c : t.copies) {
+            if (c.source >= mapping.sources.size() || numel(c.extent) == 0) continue;
+            const auto [begin, end] = entries_of(mapping.sources[c.source]);
+            for (auto it = begin; it != end; ++it) written[it->entry] = 1;
+        }
     };
     for (const OutputTensor& t : mapping.tensors) mark(t);
     for (const LoraDelta& d : mapping.lora_deltas) {
@@ -104,26 +127,24 @@ SourceAccount SourceLedger::settle(const TensorMapping& mapping) const {
         mark(d.b);
     }
     SourceAccount account;
-    auto count_drop = [&](const std::string& where, DropReason reason) {
+    // The message text is built only for the few examples kept per reason.
+    auto count_drop = [&](DropReason reason, const auto& place) {
         const std::string text = drop_reason_text(reason);
         ++account.dropped[text];
         auto& examples = account.examples[text];
-        if (examples.size() < kExamplesPerReason) examples.push_back(where);
+        if (examples.size() < kExamplesPerReason) examples.push_back(place());
     };
-    std::vector<char> is_written(entries_.size(), 0);
-    for (const auto& [storage, ids] : by_storage_)
-        if (written.count(storage))
-            for (size_t e : ids) is_written[e] = 1;
     for (size_t e = 0; e < entries_.size(); ++e) {
         const Entry& entry = entries_[e];
-        if (is_written[e]) ++account.written;
-        else if (entry.reason) count_drop(entry.where, *entry.reason);
-        else if (entry.empty) count_drop(entry.where, DropReason::EmptyShard);
+        auto place = [&] { return where(entry); };
+        if (written[e]) ++account.written;
+        else if (entry.reason) count_drop(*entry.reason, place);
+        else if (entry.empty) count_drop(DropReason::EmptyShard, place);
         else
-            throw Error(entry.where + ": neither written nor dropped for a known reason (no output tensor takes "
-                                      "its values)");
+            throw Error(where(entry) + ": neither written nor dropped for a known reason (no output tensor takes "
+                                       "its values)");
     }
-    for (const auto& [where, reason] : settled_) count_drop(where, reason);
+    for (const auto& [text, reason] : settled_) count_drop(reason, [&] { return text; });
     return account;
 }
 

@@ -43,12 +43,13 @@ struct SourceAccount {
 // written and fails for any entry that is neither (an entry lost without a word).
 class SourceLedger {
 public:
-    // One account per tensor entry of `scans`. Non-tensor values are settled at once: known
-    // plain values (None, int, str, containers) and `_extra_state` are dropped with their
-    // reason; an unrecognised object where a tensor is expected is an Error naming file and key.
+    // One account per tensor entry of `scans`, which must outlive the ledger (messages name
+    // their entries from them). Non-tensor values are settled at once: known plain values
+    // (None, int, str, containers) and `_extra_state` are dropped with their reason; an
+    // unrecognised object where a tensor is expected is an Error naming file and key.
     // `item_names[i]`, when given, names scan i's entries in messages (a DCP item's fqn).
-    explicit SourceLedger(const std::vector<ScannedFile>& scans,
-                          const std::vector<std::string>& item_names = {});
+    explicit SourceLedger(const std::vector<ScannedFile>& scans, std::vector<std::string> item_names = {});
+    SourceLedger(std::vector<ScannedFile>&& scans, std::vector<std::string> item_names = {}) = delete;
 
     // Drops the entry whose storage `source` views.
     void drop(const TensorRef& source, DropReason reason);
@@ -62,14 +63,29 @@ public:
     SourceAccount settle(const TensorMapping& mapping) const;
 
 private:
+    // Compact, as a cluster-scale FSDP checkpoint has millions of entries: an entry is its
+    // scan and index, a storage its file number and byte offset.
     struct Entry {
-        std::string where;  // "file key 'k'"
+        uint32_t scan = 0, index = 0;
         bool empty = false;
         std::optional<DropReason> reason;
     };
-    using StorageId = std::pair<std::string, uint64_t>;  // file, byte offset of the storage
+    struct StorageEntry {
+        uint32_t file = 0;
+        uint64_t offset = 0;
+        uint32_t entry = 0;
+        auto operator<=>(const StorageEntry&) const = default;
+    };
+    std::string where(const Entry& e) const;
+    // The entries whose storage `source` views (tied weights may share one).
+    std::pair<std::vector<StorageEntry>::const_iterator, std::vector<StorageEntry>::const_iterator> entries_of(
+        const TensorRef& source) const;
+
+    const std::vector<ScannedFile>& scans_;
+    std::vector<std::string> item_names_;
+    std::map<std::string, uint32_t> file_ids_;
     std::vector<Entry> entries_;
-    std::map<StorageId, std::vector<size_t>> by_storage_;
+    std::vector<StorageEntry> by_storage_;                     // sorted
     std::vector<std::pair<std::string, DropReason>> settled_;  // non-tensors and unscanned items
 };
 

@@ -86,7 +86,8 @@ TEST(SourceLedger, WrittenDroppedAndEmptyAreCountedByReason) {
 
 TEST(SourceLedger, AnEntryNeitherWrittenNorDroppedIsAnErrorNamingFileAndKey) {
     const TensorRef a = stored({4}, "/c/r0.pt", 64), lost = stored({4}, "/c/r0.pt", 128);
-    SourceLedger ledger({scan_of("/c/r0.pt", {{"a", a, 0}, {"lm_head.weight", lost, 0}})});
+    const std::vector<ScannedFile> scans{scan_of("/c/r0.pt", {{"a", a, 0}, {"lm_head.weight", lost, 0}})};
+    SourceLedger ledger(scans);
     TensorMapping m;
     m.tensors.push_back(whole("a", m, a));
     const std::string msg = error_of([&] { ledger.settle(m); });
@@ -94,17 +95,25 @@ TEST(SourceLedger, AnEntryNeitherWrittenNorDroppedIsAnErrorNamingFileAndKey) {
 }
 
 TEST(SourceLedger, AnUnknownObjectWhereATensorBelongsIsAnError) {
-    const std::string msg = error_of([&] {
-        SourceLedger ledger({scan_of("/c/r1.pt", {}, {{"lm_head.weight", "evil.Thing(...)"}})});
-    });
+    const std::vector<ScannedFile> scans{scan_of("/c/r1.pt", {}, {{"lm_head.weight", "evil.Thing(...)"}})};
+    const std::string msg = error_of([&] { SourceLedger ledger(scans); });
     EXPECT_TRUE(contains(msg, "/c/r1.pt key 'lm_head.weight': holds evil.Thing(...) where a tensor is expected")) << msg;
+}
+
+TEST(SourceLedger, DcpItemsAreNamedByTheirFqn) {
+    const TensorRef chunk = stored({4}, "/c/__0_0.distcp", 4096);
+    const std::vector<ScannedFile> scans{scan_of("/c/__0_0.distcp", {{"", chunk, 0}})};
+    SourceLedger ledger(scans, {"'model.w' chunk [0]"});
+    EXPECT_TRUE(contains(error_of([&] { ledger.settle(TensorMapping{}); }),
+                         "/c/__0_0.distcp 'model.w' chunk [0]: neither written nor dropped"));
 }
 
 TEST(SourceLedger, DroppedOutputDropsItsSourcesAndWrittenWins) {
     // Tied weights saved in one storage: one key written, the other dropped, both accounted.
     const TensorRef emb = stored({6, 2}, "/c/r0.pt", 64), head = stored({6, 2}, "/c/r0.pt", 64),
                     opt = stored({6}, "/c/r0.pt", 512);
-    SourceLedger ledger({scan_of("/c/r0.pt", {{"embed", emb, 0}, {"head", head, 0}, {"opt", opt, 0}})});
+    const std::vector<ScannedFile> scans{scan_of("/c/r0.pt", {{"embed", emb, 0}, {"head", head, 0}, {"opt", opt, 0}})};
+    SourceLedger ledger(scans);
     TensorMapping m;
     m.tensors.push_back(whole("embed", m, emb));
     TensorMapping other;
