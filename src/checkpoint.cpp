@@ -304,7 +304,14 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
                                                         : "architecture " + config.architectures[0]));
         return;
     }
-    ArchitectureInfo arch = architecture_for(config, options.is_value_model);
+    // A verl critic saves the actor's config.json (a *ForCausalLM) with its own score head:
+    // the checkpoint's names say which head it has.
+    bool score_head = false, lm_head = false;
+    for (const OutputTensor& t : m.mapping.tensors) {
+        score_head = score_head || t.name == "score.weight";
+        lm_head = lm_head || t.name == "lm_head.weight";
+    }
+    ArchitectureInfo arch = architecture_for(config, options.is_value_model || (score_head && !lm_head));
     if (options.tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
     // Names and shapes are all the check reads; an extracted adapter is not part of the model.
     TensorMapping model;

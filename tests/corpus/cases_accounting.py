@@ -231,7 +231,7 @@ def fsdp_cases(good, out):
         patch_data_pkl(os.path.join(d, r), lambda p: rename_key(p, norm, "_fsdp_wrapped_module." + norm))
     case("fsdp_wrapped_key_merges", d, [], "model.norm.weight saved as _fsdp_wrapped_module.model.norm.weight "
          "(FSDP1 names): the wrapper segment is stripped and the merge succeeds",
-         exit=0, output=["vmerge: merged"])
+         exit=0, output=[f"vmerge: merged {len(keys)} tensors"])
 
     # An older transformers' rotary buffer saved with the weights: dropped with its reason.
     d = copy_case(w2, os.path.join(out, "fsdp_inv_freq_dropped"))

@@ -240,6 +240,15 @@ TEST(FsdpConfigCheck, ExtraAndMisshapenTensorsAreNamed) {
     EXPECT_TRUE(contains(msg, "wrong shape: model.layers.0.mlp.gate_proj.weight [7, 4] (config.json implies [6, 4])")) << msg;
 }
 
+TEST(FsdpConfigCheck, ACriticWithTheActorsCausalLmConfigIsCheckedAsAValueModel) {
+    MappedCheckpoint m = tiny_llama(false);
+    m.mapping.tensors.push_back(testing::tensor("score.weight", DType::F32, {1, 4}));
+    EXPECT_NO_THROW(check_output_against_config(m, fsdp_layout(), tiny_config(false), {}));
+    m.mapping.tensors.back().shape = {1, 5};
+    EXPECT_TRUE(contains(error_of([&] { check_output_against_config(m, fsdp_layout(), tiny_config(false), {}); }),
+                         "wrong shape: score.weight [1, 5] (config.json implies [1, 4])"));
+}
+
 TEST(FsdpConfigCheck, AdapterTensorsAreNotPartOfTheModel) {
     MappedCheckpoint m = tiny_llama(true);
     OutputTensor adapter = testing::tensor("base_model.model.lora_A.weight", DType::F32, {2, 4});
