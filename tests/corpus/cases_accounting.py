@@ -208,6 +208,13 @@ def fsdp_cases(good, out):
           f"[{inter + 16}, {cfg['hidden_size']}])"],
          f"config.json intermediate_size {inter} -> {inter + 16}")
 
+    d = copy_case(w2, os.path.join(out, "fsdp_unknown_arch_not_checked"))
+    edit_config(os.path.join(d, "huggingface", "config.json"), architectures=["FooForCausalLM"])
+    case("fsdp_unknown_arch_not_checked", d, [], "architectures ['FooForCausalLM']: FSDP names its own tensors, "
+         "so the merge goes on and says the config check was skipped", exit=0,
+         output=["huggingface/config.json: no tensor table for architecture FooForCausalLM",
+                 f"vmerge: merged {len(keys)} tensors"])
+
     d = copy_case(w2, os.path.join(out, "fsdp_key_metadata"))
     for r in (R0, R1):
         patch_data_pkl(os.path.join(d, r), lambda p: rename_key(p, "model.norm.weight", "__metadata__"))
