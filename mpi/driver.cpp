@@ -180,6 +180,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.tie_word_embedding))
             in.mapped.notes.push_back(note);
+        check_output_against_config(in.mapped, in.checkpoint, in.config, options);
         plan_quantized_output(in, o);
     });
     in.map_seconds = seconds_since(map_start);
@@ -256,6 +257,8 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     j["hf_config"] = in.config.dir;
     j["scanned_archives"] = in.checkpoint.jobs.size();
     j["notes"] = in.mapped.notes;
+    j["source_entries_written"] = in.mapped.account.written;
+    j["dropped"] = dropped_json(in.mapped.account);
     // One example per distinct DTensor sharding, so a user sees mesh and placements at a glance.
     nlohmann::ordered_json meshes = nlohmann::ordered_json::object();
     if (in.checkpoint.layout == Layout::Fsdp && !in.scans.empty()) {

@@ -46,27 +46,60 @@ void add_dcp_jobs(DetectedCheckpoint& d) {
 
 // Plain DCP keys carry the container names of the saved dict ("model." for
 // dcp.save({"model": sd}), "module." for wrapped modules): strip them to get model names.
-TensorMapping strip_dcp_prefixes(TensorMapping mapping, std::vector<std::string>& notes) {
+// What lies outside the "model" dict is dropped in the ledger; two keys that strip to one
+// name are an Error.
+TensorMapping strip_dcp_prefixes(TensorMapping mapping, const DcpMetadata& meta, SourceLedger& ledger) {
     TensorMapping out;
     out.sources = std::move(mapping.sources);
-    size_t dropped = 0;
+    OutputNames names(meta.dir + "/.metadata");
     bool any_model = false;
     for (const auto& t : mapping.tensors) any_model = any_model || t.name.starts_with("model.");
     for (auto& t : mapping.tensors) {
         std::string name = t.name;
         if (any_model) {
             if (!name.starts_with("model.")) {
-                ++dropped;
+                ledger.drop_output(t, out.sources, DropReason::OutsideModel);
                 continue;
             }
             name = name.substr(6);
         }
         while (name.starts_with("module.")) name = name.substr(7);
+        names.claim(name, t.name);
         t.name = name;
         out.tensors.push_back(std::move(t));
     }
-    if (dropped) notes.push_back("skipped " + std::to_string(dropped) + " tensors outside the 'model' state dict (optimizer, ...)");
     return out;
+}
+
+// Buffers a model's state dict may hold that are not weights of the Hugging Face model:
+// transformers recomputes rotary inv_freq, and TransformerEngine's _extra_state is FP8
+// bookkeeping. FSDP and DCP keep every key, so they are taken out here, each with its reason.
+void drop_non_weight_buffers(TensorMapping& mapping, SourceLedger& ledger, std::vector<std::string>& notes) {
+    size_t dropped = 0;
+    std::erase_if(mapping.tensors, [&](const OutputTensor& t) {
+        const bool inv_freq = t.name.ends_with("rotary_emb.inv_freq");
+        const bool extra_state = t.name.ends_with("_extra_state");
+        if (!inv_freq && !extra_state) return false;
+        ledger.drop_output(t, mapping.sources, inv_freq ? DropReason::RotaryInvFreq : DropReason::ExtraState);
+        ++dropped;
+        return true;
+    });
+    if (dropped) notes.push_back(std::to_string(dropped) + " rotary inv_freq / _extra_state buffers not written (not model weights)");
+}
+
+// One account per scanned entry; a DCP item is named by its fqn and chunk (its archive key
+// is empty), and its bytes items, never scanned, are dropped as such.
+SourceLedger open_ledger(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans) {
+    const bool dcp = ckpt.layout == Layout::Dcp || ckpt.layout == Layout::MegatronDist;
+    std::vector<std::string> item_names;
+    if (dcp)
+        for (const auto& t : ckpt.dcp.tensors)
+            for (const auto& c : t.chunks) item_names.push_back("'" + t.fqn + "' chunk " + shape_to_string(c.offsets));
+    SourceLedger ledger(scans, item_names);
+    if (dcp)
+        for (const auto& fqn : ckpt.dcp.byte_items)
+            ledger.drop_unscanned(ckpt.dcp.dir + "/.metadata '" + fqn + "'", DropReason::BytesItem);
+    return ledger;
 }
 
 // An HF safetensors folder as it is: every tensor copied whole.
@@ -95,9 +128,10 @@ TensorMapping map_hf_safetensors(const std::string& dir) {
 // Legacy per-rank files (model or adapter): assembled by the TP/PP rules, the parallelism
 // found recorded for inspect and checked against --tp_size/--pp_size.
 TensorMapping assemble_rank_files(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
-                                  const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m) {
+                                  const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m,
+                                  SourceLedger& ledger) {
     MegatronParallelism found;
-    TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, m.notes);
+    TensorMapping canonical = assemble_megatron_legacy(ckpt.legacy, scans, arch, found, &ledger);
     m.facts["tp"] = found.tp;
     m.facts["pp"] = found.pp;
     m.facts["vpp"] = found.vpp;
@@ -205,26 +239,32 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
     if ((options.tp_size || options.pp_size) && ckpt.layout != Layout::MegatronLegacy && ckpt.layout != Layout::MegatronAdapter)
         m.notes.push_back("--tp_size/--pp_size not checked: " + ckpt.description +
                           " does not record them (its tensors carry their own placement)");
+    SourceLedger ledger = open_ledger(ckpt, scans);
     switch (ckpt.layout) {
         case Layout::Fsdp:
             m.facts["world_size"] = ckpt.fsdp.world_size;
             m.facts["world_size_inferred"] = ckpt.fsdp.world_size_inferred;
-            m.mapping = map_fsdp(scans);
+            m.mapping = map_fsdp(scans, &ledger);
+            drop_non_weight_buffers(m.mapping, ledger, m.notes);
             break;
         case Layout::MegatronLegacy: {
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
-            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m);
-            m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes);
+            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m, ledger);
+            m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
+                                       &ledger);
             break;
         }
         case Layout::MegatronDist: {
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
-            const TensorMapping canonical = assemble_dcp_tensors(ckpt.dcp, scans, true, m.notes);
-            m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes);
+            const TensorMapping canonical = assemble_dcp_tensors(ckpt.dcp, scans, true, &ledger);
+            m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
+                                       &ledger);
             break;
         }
         case Layout::Dcp: {
-            m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, m.notes), m.notes);
+            m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(ckpt.dcp, scans, false, &ledger), ckpt.dcp,
+                                           ledger);
+            drop_non_weight_buffers(m.mapping, ledger, m.notes);
             break;
         }
         case Layout::HfSafetensors:
@@ -236,7 +276,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
                             "the frozen base with LoRA); pass --lora_base with the Hugging Face model it was trained on "
                             "(actor_rollout_ref.model.path)");
             const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
-            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m);
+            const TensorMapping canonical = assemble_rank_files(ckpt, scans, arch, options, m, ledger);
             const TensorMapping adapters = megatron_adapters_to_peft(canonical, arch, config, m.notes);
             m.mapping = map_hf_safetensors(options.lora_base);
             check_against_config(m.mapping, config, arch);
@@ -250,7 +290,51 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
             break;
         }
     }
+    m.account = ledger.settle(m.mapping);
+    if (const std::string dropped = dropped_summary(m.account); !dropped.empty()) m.notes.push_back(dropped);
     return m;
+}
+
+void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config,
+                                 const MapOptions& options) {
+    if (ckpt.layout != Layout::Fsdp && ckpt.layout != Layout::Dcp) return;  // Megatron: in megatron_to_hf
+    if (!has_tensor_table(config)) {
+        m.notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: no tensor table for " +
+                          (config.architectures.empty() ? std::string("a config without 'architectures'")
+                                                        : "architecture " + config.architectures[0]));
+        return;
+    }
+    // A verl critic saves the actor's config.json (a *ForCausalLM) with its own score head:
+    // the checkpoint's names say which head it has.
+    bool score_head = false, lm_head = false;
+    for (const OutputTensor& t : m.mapping.tensors) {
+        score_head = score_head || t.name == "score.weight";
+        lm_head = lm_head || t.name == "lm_head.weight";
+    }
+    ArchitectureInfo arch = architecture_for(config, options.is_value_model || (score_head && !lm_head));
+    if (options.tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
+    // Names and shapes are all the check reads; an extracted adapter is not part of the model.
+    TensorMapping model;
+    for (const OutputTensor& t : m.mapping.tensors) {
+        if (t.adapter) continue;
+        OutputTensor named;
+        named.name = t.name;
+        named.shape = t.shape;
+        model.tensors.push_back(std::move(named));
+    }
+    check_against_config(model, config, arch);
+}
+
+std::string dropped_summary(const SourceAccount& account) {
+    const std::string text = account.dropped_text();
+    return text.empty() ? "" : "dropped " + text;
+}
+
+nlohmann::ordered_json dropped_json(const SourceAccount& account) {
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& [reason, count] : account.dropped)
+        j[reason] = {{"count", count}, {"examples", account.examples.at(reason)}};
+    return j;
 }
 
 }  // namespace vmerge

@@ -21,7 +21,7 @@ bool is_model_key(const std::string& key) {
 }  // namespace
 
 TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
-                                   bool split_megatron_axes, std::vector<std::string>& notes) {
+                                   bool split_megatron_axes, SourceLedger* ledger) {
     static const std::regex stacked(R"(^decoder\.layers\.([^0-9].*)$)");
     static const std::regex per_layer_experts(R"(^(decoder\.layers\.\d+\.mlp\.experts\.)experts\.(.*)$)");
     TensorMapping out;
@@ -38,13 +38,16 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         }
         return out.tensors[it->second];
     };
-    size_t scan = 0, skipped = 0;
+    size_t scan = 0;
     for (const DcpTensor& t : meta.tensors) {
         const size_t first_scan = scan;
         scan += t.chunks.size();
         const bool model = !split_megatron_axes || is_model_key(t.fqn);
         if (!model || t.fqn.find("_extra_state") != std::string::npos) {
-            ++skipped;
+            if (ledger)
+                for (size_t c = 0; c < t.chunks.size(); ++c)
+                    for (const auto& e : chunk_scans.at(first_scan + c).tensors)
+                        ledger->drop(e.tensor, model ? DropReason::ExtraState : DropReason::OutsideModel);
             continue;
         }
         // How many leading axes are layer/expert axes, and the key pattern they produce.
@@ -102,7 +105,6 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
             }
         }
     }
-    if (skipped) notes.push_back("skipped " + std::to_string(skipped) + " non-model or _extra_state entries");
     for (const auto& t : out.tensors) {
         try {
             check_copies_tile_output(t, out.sources);

@@ -108,7 +108,10 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
         if (key->kind != Kind::String) throw Error(path + ": state_dict_metadata key is not a string");
         const std::string where = path + " '" + key->text + "'";
         const std::string kind = class_name(*value);
-        if (kind == "BytesStorageMetadata") continue;  // optimizer scalars, pickled objects
+        if (kind == "BytesStorageMetadata") {  // optimizer scalars, pickled objects: not merged
+            meta.byte_items.push_back(key->text);
+            continue;
+        }
         if (kind != "TensorStorageMetadata") throw Error(where + ": unknown storage metadata " + pickle::describe(*value));
         DcpTensor tensor;
         tensor.fqn = key->text;

@@ -63,6 +63,19 @@ void add_dtensor_copies(OutputTensor& out, uint32_t source, const TensorRef& sha
 
 }  // namespace
 
+std::string fsdp_model_name(const std::string& key) {
+    std::string name = key;
+    for (const std::string wrapper : {"_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod."}) {
+        // Only whole dotted segments: "x._orig_mod.y", never part of a longer segment.
+        for (size_t at = name.find(wrapper); at != std::string::npos; at = name.find(wrapper, at)) {
+            if (at == 0 || name[at - 1] == '.') name.erase(at, wrapper.size());
+            else at += wrapper.size();
+        }
+    }
+    if (name.starts_with("module.")) name.erase(0, 7);
+    return name;
+}
+
 bool looks_like_fsdp(const std::string& dir) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec))
@@ -124,9 +137,10 @@ FsdpCheckpoint discover_fsdp(const std::string& dir) {
     return ckpt;
 }
 
-TensorMapping map_fsdp(const std::vector<ScannedFile>& files) {
+TensorMapping map_fsdp(const std::vector<ScannedFile>& files, SourceLedger* ledger) {
     if (files.empty()) throw Error("no rank files to merge");
     TensorMapping mapping;
+    OutputNames names(files[0].path);
     std::vector<std::map<std::string, const TensorRef*>> by_key(files.size());
     for (size_t r = 0; r < files.size(); ++r) {
         for (const auto& e : files[r].tensors) {
@@ -145,7 +159,8 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files) {
         const std::string& key = first.key;
         const TensorRef& t0 = first.tensor;
         OutputTensor out;
-        out.name = key;
+        out.name = fsdp_model_name(key);
+        names.claim(out.name, key);
         out.source_dtype = out.dtype = t0.dtype;
         if (t0.dtensor) out.shape = t0.dtensor->global_shape;
         int64_t rows = 0;
@@ -166,8 +181,10 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files) {
                     throw Error(where + ": global shape " + shape_to_string(t.dtensor->global_shape) +
                                 " differs from " + shape_to_string(t0.dtensor->global_shape) + " in " +
                                 files[0].path);
-                if (!is_primary_replica(*t.dtensor)) continue;
-                if (!coordinates_seen.insert(t.dtensor->coordinates).second) continue;
+                if (!is_primary_replica(*t.dtensor) || !coordinates_seen.insert(t.dtensor->coordinates).second) {
+                    if (ledger) ledger->drop(t, DropReason::Replica);
+                    continue;
+                }
                 const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
                 mapping.sources.push_back(t);
                 add_dtensor_copies(out, source, t, where);

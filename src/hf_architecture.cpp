@@ -141,6 +141,13 @@ std::string layer_name(int64_t i, const std::string& rest) { return "model.layer
 
 }  // namespace
 
+bool has_tensor_table(const HfConfig& config) {
+    if (config.architectures.empty()) return false;
+    for (const auto& entry : kArchitectures)
+        if (entry.name == config.architectures[0]) return true;
+    return false;
+}
+
 ArchitectureInfo architecture_for(const HfConfig& config, bool value_model) {
     if (config.architectures.empty())
         throw Error(config.dir + "/config.json: no 'architectures'; cannot choose a name table");

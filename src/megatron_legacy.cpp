@@ -175,7 +175,7 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
 
 TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
-                                       std::vector<std::string>& notes) {
+                                       SourceLedger* ledger) {
     // 1. Which index is which: a lone second index is the pipeline stage unless the
     //    embedding lives in more than one of those folders (then it is the expert rank).
     size_t index_count = ckpt.files.front().more.size();
@@ -251,13 +251,12 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             if (k.expert >= 0) experts_per_rank[ckpt.files[i].pp] = std::max(experts_per_rank[ckpt.files[i].pp], k.expert + 1);
     std::map<std::string, std::vector<Piece>> shards;  // canonical key -> pieces by tp rank
     std::vector<std::string> order;
-    size_t skipped_extra_state = 0;
     for (size_t i = 0; i < scans.size(); ++i) {
         const MegatronRankFile& f = ckpt.files[i];
         for (size_t n = 0; n < scans[i].tensors.size(); ++n) {
             const StateDictEntry& e = scans[i].tensors[n];
             if (e.key.find("_extra_state") != std::string::npos) {
-                ++skipped_extra_state;
+                if (ledger) ledger->drop(e.tensor, DropReason::ExtraState);
                 continue;
             }
             const RankKey& k = keys[i][n];
@@ -271,7 +270,10 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
                 key = "decoder.layers." + std::to_string(global) + "." + rest;
             }
             // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's.
-            if (!expert && f.ep != 0) continue;
+            if (!expert && f.ep != 0) {
+                if (ledger) ledger->drop(e.tensor, DropReason::Replica);
+                continue;
+            }
             auto& pieces = shards[key];
             if (pieces.empty()) {
                 pieces.resize(found.tp, Piece{nullptr, nullptr});
@@ -280,9 +282,9 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             if (pieces[f.tp].tensor && !(arch.value_model || key.starts_with("output_layer")))
                 throw Error(f.path + ": '" + key + "' is also in " + pieces[f.tp].file->path);
             if (!pieces[f.tp].tensor) pieces[f.tp] = {&e.tensor, &f};
+            else if (ledger) ledger->drop(e.tensor, DropReason::Replica);  // a pipeline stage's output_layer copy
         }
     }
-    if (skipped_extra_state) notes.push_back("skipped " + std::to_string(skipped_extra_state) + " _extra_state entries");
 
     // 4. Assemble each tensor from its TP shards.
     std::map<std::string, Shape> expected_shapes;
@@ -331,6 +333,8 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             case TpRule::Replicated:
             case TpRule::ReplicatedIfFull:
                 add_copy(t, base, zeros, zeros, first.shape);
+                if (ledger)
+                    for (int r = 1; r < found.tp; ++r) ledger->drop(*pieces[r].tensor, DropReason::Replica);
                 break;
             case TpRule::Concat0:
             case TpRule::Concat1: {

@@ -27,6 +27,17 @@ void take_rows(const OutputTensor& from, int64_t row, int64_t count, OutputTenso
     extract_region(from, start, extent, dst, to.copies);
 }
 
+// A vocabulary shard made only of padding rows gives no copy once the rows are trimmed to
+// vocab_size: dropped as padding, not lost.
+void drop_trimmed_shards(const OutputTensor& t, const std::vector<OutputTensor>& made,
+                         const std::vector<TensorRef>& sources, SourceLedger& ledger) {
+    std::set<uint32_t> kept;
+    for (const auto& o : made)
+        for (const auto& c : o.copies) kept.insert(c.source);
+    for (const auto& c : t.copies)
+        if (!kept.count(c.source)) ledger.drop(sources[c.source], DropReason::VocabPadding);
+}
+
 std::string list_names(const std::vector<std::string>& names) {
     std::string out;
     for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : "") + names[i];
@@ -132,28 +143,30 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
 }
 
 TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
-                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes) {
+                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
+                             SourceLedger* ledger) {
     TensorMapping out;
     out.sources = canonical.sources;
     std::vector<std::string> unmapped;
-    std::map<std::string, std::string> produced_by;
+    OutputNames produced("the Megatron checkpoint");
     const bool tied = (tie_word_embeddings || config.tie_word_embeddings) && !arch.value_model;
     bool dropped_tied_head = false;
     for (const OutputTensor& t : canonical.tensors) {
         if (tied && t.name.starts_with("output_layer.")) {
             dropped_tied_head = true;
+            if (ledger) ledger->drop_output(t, out.sources, DropReason::TiedHead);
             continue;
         }
         auto match = match_rule(arch, t.name);
         if (!match) {
             unmapped.push_back(t.name);
+            if (ledger) ledger->drop_output(t, out.sources, DropReason::Unmapped);
             continue;
         }
         std::vector<OutputTensor> made = split_to_hf(t, *match, arch, config, notes);
+        if (ledger && match->rule->split == NameSplit::Vocab) drop_trimmed_shards(t, made, out.sources, *ledger);
         for (auto& o : made) {
-            auto [it, fresh] = produced_by.emplace(o.name, t.name);
-            if (!fresh)
-                throw Error("both '" + it->second + "' and '" + t.name + "' map to " + o.name);
+            produced.claim(o.name, t.name);
             check_copies_tile_output(o, out.sources);
             out.tensors.push_back(std::move(o));
         }
@@ -161,7 +174,7 @@ TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureI
     if (dropped_tied_head) notes.push_back("tied word embeddings: the pipeline's output_layer copy is not written");
     if (!unmapped.empty()) {
         if (!allow_unmapped)
-            throw Error("no " + arch.name + " name for these checkpoint tensors (pass --allow-unmapped to drop them): " +
+            throw Error("no " + arch.name + " name for these checkpoint tensors (pass --allow_unmapped to drop them): " +
                         list_names(unmapped));
         notes.push_back("dropped unmapped tensors: " + list_names(unmapped));
     }

@@ -39,13 +39,15 @@ json scan_to_json(const ScannedFile& scanned) {
         }
         tensors.push_back(std::move(j));
     }
-    return json{{"path", scanned.path}, {"tensors", tensors}, {"skipped", scanned.skipped_keys}, {"chunks", scanned.chunks}};
+    json skipped = json::array();
+    for (const auto& s : scanned.skipped) skipped.push_back(json::array({s.key, s.kind}));
+    return json{{"path", scanned.path}, {"tensors", tensors}, {"skipped", skipped}, {"chunks", scanned.chunks}};
 }
 
 ScannedFile scan_from_json(const json& j) {
     ScannedFile scanned;
     scanned.path = j.at("path").get<std::string>();
-    scanned.skipped_keys = j.at("skipped").get<std::vector<std::string>>();
+    for (const auto& s : j.at("skipped")) scanned.skipped.push_back({s.at(0).get<std::string>(), s.at(1).get<std::string>()});
     scanned.chunks = j.at("chunks").get<int>();
     for (const auto& e : j.at("tensors")) {
         StateDictEntry entry;

@@ -408,7 +408,7 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
     builders.clear();
 
     MegatronParallelism found;
-    const TensorMapping merged = assemble_megatron_legacy(ckpt, scans, arch, found, notes);
+    const TensorMapping merged = assemble_megatron_legacy(ckpt, scans, arch, found);
     if (found.tp != s.tp || found.pp != s.pp || found.ep != s.ep || found.vpp != s.vpp)
         throw Error("internal: the simulated folders read back as tp " + std::to_string(found.tp) + " pp " +
                     std::to_string(found.pp) + " ep " + std::to_string(found.ep) + " vpp " + std::to_string(found.vpp));

@@ -8,6 +8,17 @@
 
 namespace vmerge {
 
+void OutputNames::claim(const std::string& name, const std::string& source_key) {
+    if (name == "__metadata__")
+        throw Error(where_ + ": key '" + source_key + "' becomes the output tensor name '__metadata__', which "
+                    "safetensors reserves for its header");
+    if (name.empty()) throw Error(where_ + ": key '" + source_key + "' becomes an empty output tensor name");
+    auto [it, fresh] = source_of_.emplace(name, source_key);
+    if (!fresh)
+        throw Error(where_ + ": keys '" + it->second + "' and '" + source_key + "' both become output tensor '" +
+                    name + "'");
+}
+
 void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef>& sources) {
     if (t.role != OutputTensor::Role::Plain && t.role != OutputTensor::Role::QuantPacked) return;
     const Shape& shape = t.assembled_shape();

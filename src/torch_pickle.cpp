@@ -343,7 +343,7 @@ ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t le
             if (interpret_tensor(*value, archive, file, t, where + " key '" + key->text + "'"))
                 scanned.tensors.push_back({key->text, std::move(t), static_cast<int>(c)});
             else
-                scanned.skipped_keys.push_back(key->text);
+                scanned.skipped.push_back({key->text, pickle::describe(*value)});
         }
     }
     return scanned;

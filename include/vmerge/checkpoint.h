@@ -9,6 +9,7 @@
 #include "vmerge/fsdp_backend.h"
 #include "vmerge/hf_config.h"
 #include "vmerge/megatron_backend.h"
+#include "vmerge/source_ledger.h"
 #include "vmerge/tensor_mapping.h"
 
 namespace vmerge {
@@ -54,10 +55,24 @@ struct MappedCheckpoint {
     TensorMapping mapping;
     nlohmann::ordered_json facts;  // detected parallelism, architecture, ... for inspect
     std::vector<std::string> notes;
+    SourceAccount account;  // every scanned entry: written, or dropped for a named reason
 };
 
-// Applies the backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`).
+// Applies the backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`). Every
+// scanned entry ends in the output or in `account` with its reason; one that ends in
+// neither, or an unrecognised object where a tensor belongs, is an Error naming file and key.
 MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                 const HfConfig& config, const MapOptions& options);
+
+// FSDP and plain DCP name their own tensors: once the output rules have run, their set is
+// checked against what config.json implies, as megatron_to_hf does for Megatron (Error
+// naming the missing, unexpected and misshapen tensors). An architecture vmerge has no
+// table for is not checked, with a note saying so.
+void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config,
+                                 const MapOptions& options);
+
+// The merge summary / inspect line for `account` ("dropped 12 source entries: ..."); "" when none.
+std::string dropped_summary(const SourceAccount& account);
+nlohmann::ordered_json dropped_json(const SourceAccount& account);
 
 }  // namespace vmerge

@@ -28,6 +28,7 @@ struct DcpTensor {
 struct DcpMetadata {
     std::string dir;
     std::vector<DcpTensor> tensors;       // in .metadata order
+    std::vector<std::string> byte_items;  // fqns of BytesStorageMetadata items (pickled objects)
 };
 
 // Reads <dir>/.metadata (torch-formats.md §5): tensor sizes, dtypes, chunks, and where each

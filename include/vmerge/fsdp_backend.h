@@ -2,6 +2,7 @@
 #include <string>
 #include <vector>
 
+#include "vmerge/source_ledger.h"
 #include "vmerge/tensor_mapping.h"
 
 namespace vmerge {
@@ -19,8 +20,14 @@ bool looks_like_fsdp(const std::string& dir);
 // Lists the folder and checks that every rank file of the world size is there.
 FsdpCheckpoint discover_fsdp(const std::string& dir);
 
+// The model name of an FSDP state-dict key: the wrappers' segments (`_fsdp_wrapped_module.`,
+// `_checkpoint_wrapped_module.`, torch.compile's `_orig_mod.`) and a leading DDP `module.` removed.
+std::string fsdp_model_name(const std::string& key);
+
 // FSDP merge rules: each DTensor shard lands where its placements put it (replicas read
-// once), plain tensors are concatenated on dim 0 in rank order. `files[r]` is rank r's scan.
-TensorMapping map_fsdp(const std::vector<ScannedFile>& files);
+// once, and dropped as such in `ledger`), plain tensors are concatenated on dim 0 in rank
+// order. `files[r]` is rank r's scan. Output names are fsdp_model_name of the keys; two keys
+// with one name are an Error.
+TensorMapping map_fsdp(const std::vector<ScannedFile>& files, SourceLedger* ledger = nullptr);
 
 }  // namespace vmerge

@@ -42,6 +42,8 @@ struct ArchitectureInfo {
 // Chooses the name table from config.json `architectures` (Error naming the architecture and
 // the supported ones when unknown). `value_model` forces the score head.
 ArchitectureInfo architecture_for(const HfConfig& config, bool value_model);
+// Whether architecture_for knows config.json's architectures[0].
+bool has_tensor_table(const HfConfig& config);
 
 // A rule's name pattern with {i} (layer) and {e} (expert) replaced.
 std::string substitute_rule(std::string_view pattern, const std::string& layer, const std::string& expert);

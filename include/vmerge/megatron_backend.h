@@ -6,6 +6,7 @@
 
 #include "vmerge/dcp_metadata.h"
 #include "vmerge/hf_architecture.h"
+#include "vmerge/source_ledger.h"
 #include "vmerge/tensor_mapping.h"
 
 namespace vmerge {
@@ -64,22 +65,26 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
 // Megatron tensors under their canonical names (global layer index, global expert index,
 // no layer/expert axis), each assembled from its per-rank pieces by the TP rules of
 // megatron-formats.md §4. Pure: `scans[i]` is the scan of `ckpt.files[i]`.
+// What it does not use is dropped in `ledger` with its reason (_extra_state, replicas).
 TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
-                                       std::vector<std::string>& notes);
+                                       SourceLedger* ledger = nullptr);
 
 // The same canonical tensors from a torch_dist (dist_ckpt) or DCP folder: stacked layer and
 // expert axes are split into one tensor per layer/expert. `chunk_scans` holds the scan of
 // every chunk in metadata order (tensor by tensor, chunk by chunk).
+// Non-model and _extra_state items are dropped in `ledger`.
 TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
-                                   bool split_megatron_axes, std::vector<std::string>& notes);
+                                   bool split_megatron_axes, SourceLedger* ledger = nullptr);
 
 // Renames and splits canonical Megatron tensors into the HF tensors of `arch` (QKV
 // de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
 // result against the tensors config.json implies. Unmapped keys are an Error listing them
 // unless `allow_unmapped`.
+// The tied output layer and --allow_unmapped drops are recorded in `ledger`.
 TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
-                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes);
+                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
+                             SourceLedger* ledger = nullptr);
 
 // One canonical Megatron tensor as the HF tensors `match` names (the splits above).
 std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,

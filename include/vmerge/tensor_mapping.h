@@ -1,7 +1,9 @@
 #pragma once
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vmerge/tensor_ref.h"
@@ -63,6 +65,20 @@ struct TensorMapping {
     std::vector<TensorRef> sources;
     std::vector<OutputTensor> tensors;  // in output (state dict) order
     std::vector<LoraDelta> lora_deltas;
+};
+
+// The output names given so far and the source key each came from: after every renaming
+// rule, two source keys that give one output name, or a name safetensors reserves for its
+// header, are an Error naming the source keys (a silently unreadable or overwritten tensor).
+class OutputNames {
+public:
+    // `where`: the checkpoint the keys come from, for messages.
+    explicit OutputNames(std::string where) : where_(std::move(where)) {}
+    void claim(const std::string& name, const std::string& source_key);
+
+private:
+    std::string where_;
+    std::map<std::string, std::string> source_of_;
 };
 
 // Throws Error unless the copies of `t` stay inside their source and output tensors and

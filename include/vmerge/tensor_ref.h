@@ -68,12 +68,19 @@ struct StateDictEntry {
     int chunk = 0;  // model chunk: verl's list index or Megatron-LM's modelN (virtual pipeline)
 };
 
+// A state-dict key whose value is not a tensor, and what it holds (pickle::describe: "int",
+// "str", "dict", "some.Class(...)"): the source ledger drops or refuses it.
+struct SkippedEntry {
+    std::string key;
+    std::string kind;
+};
+
 // What scanning one rank file yields: its tensors in state-dict order, and the keys that
-// hold something else (ints, strings, nested objects), which a merge ignores.
+// hold something else (ints, strings, nested objects).
 struct ScannedFile {
     std::string path;
     std::vector<StateDictEntry> tensors;
-    std::vector<std::string> skipped_keys;
+    std::vector<SkippedEntry> skipped;
     int chunks = 1;
 };
 
