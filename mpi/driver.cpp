@@ -180,7 +180,9 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.tie_word_embedding))
             in.mapped.notes.push_back(note);
-        check_output_against_config(in.mapped, in.checkpoint, in.config, options);
+        MapOptions checked = options;
+        checked.tie_word_embedding = o.tie_word_embedding;  // the rules above dropped lm_head
+        check_output_against_config(in.mapped, in.checkpoint, in.config, checked);
         plan_quantized_output(in, o);
     });
     in.map_seconds = seconds_since(map_start);
@@ -398,9 +400,11 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                                   "--merge_lora to fold it into the archived weights, or merge to safetensors");
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
-    if (o.format == "hdf5")
-        return write_hdf5_archive(o, comm, std::move(in.mapped.mapping), in.config.dir, budget, compute_threads(comm), out,
-                                  err);
+    if (o.format == "hdf5") {
+        const auto generated = generated_files(in);
+        return write_hdf5_archive(o, comm, std::move(in.mapped.mapping), in.config.dir, generated, budget,
+                                  compute_threads(comm), out, err);
+    }
     const auto plan_start = Clock::now();
     const auto& tensors = in.mapping().tensors;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);

@@ -108,7 +108,7 @@ void write_in_rounds(ArchiveWriter& writer, const TensorMapping& mapping,
 }  // namespace
 
 int write_hdf5_archive(const Options& o, Comm& comm, TensorMapping mapping, const std::string& hf_dir,
-                       uint64_t max_memory, int threads, std::ostream& out, std::ostream& err) {
+                       const std::map<std::string, std::string>& generated, uint64_t max_memory, int threads, std::ostream& out, std::ostream& err) {
     const auto start = Clock::now();
     // Chunk boundaries become the rank split's row alignment, so every chunk has one writer.
     std::vector<int64_t> chunk_rows(mapping.tensors.size(), 0);
@@ -144,7 +144,9 @@ int write_hdf5_archive(const Options& o, Comm& comm, TensorMapping mapping, cons
     std::vector<std::pair<std::string, std::string>> files;
     collective_step(comm, [&] {
         const HfFilePlan hf = plan_hf_file_copies(hf_dir);
-        for (const auto& copy : hf.copies) files.emplace_back(copy.rel, read_hf_file(copy));
+        for (const auto& copy : hf.copies)
+            if (!generated.count(copy.rel)) files.emplace_back(copy.rel, read_hf_file(copy));
+        files.insert(files.end(), generated.begin(), generated.end());
         if (comm.rank() == 0 && !o.quiet)
             for (const auto& skipped : hf.skipped) out << "vmerge: not copied from " << hf_dir << ": " << skipped << "\n";
     });

@@ -98,7 +98,11 @@ def int_op(value):
         return b"K" + bytes([value])
     if -2**31 <= value < 2**31:
         return b"J" + struct.pack("<i", value)
-    raw = value.to_bytes(9, "little", signed=True).rstrip(b"\x00")
+    # LONG1: the shortest two's-complement bytes that keep the sign (pickle's encode_long).
+    n = (value.bit_length() + 8) // 8
+    raw = value.to_bytes(n, "little", signed=True)
+    if len(raw) > 1 and ((raw[-1] == 0 and raw[-2] < 0x80) or (raw[-1] == 0xFF and raw[-2] >= 0x80)):
+        raw = raw[:-1]
     return b"\x8a" + bytes([len(raw)]) + raw
 
 
