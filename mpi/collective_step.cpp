@@ -2,7 +2,7 @@
 
 #include <exception>
 
-#include "vmerge/error.h"
+#include "core/error.h"
 
 namespace vmerge {
 namespace {

@@ -10,8 +10,8 @@
 
 #include <boost/program_options.hpp>
 
-#include "vmerge/bounded_number.h"
-#include "zstd_codec.h"
+#include "core/bounded_number.h"
+#include "output/hdf5/zstd_codec.h"
 
 namespace vmerge {
 namespace po = boost::program_options;

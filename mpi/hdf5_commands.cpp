@@ -17,20 +17,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include "archive_layout.h"
-#include "archive_reader.h"
-#include "archive_writer.h"
+#include "output/hdf5/archive_layout.h"
+#include "output/hdf5/archive_reader.h"
+#include "output/hdf5/archive_writer.h"
 #include "collective_step.h"
-#include "vmerge/copy_executor.h"
-#include "vmerge/error.h"
-#include "vmerge/human_units.h"
-#include "vmerge/input_file.h"
-#include "vmerge/output_folder.h"
-#include "vmerge/output_layout.h"
-#include "vmerge/progress_monitor.h"
-#include "vmerge/rank_work.h"
-#include "vmerge/stopwatch.h"
-#include "vmerge/write_journal.h"
+#include "exec/copy_executor.h"
+#include "core/error.h"
+#include "core/human_units.h"
+#include "io/input_file.h"
+#include "output/output_folder.h"
+#include "plan/output_layout.h"
+#include "report/progress_monitor.h"
+#include "plan/rank_work.h"
+#include "core/stopwatch.h"
+#include "output/write_journal.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 
 #include "command_line.h"
 #include "comm.h"
-#include "vmerge/tensor_mapping.h"
+#include "mapping/tensor_mapping.h"
 
 namespace vmerge {
 

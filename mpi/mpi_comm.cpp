@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <numeric>
 
-#include "vmerge/error.h"
+#include "core/error.h"
 
 namespace vmerge {
 namespace {

@@ -7,7 +7,7 @@ packages=(cmake g++ make libopenmpi-dev openmpi-bin nlohmann-json3-dev libboost-
 # --format hdf5: parallel HDF5 (Open MPI build) and libzstd for the filter 32015 (docs/hdf5.md);
 # pkg-config finds a libzstd that has no CMake config.
 packages+=(libhdf5-openmpi-dev libzstd-dev pkg-config)
-# libdeflate + zlib: CRC-32 of the ZIP records of torch.save files (src/record_crc.cpp).
+# libdeflate + zlib: CRC-32 of the ZIP records of torch.save files (src/io/record_crc.cpp).
 packages+=(libdeflate-dev zlib1g-dev)
 if [[ ${1:-} == --tests ]]; then
     packages+=(libgtest-dev python3-torch python3-numpy)

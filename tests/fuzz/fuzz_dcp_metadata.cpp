@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <string>
 
-#include "vmerge/dcp_metadata.h"
-#include "vmerge/error.h"
+#include "torch/dcp_metadata.h"
+#include "core/error.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "vmerge/error.h"
-#include "vmerge/pickle.h"
+#include "core/error.h"
+#include "pickle/pickle.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 
 #include "fuzz_file.h"
-#include "vmerge/error.h"
-#include "vmerge/safetensors_file.h"
+#include "core/error.h"
+#include "safetensors/safetensors_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

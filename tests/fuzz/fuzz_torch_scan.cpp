@@ -4,10 +4,10 @@
 #include <cstdint>
 
 #include "fuzz_file.h"
-#include "vmerge/error.h"
-#include "vmerge/input_file.h"
-#include "vmerge/scan_serialization.h"
-#include "vmerge/torch_pickle.h"
+#include "core/error.h"
+#include "io/input_file.h"
+#include "torch/scan_serialization.h"
+#include "torch/torch_pickle.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

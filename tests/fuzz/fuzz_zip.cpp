@@ -4,9 +4,9 @@
 #include <cstdint>
 
 #include "fuzz_file.h"
-#include "vmerge/error.h"
-#include "vmerge/input_file.h"
-#include "vmerge/zip_archive.h"
+#include "core/error.h"
+#include "io/input_file.h"
+#include "zip/zip_archive.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {

@@ -13,13 +13,13 @@
 
 #include "command_line.h"
 #include "test_support.h"
-#include "vmerge/bounded_number.h"
-#include "vmerge/dtensor_placement.h"
-#include "vmerge/error.h"
-#include "vmerge/hf_config.h"
-#include "vmerge/input_file.h"
-#include "vmerge/json_file.h"
-#include "vmerge/output_path_check.h"
+#include "core/bounded_number.h"
+#include "torch/dtensor_placement.h"
+#include "core/error.h"
+#include "mapping/hf_config.h"
+#include "io/input_file.h"
+#include "io/json_file.h"
+#include "io/output_path_check.h"
 
 namespace vmerge {
 namespace {

@@ -5,8 +5,8 @@
 #include <set>
 #include <vector>
 
-#include "vmerge/dtensor_placement.h"
-#include "vmerge/error.h"
+#include "torch/dtensor_placement.h"
+#include "core/error.h"
 #include "test_support.h"
 
 namespace vmerge {

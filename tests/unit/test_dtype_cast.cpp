@@ -10,8 +10,8 @@
 #include <limits>
 #include <vector>
 
-#include "vmerge/dtype_cast.h"
-#include "vmerge/error.h"
+#include "exec/dtype_cast.h"
+#include "core/error.h"
 
 namespace vmerge {
 namespace {

@@ -14,8 +14,8 @@
 #include "command_line.h"
 #include "driver.h"
 #include "single_rank_comm.h"
-#include "vmerge/input_file.h"
-#include "vmerge/safetensors_file.h"
+#include "io/input_file.h"
+#include "safetensors/safetensors_file.h"
 #include "test_support.h"
 
 namespace vmerge {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "vmerge/error.h"
-#include "vmerge/fsdp_backend.h"
-#include "vmerge/tensor_mapping.h"
+#include "core/error.h"
+#include "formats/fsdp/fsdp_backend.h"
+#include "mapping/tensor_mapping.h"
 #include "test_support.h"
 
 namespace vmerge {

@@ -10,14 +10,14 @@
 
 #include <zstd.h>
 
-#include "archive_layout.h"
-#include "archive_reader.h"
-#include "archive_writer.h"
-#include "h5z_zstd_filter.h"
+#include "output/hdf5/archive_layout.h"
+#include "output/hdf5/archive_reader.h"
+#include "output/hdf5/archive_writer.h"
+#include "output/hdf5/h5z_zstd_filter.h"
 #include "test_support.h"
-#include "vmerge/error.h"
-#include "vmerge/rank_work.h"
-#include "zstd_codec.h"
+#include "core/error.h"
+#include "plan/rank_work.h"
+#include "output/hdf5/zstd_codec.h"
 
 namespace vmerge {
 namespace {

@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "test_support.h"
-#include "vmerge/error.h"
-#include "vmerge/lora_adapter.h"
-#include "vmerge/lora_kernel.h"
+#include "core/error.h"
+#include "mapping/lora_adapter.h"
+#include "exec/lora_kernel.h"
 
 namespace vmerge {
 namespace {

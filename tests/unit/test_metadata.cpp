@@ -6,12 +6,12 @@
 #include <cstring>
 
 #include "test_support.h"
-#include "vmerge/error.h"
-#include "vmerge/lora_adapter.h"
-#include "vmerge/output_config.h"
-#include "vmerge/quantization.h"
-#include "vmerge/reference_compare.h"
-#include "vmerge/tied_embedding.h"
+#include "core/error.h"
+#include "mapping/lora_adapter.h"
+#include "mapping/output_config.h"
+#include "mapping/quantization.h"
+#include "exec/reference_compare.h"
+#include "exec/tied_embedding.h"
 
 namespace vmerge {
 namespace {

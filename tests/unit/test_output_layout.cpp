@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "vmerge/output_layout.h"
+#include "plan/output_layout.h"
 #include "test_support.h"
 
 namespace vmerge {

@@ -9,10 +9,10 @@
 #include <string>
 #include <string_view>
 
-#include "vmerge/error.h"
-#include "vmerge/input_file.h"
-#include "vmerge/pickle.h"
-#include "vmerge/zip_archive.h"
+#include "core/error.h"
+#include "io/input_file.h"
+#include "pickle/pickle.h"
+#include "zip/zip_archive.h"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <tuple>
 #include <vector>
 
-#include "vmerge/error.h"
-#include "vmerge/rank_work.h"
+#include "core/error.h"
+#include "plan/rank_work.h"
 #include "test_support.h"
 
 namespace vmerge {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "vmerge/error.h"
-#include "vmerge/record_crc.h"
+#include "core/error.h"
+#include "io/record_crc.h"
 
 namespace vmerge {
 namespace {

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <string>
 
-#include "vmerge/error.h"
-#include "vmerge/output_layout.h"
-#include "vmerge/safetensors_file.h"
+#include "core/error.h"
+#include "plan/output_layout.h"
+#include "safetensors/safetensors_file.h"
 #include "test_support.h"
 
 namespace vmerge {

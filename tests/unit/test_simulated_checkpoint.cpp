@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "vmerge/error.h"
-#include "vmerge/hf_architecture.h"
-#include "vmerge/hf_config.h"
-#include "vmerge/output_layout.h"
-#include "vmerge/output_rules.h"
-#include "vmerge/rank_work.h"
-#include "vmerge/simulated_checkpoint.h"
+#include "core/error.h"
+#include "mapping/hf_architecture.h"
+#include "mapping/hf_config.h"
+#include "plan/output_layout.h"
+#include "mapping/output_rules.h"
+#include "plan/rank_work.h"
+#include "formats/simulated/simulated_checkpoint.h"
 
 namespace vmerge {
 namespace {

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "vmerge/box_region.h"
-#include "vmerge/checkpoint.h"
-#include "vmerge/error.h"
-#include "vmerge/fsdp_backend.h"
-#include "vmerge/source_ledger.h"
+#include "core/box_region.h"
+#include "formats/checkpoint.h"
+#include "core/error.h"
+#include "formats/fsdp/fsdp_backend.h"
+#include "formats/source_ledger.h"
 #include "test_support.h"
 
 namespace vmerge {

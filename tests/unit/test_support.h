@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "vmerge/tensor_mapping.h"
+#include "mapping/tensor_mapping.h"
 
 namespace vmerge::testing {
 

@@ -1,0 +1,70 @@
+#!/bin/bash
+# Merges every generated fixture case (FSDP, Megatron, LoRA; the real torch 2.11 files; an
+# HDF5 archive and its way back) with two vmerge-mpi binaries and compares the output folders
+# file by file with cmp: a refactoring must leave every byte as it was. Timing lines differ
+# between runs, so only the folders are compared, plus the exit codes.
+#   scripts/compare_outputs.sh OLD_BINARY NEW_BINARY FIXTURES_DIR WORK
+# FIXTURES_DIR: ctest's build/fixtures (fsdp/, megatron/, lora/ with their cases.json).
+set -uo pipefail
+old=$1 new=$2 fixtures=$3 work=$4
+here=$(cd "$(dirname "$0")/.." && pwd)
+python=${VMERGE_TEST_PYTHON:-/usr/bin/python3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+rm -rf "$work"
+mkdir -p "$work"
+same=0 differ=0
+
+# run_both NAME ARGS...: the merge with each binary into $work/{old,new}/NAME, then cmp -r.
+run_both() {
+    local name=$1
+    shift
+    local rc_old rc_new
+    "$old" merge --target_dir "$work/old/$name" --quiet "$@" >"$work/$name.old.log" 2>&1
+    rc_old=$?
+    "$new" merge --target_dir "$work/new/$name" --quiet "$@" >"$work/$name.new.log" 2>&1
+    rc_new=$?
+    if [[ $rc_old -ne $rc_new ]]; then
+        echo "DIFFER $name: exit $rc_old (old) vs $rc_new (new)"; differ=$((differ + 1)); return
+    fi
+    if [[ $rc_old -ne 0 ]]; then
+        echo "same   $name: both exit $rc_old"; same=$((same + 1)); return
+    fi
+    if diff -r "$work/old/$name" "$work/new/$name" >"$work/$name.diff" 2>&1; then
+        echo "same   $name: $(find "$work/new/$name" -type f | wc -l) files identical"; same=$((same + 1))
+    else
+        echo "DIFFER $name:"; head -5 "$work/$name.diff"; differ=$((differ + 1))
+    fi
+}
+
+for kind in fsdp megatron lora; do
+    cases=$fixtures/$kind/cases.json
+    [[ -f $cases ]] || { echo "no $cases: run the fixture generators (ctest -R fixtures_generate)"; exit 2; }
+    for case in $("$python" -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$cases"); do
+        eval "$("$python" "$here/tests/integration/case_fields.py" "$cases" "$case")"
+        args=(--local_dir "$fixtures/$kind/$local_dir" "${merge_args[@]}")
+        [[ -n $hf_config ]] && args+=(--hf_config "$fixtures/$kind/$hf_config")
+        run_both "$kind.$case" "${args[@]}"
+    done
+done
+for case in "$here"/tests/fixtures/torch2/fsdp2_*; do
+    name=$(basename "$case")
+    args=(--local_dir "$case")
+    [[ $name == *_dcp ]] && args+=(--hf_config "$here/tests/fixtures/torch2/reference_fp32")
+    run_both "torch2.$name" "${args[@]}"
+done
+run_both example "--local_dir" "$here/examples/tiny-qwen2-fsdp/global_step_1/actor" --max-shard-size 1MB
+run_both example.hdf5 "--local_dir" "$here/examples/tiny-qwen2-fsdp/global_step_1/actor" --format hdf5
+# The archive back: each binary converts the archive it wrote.
+for which in old new; do
+    bin=$old
+    [[ $which == new ]] && bin=$new
+    "$bin" merge --backend hdf5 --local_dir "$work/$which/example.hdf5" --target_dir "$work/$which/example.hdf5.back" \
+        --quiet >/dev/null 2>&1
+done
+if diff -r "$work/old/example.hdf5.back" "$work/new/example.hdf5.back" >/dev/null; then
+    echo "same   example.hdf5.back"; same=$((same + 1))
+else
+    echo "DIFFER example.hdf5.back"; differ=$((differ + 1))
+fi
+echo "$same identical, $differ different"
+[[ $differ -eq 0 ]]

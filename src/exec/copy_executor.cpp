@@ -1,0 +1,382 @@
+#include "exec/copy_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include "exec/dtype_cast.h"
+#include "core/error.h"
+#include "exec/lora_kernel.h"
+#include "core/stopwatch.h"
+
+namespace vmerge {
+namespace {
+
+constexpr uint64_t kMaxBlockSourceBytes = 64ull << 20;
+
+// Hands assembled blocks to the sink on a second thread, which also casts them, so reading the
+// next block overlaps casting and writing this one. One block is in flight at a time; its
+// buffer comes back for reuse.
+class PipelinedSink {
+public:
+    explicit PipelinedSink(const RowSink& sink) : sink_(sink), thread_([this] { work(); }) {}
+
+    ~PipelinedSink() {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        changed_.notify_all();
+        thread_.join();
+    }
+
+    // Waits until the previous block is written, then queues this one. Returns a buffer to
+    // reuse (the previous block's).
+    // With `cast` = {from, to}, the block holds `from` elements and is cast before the sink
+    // (nothing to do when they are the same).
+    std::vector<unsigned char> submit(size_t tensor, int64_t row, int64_t end, std::vector<unsigned char> data,
+                                      std::optional<std::pair<DType, DType>> cast = std::nullopt) {
+        if (cast && cast->first == cast->second) cast.reset();
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [this] { return !job_ || error_; });
+        rethrow_locked();
+        job_ = Job{tensor, row, end, std::move(data), cast};
+        changed_.notify_all();
+        return std::move(returned_);
+    }
+
+    struct Seconds {
+        double write = 0;
+        double cast = 0;
+    };
+    // Waits for the block in flight; rethrows its error. Returns the time spent on this thread.
+    Seconds drain() {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [this] { return !job_ || error_; });
+        rethrow_locked();
+        return seconds_;
+    }
+
+private:
+    struct Job {
+        size_t tensor;
+        int64_t row, end;
+        std::vector<unsigned char> data;
+        std::optional<std::pair<DType, DType>> cast;
+    };
+
+    void rethrow_locked() {
+        if (error_) {
+            auto e = error_;
+            error_ = nullptr;
+            job_.reset();
+            std::rethrow_exception(e);
+        }
+    }
+
+    void work() {
+        std::unique_lock lock(mutex_);
+        while (true) {
+            changed_.wait(lock, [this] { return stopping_ || (job_ && !error_); });
+            if (!job_ || error_) return;
+            Job& job = *job_;
+            lock.unlock();
+            std::exception_ptr failure;
+            double cast_seconds = 0, write_seconds = 0;
+            try {
+                const unsigned char* data = job.data.data();
+                size_t size = job.data.size();
+                if (job.cast) {
+                    const auto start = Clock::now();
+                    const auto [from, to] = *job.cast;
+                    const size_t count = size / element_size(from);
+                    converted_.resize(count * element_size(to));
+                    cast_elements(job.data.data(), from, converted_.data(), to, count);
+                    data = converted_.data();
+                    size = converted_.size();
+                    cast_seconds = seconds_since(start);
+                }
+                const auto start = Clock::now();
+                sink_(job.tensor, job.row, job.end, data, size);
+                write_seconds = seconds_since(start);
+            } catch (...) {
+                failure = std::current_exception();
+            }
+            lock.lock();
+            seconds_.write += write_seconds;
+            seconds_.cast += cast_seconds;
+            error_ = failure;
+            returned_ = std::move(job.data);
+            job_.reset();
+            changed_.notify_all();
+        }
+    }
+
+    const RowSink& sink_;
+    std::mutex mutex_;
+    std::condition_variable changed_;
+    std::optional<Job> job_;
+    std::vector<unsigned char> returned_;
+    std::exception_ptr error_;
+    Seconds seconds_;
+    std::vector<unsigned char> converted_;  // the cast block (this thread only)
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
+}  // namespace
+
+CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize, int threads)
+    : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize),
+      threads_(std::max(1, threads)), skip_crc_(std::getenv("VMERGE_BENCH_SKIP_CRC") != nullptr) {}
+
+const InputFile& CopyExecutor::open(const std::string& path) {
+    auto& slot = files_[path];
+    if (!slot) slot = std::make_unique<InputFile>(path);
+    return *slot;
+}
+
+void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip) {
+    PipelinedSink writer(sink);
+    std::vector<unsigned char> out;  // the block handed to the writer thread
+    std::vector<unsigned char> scales, zeros;
+    for (const WriteTask& task : tasks) {
+        const OutputTensor& t = mapping_.tensors.at(task.tensor);
+        const bool quantized = t.role == OutputTensor::Role::QuantPacked;
+        if (quantized && !quantize_) throw Error("internal: " + t.name + " is planned as quantized without a spec");
+        const LoraFactors* lora = t.lora_delta ? &lora_factors(*t.lora_delta) : nullptr;
+        const bool cast = !quantized && t.dtype != t.source_dtype;
+        const uint64_t out_row = row_bytes(t);
+        const int64_t cols = quantized ? t.source_shape[1] : 0;
+        const uint64_t src_row = quantized ? static_cast<uint64_t>(cols) * element_size(t.source_dtype)
+                                           : out_row / element_size(t.dtype) * element_size(t.source_dtype);
+        // Half the budget for blocks: the one being assembled plus the one being cast and
+        // written; the other half bounds the span read for a non-contiguous source.
+        uint64_t per_row = 2 * src_row;
+        if (quantized) per_row = src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * out_row;
+        else if (lora) per_row = src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + out_row;
+        else if (cast) per_row = 2 * src_row + out_row;
+        QuantError* quant_error = quantized ? &stats_.quantization_error[quantized_kind(t.name)] : nullptr;
+        const int64_t align = std::max<int64_t>(1, t.row_align);
+        // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
+        // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
+        const uint64_t block_budget = std::min<uint64_t>(max_memory_ / 2, kMaxBlockSourceBytes / std::max<uint64_t>(src_row, 1) * per_row);
+        int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(block_budget / std::max<uint64_t>(per_row, 1)));
+        block_rows = std::max(align, block_rows / align * align);
+        for (int64_t row = task.row_begin; row < task.row_end; row += block_rows) {
+            const int64_t end = std::min(task.row_end, row + block_rows);
+            const size_t rows = static_cast<size_t>(end - row);
+            // Every block a quantized block writes: itself, its scales, its packed zero points.
+            std::vector<std::tuple<size_t, int64_t, int64_t>> parts{{task.tensor, row, end}};
+            if (quantized) {
+                parts.emplace_back(t.scale_tensor, row, end);
+                if (t.zero_point_tensor)
+                    parts.emplace_back(*t.zero_point_tensor, row / align, (end + align - 1) / align);
+            }
+            if (skip && std::all_of(parts.begin(), parts.end(), [&](const auto& p) {
+                    return skip(std::get<0>(p), std::get<1>(p), std::get<2>(p));
+                })) {
+                stats_.bytes_skipped += rows * out_row;
+                continue;
+            }
+            if (t.role == OutputTensor::Role::Constant) {
+                out.assign(t.constant.begin() + static_cast<std::ptrdiff_t>(row * out_row),
+                           t.constant.begin() + static_cast<std::ptrdiff_t>(end * out_row));
+                out = writer.submit(task.tensor, row, end, std::move(out));
+                stats_.bytes_written += rows * out_row;
+                continue;
+            }
+            std::vector<unsigned char>& assembled = quantized || lora ? block_ : out;
+            assembled.resize(rows * src_row);
+            if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
+            assemble(t, row, end, assembled.data());
+            if (quantized) {
+                const auto start = Clock::now();
+                const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
+                const int64_t groups = scale.shape[1];
+                // Quantize the weight as the unquantized merge would write it (the model dtype),
+                // as quantizing that model with compressed-tensors would.
+                floats_.resize(rows * static_cast<size_t>(cols));
+                const size_t count = floats_.size();
+                if (lora) {
+                    // The merged weight, rounded to the model dtype, is what gets quantized.
+                    cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
+                    add_lora_delta(floats_.data(), row, end, *lora, threads_);
+                    cast_.resize(count * element_size(scale.dtype));
+                    cast_elements(floats_.data(), DType::F32, cast_.data(), scale.dtype, count);
+                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
+                } else if (scale.dtype != t.source_dtype) {
+                    cast_.resize(count * element_size(scale.dtype));
+                    cast_elements(block_.data(), t.source_dtype, cast_.data(), scale.dtype, count);
+                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
+                } else {
+                    cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
+                }
+                out.resize(rows * out_row);
+                scales.resize(rows * row_bytes(scale));
+                zero_points_.resize(rows * static_cast<size_t>(groups));
+                quantize_rows(floats_.data(), static_cast<int64_t>(rows), cols, *quantize_, scale.dtype,
+                              reinterpret_cast<uint32_t*>(out.data()), scales.data(), zero_points_.data(),
+                              *quant_error);
+                stats_.cast_seconds += seconds_since(start);
+                out = writer.submit(task.tensor, row, end, std::move(out));
+                const size_t scale_bytes = scales.size();
+                scales = writer.submit(t.scale_tensor, row, end, std::move(scales));
+                stats_.bytes_written += rows * out_row + scale_bytes;
+                if (t.zero_point_tensor) {
+                    const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);
+                    const int64_t packed_rows = (end + align - 1) / align - row / align;
+                    zeros.resize(static_cast<size_t>(packed_rows) * row_bytes(zero));
+                    pack_zero_points(zero_points_.data(), static_cast<int64_t>(rows), groups, quantize_->bits,
+                                     reinterpret_cast<uint32_t*>(zeros.data()));
+                    const size_t zero_bytes = zeros.size();
+                    zeros = writer.submit(*t.zero_point_tensor, row / align, (end + align - 1) / align, std::move(zeros));
+                    stats_.bytes_written += zero_bytes;
+                }
+                continue;
+            }
+            if (lora) {
+                const auto start = Clock::now();
+                const size_t count = rows * static_cast<size_t>(t.shape[1]);
+                out.resize(count * sizeof(float));
+                float* merged = reinterpret_cast<float*>(out.data());
+                cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
+                add_lora_delta(merged, row, end, *lora, threads_);
+                stats_.lora_seconds += seconds_since(start);
+            }
+            out = writer.submit(task.tensor, row, end, std::move(out), std::pair{lora ? DType::F32 : t.source_dtype, t.dtype});
+            stats_.bytes_written += rows * out_row;
+        }
+    }
+    const auto seconds = writer.drain();
+    stats_.sink_seconds = seconds.write;
+    stats_.cast_seconds += seconds.cast;
+}
+
+const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
+    if (lora_factors_for_ == delta) return lora_factors_;
+    const LoraDelta& d = mapping_.lora_deltas.at(delta);
+    const auto start = Clock::now();
+    auto assemble_f32 = [&](const OutputTensor& factor, std::vector<float>& to) {
+        std::vector<unsigned char> raw(static_cast<size_t>(numel(factor.shape)) * element_size(factor.source_dtype));
+        assemble(factor, 0, factor.shape[0], raw.data());
+        to.resize(static_cast<size_t>(numel(factor.shape)));
+        cast_elements(raw.data(), factor.source_dtype, to.data(), DType::F32, to.size());
+    };
+    std::vector<float> a, b;
+    assemble_f32(d.a, a);
+    assemble_f32(d.b, b);
+    lora_factors_ = make_lora_factors(d, a.data(), b.data());
+    lora_factors_for_ = delta;
+    stats_.lora_seconds += seconds_since(start);
+    return lora_factors_;
+}
+
+void CopyExecutor::read(const StorageRef& storage, const InputFile& file, uint64_t offset, unsigned char* out,
+                        uint64_t length) {
+    const auto start = Clock::now();
+    file.read_exact(offset, out, length, "tensor data");
+    stats_.read_seconds += seconds_since(start);
+    // The CRC runs on the bytes just read, while they are in cache, before they are evicted.
+    const auto crc_start = Clock::now();
+    if (!skip_crc_) crcs_.add(storage, offset - storage.byte_offset, out, length);
+    stats_.crc_seconds += seconds_since(crc_start);
+    if (length >= (1u << 20)) file.drop_cache(offset, length);
+    stats_.bytes_read += length;
+    ++stats_.reads;
+}
+
+void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
+                            unsigned char* block) {
+    Shape block_shape = t.assembled_shape();
+    if (!block_shape.empty()) block_shape[0] = row_end - row_begin;
+    for (const BoxCopy& copy : t.copies) {
+        Shape src_start = copy.src_start, dst_start = copy.dst_start, extent = copy.extent;
+        if (!t.shape.empty()) {
+            const int64_t lo = std::max(row_begin, copy.dst_start[0]);
+            const int64_t hi = std::min(row_end, copy.dst_start[0] + copy.extent[0]);
+            if (lo >= hi) continue;
+            src_start[0] += lo - copy.dst_start[0];
+            dst_start[0] = lo - row_begin;
+            extent[0] = hi - lo;
+        }
+        copy_box(mapping_.sources[copy.source], src_start, extent, block_shape, dst_start, block);
+    }
+}
+
+void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
+                            const Shape& block_shape, const Shape& dst_start, unsigned char* block) {
+    const size_t esize = element_size(src.dtype);
+    const size_t ndim = extent.size();
+    if (numel(extent) == 0) return;
+    const Shape dst_strides = contiguous_strides(block_shape);
+    int64_t first_src = src.storage_offset, first_dst = 0, last_src = src.storage_offset;
+    for (size_t d = 0; d < ndim; ++d) {
+        first_src += src_start[d] * src.stride[d];
+        last_src += (src_start[d] + extent[d] - 1) * src.stride[d];
+        first_dst += dst_start[d] * dst_strides[d];
+    }
+    const InputFile& file = open(src.storage.file);
+    const uint64_t file_offset = src.storage.byte_offset + static_cast<uint64_t>(first_src) * esize;
+    const uint64_t span = static_cast<uint64_t>(last_src - first_src + 1) * esize;
+
+    // The box is one contiguous run in both source and destination when, past its first
+    // dim, it spans whole rows of a contiguous source and of the block.
+    bool one_run = src.is_contiguous();
+    for (size_t d = 1; d < ndim && one_run; ++d)
+        one_run = extent[d] == src.shape[d] && extent[d] == block_shape[d];
+    if (one_run) {
+        read(src.storage, file, file_offset, block + first_dst * esize, span);
+        return;
+    }
+    // General case: read the covering span once, then gather row by row along the last dim.
+    if (span > max_memory_ / 2 && ndim > 0 && extent[0] > 1) {
+        // Split along dim 0 so the span stays bounded.
+        const int64_t half = extent[0] / 2;
+        Shape s2 = src_start, d2 = dst_start, e1 = extent, e2 = extent;
+        e1[0] = half;
+        e2[0] = extent[0] - half;
+        s2[0] += half;
+        d2[0] += half;
+        copy_box(src, src_start, e1, block_shape, dst_start, block);
+        copy_box(src, s2, e2, block_shape, d2, block);
+        return;
+    }
+    span_.resize(span);
+    read(src.storage, file, file_offset, span_.data(), span);
+    const int64_t inner = ndim ? extent[ndim - 1] : 1;
+    const int64_t inner_src_stride = ndim ? src.stride[ndim - 1] : 1;
+    std::vector<int64_t> index(ndim > 0 ? ndim - 1 : 0, 0);
+    while (true) {
+        int64_t s = 0, t = first_dst;
+        for (size_t d = 0; d + 1 < ndim; ++d) {
+            s += index[d] * src.stride[d];
+            t += index[d] * dst_strides[d];
+        }
+        const unsigned char* from = span_.data() + s * esize;
+        unsigned char* to = block + t * esize;
+        if (inner_src_stride == 1) {
+            std::memcpy(to, from, inner * esize);
+        } else {
+            for (int64_t k = 0; k < inner; ++k)
+                std::memcpy(to + k * esize, from + k * inner_src_stride * esize, esize);
+        }
+        size_t d = index.size();
+        while (d > 0) {
+            --d;
+            if (++index[d] < extent[d]) break;
+            index[d] = 0;
+            if (d == 0) return;
+        }
+        if (index.empty()) return;
+    }
+}
+
+}  // namespace vmerge

@@ -1,0 +1,84 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/input_file.h"
+#include "exec/lora_kernel.h"
+#include "mapping/quantization.h"
+#include "plan/rank_work.h"
+#include "io/record_crc.h"
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+struct CopyStats {
+    uint64_t bytes_read = 0;
+    uint64_t bytes_written = 0;
+    uint64_t reads = 0;
+    uint64_t bytes_skipped = 0;  // output bytes an earlier run had written (resume)
+    double read_seconds = 0;     // in pread
+    double cast_seconds = 0;
+    double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
+    double lora_seconds = 0;     // assembling LoRA factors and adding B·A to merged weights
+    double crc_seconds = 0;      // CRC-32 of the record bytes read
+    std::map<std::string, QuantError> quantization_error;  // by tensor kind
+};
+
+// Receives assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
+using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row_end,
+                                   const unsigned char* data, size_t size)>;
+
+// Executes write tasks: reads exactly the source bytes each row block needs (one pread per
+// contiguous run), assembles blocks of rows that fit in `max_memory`, casts, and hands them
+// to the sink on a second thread while the next block is read. The sink is called from
+// that thread, one block at a time.
+class CopyExecutor {
+public:
+    // `quantize` (optional) is the spec QuantPacked tensors were planned with; `threads` is how
+    // many threads a LoRA update may use (the rank's share of the node's cores).
+    CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize = nullptr,
+                 int threads = 1);
+
+    // `skip` (optional) is asked before each block is assembled; true means an earlier run
+    // already wrote it (resume), so its sources are not read at all.
+    using SkipBlock = std::function<bool(size_t tensor, int64_t row_begin, int64_t row_end)>;
+    void run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip = {});
+    const CopyStats& stats() const { return stats_; }
+    // The CRC-32 of every ZIP record byte read; records read whole are already checked (a
+    // mismatch throws from run), records read in part are for complete_record_crcs.
+    const RecordCrcLedger& crcs() const { return crcs_; }
+    // A CRC mismatch is kept in crcs().mismatch() instead of stopping run (RecordCrcLedger).
+    void defer_crc_mismatches() { crcs_.defer_mismatches(); }
+
+private:
+    const InputFile& open(const std::string& path);
+    // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
+    const LoraFactors& lora_factors(size_t delta);
+    void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
+    void read(const StorageRef& storage, const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length);
+    void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
+                  const Shape& block_shape, const Shape& dst_start, unsigned char* block);
+
+    const TensorMapping& mapping_;
+    uint64_t max_memory_;
+    const QuantizeSpec* quantize_;
+    int threads_;
+    std::vector<float> floats_;
+    std::vector<unsigned char> cast_;
+    std::vector<int32_t> zero_points_;
+    std::map<std::string, std::unique_ptr<InputFile>> files_;
+    std::vector<unsigned char> block_;
+    std::vector<unsigned char> span_;
+    std::optional<size_t> lora_factors_for_;
+    LoraFactors lora_factors_;
+    CopyStats stats_;
+    RecordCrcLedger crcs_;
+    bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
+};
+
+}  // namespace vmerge

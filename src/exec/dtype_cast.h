@@ -1,0 +1,22 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace vmerge {
+
+// Whether cast_elements converts `from` into `to` (floating types among F64/F32/F16/BF16,
+// or identical types).
+bool can_cast(DType from, DType to);
+
+// Converts `count` elements. Narrowing rounds to nearest even, as torch's .to() does;
+// F32 -> BF16 maps every NaN to 0xFFFF as torch's CPU kernels do. Overflow gives infinity.
+void cast_elements(const void* src, DType from, void* dst, DType to, size_t count);
+
+uint16_t f32_to_bf16(float value);
+uint16_t f32_to_f16(float value);
+float bf16_to_f32(uint16_t bits);
+float f16_to_f32(uint16_t bits);
+
+}  // namespace vmerge

@@ -1,0 +1,97 @@
+#pragma once
+#include <optional>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "torch/dcp_metadata.h"
+#include "mapping/hf_architecture.h"
+#include "formats/source_ledger.h"
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// One per-rank file of a legacy (non-distributed) Megatron checkpoint. The directory name
+// gives tp and up to two more indices (megatron-formats.md §1.1); whether a lone second
+// index is the pipeline or the expert rank is settled after scanning.
+struct MegatronRankFile {
+    std::string path;
+    std::string dir_name;  // mp_rank_TT[_PPP][_EEE]
+    int tp = 0;
+    std::vector<int> more;  // the indices after tp
+    int pp = 0;
+    int ep = 0;
+};
+
+// A rank file named `name` (an mp_rank_TT[_PPP][_EEE] folder or adapter file) from its name's
+// match: group 1 is tp, groups 2 and 3 the indices after it.
+MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name);
+
+struct MegatronLegacyCheckpoint {
+    std::string dir;     // the folder holding mp_rank_* folders
+    std::string flavor;  // "verl" (model.pt, a list of chunks) or "Megatron-LM" (model_optim_rng.pt)
+    std::optional<int> iteration;
+    std::vector<MegatronRankFile> files;
+};
+
+struct MegatronParallelism {
+    int tp = 1, pp = 1, vpp = 1, ep = 1;
+};
+
+// How the tensor-parallel shards of one Megatron tensor (per-rank key, local or global layer
+// index alike) combine, megatron-formats.md §4: concatenated on dim 0 or 1, read once from
+// tp rank 0, SwiGLU [gate_r; up_r] halves, or (MLA down-projections) replicated when one
+// shard already has the full row count, else concatenated on dim 0. Used by
+// assemble_megatron_legacy and, inversely, by simulate_checkpoint.
+enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
+TpRule megatron_tp_rule(const std::string& key, bool value_model);
+
+// The Megatron-LM iteration folder `dir` points to: `iter_NNNNNNN` of `iteration` when given,
+// else the one latest_checkpointed_iteration.txt names (or `release`, with no number); nullopt
+// when there is neither. The folder is not checked; a tracker that holds neither a number nor
+// "release" is an Error.
+struct IterationFolder {
+    std::string name;
+    std::optional<int> iteration;
+};
+std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration);
+
+// Finds the rank files: verl's <dir>/model/mp_rank_*/model.pt (or <dir>/mp_rank_*), or
+// Megatron-LM's tracker file -> iter_NNNNNNN/ (or release/) -> mp_rank_*/model_optim_rng.pt.
+// `iteration` picks another iteration than the tracker's.
+bool looks_like_megatron_legacy(const std::string& dir);
+MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::optional<int> iteration);
+
+// Megatron tensors under their canonical names (global layer index, global expert index,
+// no layer/expert axis), each assembled from its per-rank pieces by the TP rules of
+// megatron-formats.md §4. Pure: `scans[i]` is the scan of `ckpt.files[i]`.
+// What it does not use is dropped in `ledger` with its reason (_extra_state, replicas).
+TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                       const ArchitectureInfo& arch, MegatronParallelism& found,
+                                       SourceLedger* ledger = nullptr);
+
+// The same canonical tensors from a torch_dist (dist_ckpt) or DCP folder: stacked layer and
+// expert axes are split into one tensor per layer/expert. `chunk_scans` holds the scan of
+// every chunk in metadata order (tensor by tensor, chunk by chunk).
+// Non-model and _extra_state items are dropped in `ledger`.
+TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
+                                   bool split_megatron_axes, SourceLedger* ledger = nullptr);
+
+// Renames and splits canonical Megatron tensors into the HF tensors of `arch` (QKV
+// de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
+// result against the tensors config.json implies. Unmapped keys are an Error listing them
+// unless `allow_unmapped`.
+// The tied output layer and --allow_unmapped drops are recorded in `ledger`.
+TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
+                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
+                             SourceLedger* ledger = nullptr);
+
+// One canonical Megatron tensor as the HF tensors `match` names (the splits above).
+std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
+                                      const HfConfig& config, std::vector<std::string>& notes);
+
+// Checks a mapping's names and shapes against what config.json implies (Error listing the
+// missing, unexpected and misshapen tensors).
+void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch);
+
+}  // namespace vmerge

@@ -1,0 +1,379 @@
+#include <algorithm>
+#include <filesystem>
+#include <cctype>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "core/box_region.h"
+#include "core/bounded_number.h"
+#include "core/error.h"
+#include "io/input_file.h"
+#include "formats/megatron/megatron_backend.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+const std::regex kRankDir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?)");
+
+bool has_rank_dirs(const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+        if (entry.is_directory() && std::regex_match(entry.path().filename().string(), kRankDir)) return true;
+    return false;
+}
+
+std::string iteration_dir_name(int iteration) {
+    char name[32];
+    std::snprintf(name, sizeof name, "iter_%07d", iteration);
+    return name;
+}
+
+struct Piece {
+    const TensorRef* tensor;
+    const MegatronRankFile* file;
+};
+
+// A rank-file key taken apart: `decoder.layers.<layer>.<rest>`, and for an expert tensor
+// (grouped `mlp.experts.linear_fcN.<param><expert>` or sequential
+// `mlp.experts.local_experts.<expert>.<what>`) its local expert index and the name after it.
+struct RankKey {
+    int64_t layer = -1;
+    std::string rest;
+    int64_t expert = -1;
+    std::string expert_rest;  // "linear_fc1.weight", or what follows a sequential expert's index
+};
+
+// `where` names the rank file, for a layer or expert number out of bounds.
+RankKey parse_rank_key(const std::string& key, const std::string& where) {
+    static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
+    static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
+    static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
+    RankKey k;
+    std::smatch m, x;
+    if (!std::regex_match(key, m, layer_key)) return k;
+    const std::string source = where + ": key '" + key + "':";
+    k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
+    k.rest = m[2];
+    if (std::regex_match(k.rest, x, grouped_expert)) {
+        k.expert = parse_bounded_int(x.str(3), 0, kMaxExperts - 1, source + " expert number");
+        k.expert_rest = std::string(x[1]) + "." + std::string(x[2]);
+    } else if (std::regex_match(k.rest, x, sequential_expert)) {
+        k.expert = parse_bounded_int(x.str(1), 0, kMaxExperts - 1, source + " expert number");
+        k.expert_rest = x[2];
+    }
+    return k;
+}
+
+}  // namespace
+
+TpRule megatron_tp_rule(const std::string& key, bool value_model) {
+    // LoRA adapters (Megatron-Bridge ParallelLinearAdapter): linear_in is split over r for a
+    // column-parallel base and over its input for a row-parallel one; linear_out always over
+    // its output rows, laid out like a column-parallel base's rows.
+    if (const size_t at = key.find(".adapter.linear_"); at != std::string::npos) {
+        const std::string base = key.substr(0, at) + ".weight";
+        const TpRule base_rule = megatron_tp_rule(base, value_model);
+        const bool row_parallel = base_rule == TpRule::Concat1;
+        if (key.compare(at, 18, ".adapter.linear_in") == 0) return row_parallel ? TpRule::Concat1 : TpRule::Concat0;
+        return row_parallel ? TpRule::Concat0 : base_rule;
+    }
+    auto ends = [&](std::string_view suffix) { return key.ends_with(suffix); };
+    if (ends("word_embeddings.weight")) return TpRule::Concat0;
+    if (ends("output_layer.weight")) return value_model ? TpRule::Replicated : TpRule::Concat0;
+    if (ends("linear_qkv.weight") || ends("linear_qkv.bias")) return TpRule::Concat0;
+    if (ends("linear_proj.weight") || ends("linear_fc2.weight")) return TpRule::Concat1;
+    if (ends("linear_fc1.weight") || ends("linear_fc1.bias")) return TpRule::GluHalves;
+    if (ends("linear_q_proj.weight") || ends("linear_q_up_proj.weight") || ends("linear_kv_up_proj.weight"))
+        return TpRule::Concat0;
+    // The TE spec builds MLA down-projections duplicated on every TP rank; the local spec
+    // splits them by rows. Their shape tells which.
+    if (ends("linear_q_down_proj.weight") || ends("linear_kv_down_proj.weight")) return TpRule::ReplicatedIfFull;
+    return TpRule::Replicated;
+}
+
+std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration) {
+    if (iteration) return IterationFolder{iteration_dir_name(*iteration), iteration};
+    const fs::path tracker_path = fs::path(dir) / "latest_checkpointed_iteration.txt";
+    std::error_code ec;
+    if (!fs::exists(tracker_path, ec)) return std::nullopt;
+    // Megatron-LM writes the number (or "release") alone; a trailing newline is allowed.
+    std::string tracker = read_small_file(tracker_path.string(), 4096, "a tracker file");
+    while (!tracker.empty() && std::isspace(static_cast<unsigned char>(tracker.back()))) tracker.pop_back();
+    if (tracker == "release") return IterationFolder{"release", std::nullopt};
+    const auto number = parse_int_within(tracker, 0, kMaxIteration);
+    if (!number) {
+        const std::string shown = tracker.size() > 40 ? tracker.substr(0, 40) + "..." : tracker;
+        throw Error(tracker_path.string() + ": holds '" + shown + "', expected 'release' or an iteration number " +
+                    range_text(0, kMaxIteration));
+    }
+    return IterationFolder{iteration_dir_name(static_cast<int>(*number)), static_cast<int>(*number)};
+}
+
+MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name) {
+    MegatronRankFile file;
+    file.dir_name = name;
+    // The regexes take 2 or 3 digits: bounded by construction, checked all the same.
+    file.tp = static_cast<int>(parse_bounded_int(m.str(1), 0, kMaxWorldSize - 1, name + ": tensor-parallel rank"));
+    for (int g = 2; g <= 3; ++g)
+        if (m[g].matched)
+            file.more.push_back(static_cast<int>(parse_bounded_int(m.str(g), 0, kMaxWorldSize - 1, name + ": rank")));
+    return file;
+}
+
+bool looks_like_megatron_legacy(const std::string& dir) {
+    const fs::path p(dir);
+    std::error_code ec;
+    return has_rank_dirs(p / "model") || has_rank_dirs(p) || fs::exists(p / "latest_checkpointed_iteration.txt", ec);
+}
+
+MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::optional<int> iteration) {
+    MegatronLegacyCheckpoint ckpt;
+    fs::path root(dir);
+    std::error_code ec;
+    if (fs::exists(root / "latest_checkpointed_iteration.txt", ec)) {
+        const IterationFolder folder = *iteration_folder(dir, iteration);
+        const fs::path iter_dir = root / folder.name;
+        ckpt.iteration = folder.iteration;
+        if (!fs::is_directory(iter_dir, ec))
+            throw Error(iter_dir.string() + ": missing iteration folder" +
+                        (iteration ? " (--iteration " + std::to_string(*iteration) + ")" : " named by the tracker file"));
+        root = iter_dir;
+    } else if (iteration) {
+        if (fs::is_directory(root / iteration_dir_name(*iteration), ec)) root /= iteration_dir_name(*iteration);
+        ckpt.iteration = iteration;
+    }
+    if (has_rank_dirs(root / "model")) root /= "model";
+    if (!has_rank_dirs(root)) throw Error(root.string() + ": no mp_rank_* folders");
+    ckpt.dir = root.string();
+    for (const auto& entry : fs::directory_iterator(root)) {
+        std::smatch m;
+        const std::string name = entry.path().filename().string();
+        if (!entry.is_directory() || !std::regex_match(name, m, kRankDir)) continue;
+        MegatronRankFile file = rank_file_from_name(m, name);
+        const fs::path verl = entry.path() / "model.pt", mlm = entry.path() / "model_optim_rng.pt";
+        std::string flavor;
+        if (fs::exists(verl, ec)) {
+            file.path = verl.string();
+            flavor = "verl";
+        } else if (fs::exists(mlm, ec)) {
+            file.path = mlm.string();
+            flavor = "Megatron-LM";
+        } else {
+            throw Error(entry.path().string() + ": neither model.pt (verl) nor model_optim_rng.pt (Megatron-LM)");
+        }
+        if (!ckpt.flavor.empty() && ckpt.flavor != flavor)
+            throw Error(root.string() + ": mixes verl model.pt and Megatron-LM model_optim_rng.pt folders");
+        ckpt.flavor = flavor;
+        ckpt.files.push_back(std::move(file));
+    }
+    std::sort(ckpt.files.begin(), ckpt.files.end(),
+              [](const auto& a, const auto& b) { return a.dir_name < b.dir_name; });
+    return ckpt;
+}
+
+TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                       const ArchitectureInfo& arch, MegatronParallelism& found,
+                                       SourceLedger* ledger) {
+    // 1. Which index is which: a lone second index is the pipeline stage unless the
+    //    embedding lives in more than one of those folders (then it is the expert rank).
+    size_t index_count = ckpt.files.front().more.size();
+    for (const auto& f : ckpt.files)
+        if (f.more.size() != index_count)
+            throw Error(ckpt.dir + ": mp_rank folder names mix index counts (" + ckpt.files.front().dir_name + ", " +
+                        f.dir_name + ")");
+    bool second_is_ep = false;
+    if (index_count == 1) {
+        for (size_t i = 0; i < ckpt.files.size(); ++i) {
+            if (ckpt.files[i].more[0] == 0) continue;
+            for (const auto& e : scans[i].tensors)
+                if (e.key == "embedding.word_embeddings.weight") second_is_ep = true;
+        }
+    }
+    for (auto& f : ckpt.files) {
+        f.pp = 0;
+        f.ep = 0;
+        if (index_count == 1) (second_is_ep ? f.ep : f.pp) = f.more[0];
+        if (index_count == 2) {
+            f.pp = f.more[0];
+            f.ep = f.more[1];
+        }
+        found.tp = std::max(found.tp, f.tp + 1);
+        found.pp = std::max(found.pp, f.pp + 1);
+        found.ep = std::max(found.ep, f.ep + 1);
+    }
+    std::map<std::tuple<int, int, int>, size_t> by_rank;
+    for (size_t i = 0; i < ckpt.files.size(); ++i) {
+        const auto& f = ckpt.files[i];
+        by_rank[{f.tp, f.pp, f.ep}] = i;
+    }
+    for (int t = 0; t < found.tp; ++t)
+        for (int p = 0; p < found.pp; ++p)
+            for (int e = 0; e < found.ep; ++e)
+                if (!by_rank.count({t, p, e})) {
+                    char name[64];
+                    if (index_count == 0) std::snprintf(name, sizeof name, "mp_rank_%02d", t);
+                    else if (index_count == 1) std::snprintf(name, sizeof name, "mp_rank_%02d_%03d", t, second_is_ep ? e : p);
+                    else std::snprintf(name, sizeof name, "mp_rank_%02d_%03d_%03d", t, p, e);
+                    throw Error(ckpt.dir + "/" + name + ": missing rank folder (tp " + std::to_string(found.tp) + ", pp " +
+                                std::to_string(found.pp) + ", ep " + std::to_string(found.ep) + ")");
+                }
+    found.vpp = scans[0].chunks;
+    for (size_t i = 0; i < scans.size(); ++i)
+        if (scans[i].chunks != found.vpp)
+            throw Error(ckpt.files[i].path + ": holds " + std::to_string(scans[i].chunks) + " model chunks, " +
+                        ckpt.files[0].path + " holds " + std::to_string(found.vpp));
+
+    // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
+    std::vector<std::vector<RankKey>> keys(scans.size());
+    for (size_t i = 0; i < scans.size(); ++i)
+        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key, ckpt.files[i].path));
+
+    // 2. Global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
+    //    (megatron-formats.md §6): correct for even, uneven and empty stages alike.
+    std::map<std::pair<int, int>, int64_t> layer_offset;  // (pp, chunk) -> offset
+    int64_t layers_so_far = 0;
+    for (int v = 0; v < found.vpp; ++v)
+        for (int p = 0; p < found.pp; ++p) {
+            std::set<int64_t> local;
+            const size_t file = by_rank.at({0, p, 0});
+            for (size_t k = 0; k < keys[file].size(); ++k)
+                if (scans[file].tensors[k].chunk == v && keys[file][k].layer >= 0) local.insert(keys[file][k].layer);
+            layer_offset[{p, v}] = layers_so_far;
+            layers_so_far += static_cast<int64_t>(local.size());
+        }
+
+    // 3. Canonical names: global layer, global expert (ep_rank * experts per rank + local).
+    std::map<int, int64_t> experts_per_rank;  // by pp stage: max local expert index + 1
+    for (size_t i = 0; i < scans.size(); ++i)
+        for (const RankKey& k : keys[i])
+            if (k.expert >= 0) experts_per_rank[ckpt.files[i].pp] = std::max(experts_per_rank[ckpt.files[i].pp], k.expert + 1);
+    std::map<std::string, std::vector<Piece>> shards;  // canonical key -> pieces by tp rank
+    std::vector<std::string> order;
+    for (size_t i = 0; i < scans.size(); ++i) {
+        const MegatronRankFile& f = ckpt.files[i];
+        for (size_t n = 0; n < scans[i].tensors.size(); ++n) {
+            const StateDictEntry& e = scans[i].tensors[n];
+            if (e.key.find("_extra_state") != std::string::npos) {
+                if (ledger) ledger->drop(e.tensor, DropReason::ExtraState);
+                continue;
+            }
+            const RankKey& k = keys[i][n];
+            std::string key = e.key;
+            const bool expert = k.expert >= 0;
+            if (k.layer >= 0) {
+                const int64_t global = layer_offset.at({f.pp, e.chunk}) + k.layer;
+                const std::string rest =
+                    expert ? "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." + k.expert_rest
+                           : k.rest;
+                key = "decoder.layers." + std::to_string(global) + "." + rest;
+            }
+            // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's.
+            if (!expert && f.ep != 0) {
+                if (ledger) ledger->drop(e.tensor, DropReason::Replica);
+                continue;
+            }
+            auto& pieces = shards[key];
+            if (pieces.empty()) {
+                pieces.resize(found.tp, Piece{nullptr, nullptr});
+                order.push_back(key);
+            }
+            if (pieces[f.tp].tensor && !(arch.value_model || key.starts_with("output_layer")))
+                throw Error(f.path + ": '" + key + "' is also in " + pieces[f.tp].file->path);
+            if (!pieces[f.tp].tensor) pieces[f.tp] = {&e.tensor, &f};
+            else if (ledger) ledger->drop(e.tensor, DropReason::Replica);  // a pipeline stage's output_layer copy
+        }
+    }
+
+    // 4. Assemble each tensor from its TP shards.
+    std::map<std::string, Shape> expected_shapes;
+    TensorMapping out;
+    for (const std::string& key : order) {
+        const auto& pieces = shards.at(key);
+        for (int t = 0; t < found.tp; ++t)
+            if (!pieces[t].tensor)
+                throw Error(ckpt.dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
+                            " (present in " + pieces[0].file->path + ")");
+        const TensorRef& first = *pieces[0].tensor;
+        TpRule rule = megatron_tp_rule(key, arch.value_model);
+        if (rule == TpRule::ReplicatedIfFull) {
+            // Replicated when one shard already has the row count config.json implies.
+            rule = TpRule::Concat0;
+            if (auto match = match_rule(arch, key)) {
+                auto it = arch.expected.required.find(match->hf_names[0]);
+                if (it != arch.expected.required.end() && !first.shape.empty() && first.shape[0] == it->second[0])
+                    rule = TpRule::Replicated;
+            }
+        }
+        OutputTensor t;
+        t.name = key;
+        t.source_dtype = t.dtype = first.dtype;
+        t.shape = first.shape;
+        for (int r = 0; r < found.tp; ++r) {
+            const TensorRef& s = *pieces[r].tensor;
+            const std::string& path = pieces[r].file->path;
+            if (s.dtype != first.dtype || s.shape.size() != first.shape.size())
+                throw Error(path + ": '" + key + "' is " + std::string(torch_name(s.dtype)) + " " + shape_to_string(s.shape) +
+                            " but " + std::string(torch_name(first.dtype)) + " " + shape_to_string(first.shape) + " in " +
+                            pieces[0].file->path);
+            const bool same_shape = s.shape == first.shape;
+            if (!same_shape && (rule == TpRule::Replicated || rule == TpRule::GluHalves || first.shape.empty() ||
+                                (rule == TpRule::Concat0 && Shape(s.shape.begin() + 1, s.shape.end()) !=
+                                                                Shape(first.shape.begin() + 1, first.shape.end())) ||
+                                (rule == TpRule::Concat1 && (s.shape.size() < 2 || s.shape[0] != first.shape[0]))))
+                throw Error(path + ": tensor-parallel shard of '" + key + "' is " + shape_to_string(s.shape) + " but " +
+                            shape_to_string(first.shape) + " in " + pieces[0].file->path);
+        }
+        const uint32_t base = static_cast<uint32_t>(out.sources.size());
+        for (int r = 0; r < found.tp; ++r) out.sources.push_back(*pieces[r].tensor);
+        const size_t ndim = first.shape.size();
+        const Shape zeros(ndim, 0);
+        switch (rule) {
+            case TpRule::Replicated:
+            case TpRule::ReplicatedIfFull:
+                add_copy(t, base, zeros, zeros, first.shape);
+                if (ledger)
+                    for (int r = 1; r < found.tp; ++r) ledger->drop(*pieces[r].tensor, DropReason::Replica);
+                break;
+            case TpRule::Concat0:
+            case TpRule::Concat1: {
+                const size_t dim = rule == TpRule::Concat0 ? 0 : 1;
+                int64_t at = 0;
+                for (int r = 0; r < found.tp; ++r) {
+                    const Shape& s = pieces[r].tensor->shape;
+                    Shape dst(ndim, 0);
+                    dst[dim] = at;
+                    add_copy(t, base + r, zeros, dst, s);
+                    at += s[dim];
+                }
+                t.shape[dim] = at;
+                break;
+            }
+            case TpRule::GluHalves: {
+                // Each rank holds [gate_r; up_r]; the canonical tensor is [gate; up].
+                const int64_t rows = first.shape[0];
+                if (rows % 2 != 0)
+                    throw Error(pieces[0].file->path + ": gated '" + key + "' has an odd row count " + std::to_string(rows));
+                const int64_t half = rows / 2;
+                t.shape[0] = rows * found.tp;
+                for (int r = 0; r < found.tp; ++r) {
+                    Shape extent = first.shape;
+                    extent[0] = half;
+                    Shape src(ndim, 0), dst(ndim, 0);
+                    dst[0] = r * half;
+                    add_copy(t, base + r, src, dst, extent);
+                    src[0] = half;
+                    dst[0] = found.tp * half + r * half;
+                    add_copy(t, base + r, src, dst, extent);
+                }
+                break;
+            }
+        }
+        check_copies_tile_output(t, out.sources);
+        out.tensors.push_back(std::move(t));
+    }
+    return out;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,100 @@
+#include "formats/megatron/megatron_lora.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "core/bounded_number.h"
+#include "core/error.h"
+#include "io/input_file.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+const std::regex kAdapterFile(R"(mp_rank_(\d+)(?:_(\d+))?(?:_(\d+))?_adapter\.pt)");
+
+}  // namespace
+
+bool has_megatron_adapters(const std::string& dir) {
+    std::error_code ec;
+    const fs::path folder = fs::path(dir) / "adapter_checkpoint";
+    if (!fs::is_directory(folder, ec)) return false;
+    for (const auto& entry : fs::directory_iterator(folder, ec))
+        if (std::regex_match(entry.path().filename().string(), kAdapterFile)) return true;
+    return false;
+}
+
+MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir) {
+    MegatronLegacyCheckpoint ckpt;
+    ckpt.dir = (fs::path(dir) / "adapter_checkpoint").string();
+    ckpt.flavor = "verl";
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(ckpt.dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        std::smatch m;
+        if (!std::regex_match(name, m, kAdapterFile)) continue;
+        MegatronRankFile file = rank_file_from_name(m, name);
+        file.path = entry.path().string();
+        require_regular_file(file.path);
+        ckpt.files.push_back(std::move(file));
+    }
+    if (ckpt.files.empty()) throw Error(ckpt.dir + ": no mp_rank_*_adapter.pt files");
+    std::sort(ckpt.files.begin(), ckpt.files.end(), [](const auto& a, const auto& b) { return a.dir_name < b.dir_name; });
+    return ckpt;
+}
+
+TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const ArchitectureInfo& arch,
+                                        const HfConfig& config, std::vector<std::string>& notes) {
+    static const std::regex adapter_key(R"(^(decoder\.layers\.(\d+)\..*)\.adapter\.(linear_in|linear_out)\.weight$)");
+    TensorMapping out;
+    out.sources = canonical.sources;
+    std::set<int64_t> layers;
+    for (const OutputTensor& t : canonical.tensors) {
+        std::smatch m;
+        if (t.name.find("weight_magnitude") != std::string::npos)
+            throw Error("'" + t.name + "' is a DoRA magnitude: DoRA is not a plain LoRA update and vmerge does not support it");
+        if (t.name.find(".experts.") != std::string::npos)
+            throw Error("'" + t.name + "': adapters on MoE experts are not supported yet");
+        if (!std::regex_match(t.name, m, adapter_key))
+            throw Error("'" + t.name + "': expected <module>.adapter.linear_in.weight or .adapter.linear_out.weight "
+                        "(Megatron-Bridge LoRA; canonical_lora's per-projection adapters are not supported)");
+        layers.insert(parse_bounded_int(m.str(2), 0, kMaxLayers - 1, "'" + t.name + "': layer number"));
+        const std::string base = std::string(m[1]) + ".weight";
+        const auto match = match_rule(arch, base);
+        if (!match) throw Error("'" + t.name + "': no " + arch.name + " name for its base weight '" + base + "'");
+        const bool is_a = m[3] == "linear_in";
+        std::vector<OutputTensor> made;
+        if (is_a) {
+            // linear_in feeds every projection the fused base splits into.
+            for (const auto& hf : match->hf_names) {
+                OutputTensor a = t;
+                a.name = hf;
+                made.push_back(std::move(a));
+            }
+        } else {
+            OutputTensor b = t;
+            b.name = base;
+            made = split_to_hf(b, *match, arch, config, notes);
+        }
+        for (auto& o : made) {
+            const std::string module = o.name.substr(0, o.name.size() - std::string(".weight").size());
+            o.name = "base_model.model." + module + (is_a ? ".lora_A.default.weight" : ".lora_B.default.weight");
+            check_copies_tile_output(o, out.sources);
+            out.tensors.push_back(std::move(o));
+        }
+    }
+    if (static_cast<int64_t>(layers.size()) != arch.layers) {
+        std::string missing;
+        for (int64_t i = 0; i < arch.layers; ++i)
+            if (!layers.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+        throw Error("the adapter checkpoint covers " + std::to_string(layers.size()) + " of the " + std::to_string(arch.layers) +
+                    " layers of " + config.dir + "/config.json (missing: " + missing +
+                    "); verl saves only the first virtual-pipeline chunk's adapters, so a run with virtual pipeline "
+                    "parallelism cannot be exported from them");
+    }
+    return out;
+}
+
+}  // namespace vmerge

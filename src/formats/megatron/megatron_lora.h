@@ -1,0 +1,28 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "mapping/hf_architecture.h"
+#include "formats/megatron/megatron_backend.h"
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// verl's Megatron LoRA checkpoints: with PEFT the frozen base is not saved, only
+// <actor>/adapter_checkpoint/mp_rank_TT[_PPP][_EEE]_adapter.pt, each a torch.save of
+// {"adapter_state_dict": {Megatron-Bridge adapter name: TP-local tensor}} with layer numbers
+// local to the pipeline stage. The rank files are read like legacy Megatron rank folders.
+bool has_megatron_adapters(const std::string& dir);
+MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir);
+
+// Canonical adapter tensors (assembled by assemble_megatron_legacy with the adapter TP rules:
+// `<module>.adapter.linear_in.weight` = A [r, in], `.adapter.linear_out.weight` = B [out, r])
+// as PEFT-wrapped names that apply_lora understands: B is split like its base weight (QKV
+// per query group, fc1 into gate/up), A goes unchanged to every HF module the base splits
+// into, as Megatron-Bridge exports them. DoRA, canonical LoRA and expert adapters are refused;
+// every layer of config.json must carry adapters (verl saves only the first virtual-pipeline
+// chunk's).
+TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const ArchitectureInfo& arch,
+                                        const HfConfig& config, std::vector<std::string>& notes);
+
+}  // namespace vmerge

@@ -1,0 +1,187 @@
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/box_region.h"
+#include "core/error.h"
+#include "mapping/hf_tensor_order.h"
+#include "formats/megatron/megatron_backend.h"
+
+namespace vmerge {
+namespace {
+
+OutputTensor new_output(const OutputTensor& from, const std::string& name, Shape shape) {
+    OutputTensor t;
+    t.name = name;
+    t.source_dtype = t.dtype = from.source_dtype;
+    t.shape = std::move(shape);
+    return t;
+}
+
+// Copies rows [row, row+count) of `from` to rows starting at `to_row` of `to`.
+void take_rows(const OutputTensor& from, int64_t row, int64_t count, OutputTensor& to, int64_t to_row) {
+    Shape start(from.shape.size(), 0), extent = from.shape, dst(from.shape.size(), 0);
+    start[0] = row;
+    extent[0] = count;
+    dst[0] = to_row;
+    extract_region(from, start, extent, dst, to.copies);
+}
+
+// A vocabulary shard made only of padding rows gives no copy once the rows are trimmed to
+// vocab_size: dropped as padding, not lost.
+void drop_trimmed_shards(const OutputTensor& t, const std::vector<OutputTensor>& made,
+                         const std::vector<TensorRef>& sources, SourceLedger& ledger) {
+    std::set<uint32_t> kept;
+    for (const auto& o : made)
+        for (const auto& c : o.copies) kept.insert(c.source);
+    for (const auto& c : t.copies)
+        if (!kept.count(c.source)) ledger.drop(sources[c.source], DropReason::VocabPadding);
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : "") + names[i];
+    if (names.size() > 12) out += ", ... (" + std::to_string(names.size()) + " in all)";
+    return out;
+}
+
+}  // namespace
+
+void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch) {
+    std::vector<std::string> missing, unexpected, misshapen;
+    std::set<std::string> produced;
+    for (const auto& t : mapping.tensors) {
+        produced.insert(t.name);
+        auto it = arch.expected.required.find(t.name);
+        const Shape* want = nullptr;
+        if (it != arch.expected.required.end()) want = &it->second;
+        else if (auto opt = arch.expected.optional.find(t.name); opt != arch.expected.optional.end()) want = &opt->second;
+        if (!want) unexpected.push_back(t.name);
+        else if (*want != t.shape)
+            misshapen.push_back(t.name + " " + shape_to_string(t.shape) + " (config.json implies " + shape_to_string(*want) + ")");
+    }
+    for (const auto& [name, _] : arch.expected.required)
+        if (!produced.count(name)) missing.push_back(name);
+    std::string message;
+    if (!missing.empty()) message += "\n  missing: " + list_names(missing);
+    if (!unexpected.empty()) message += "\n  not part of " + arch.name + ": " + list_names(unexpected);
+    if (!misshapen.empty()) message += "\n  wrong shape: " + list_names(misshapen);
+    if (!message.empty())
+        throw Error("the merged tensors do not match what " + config.dir + "/config.json (" + arch.name + ") implies:" +
+                    message);
+}
+
+std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
+                                      const HfConfig& config, std::vector<std::string>& notes) {
+    std::vector<OutputTensor> made;
+    const auto& names = match.hf_names;
+    switch (match.rule->split) {
+        case NameSplit::None: {
+            OutputTensor o = new_output(t, names[0], t.shape);
+            o.copies = t.copies;
+            made.push_back(std::move(o));
+            break;
+        }
+        case NameSplit::Vocab: {
+            const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
+            Shape shape = t.shape;
+            shape[0] = arch.vocab;
+            OutputTensor o = new_output(t, names[0], shape);
+            take_rows(t, 0, std::min(rows, arch.vocab), o, 0);
+            if (rows > arch.vocab)
+                notes.push_back(t.name + ": " + std::to_string(rows - arch.vocab) + " padded vocabulary rows dropped (vocab_size " +
+                                std::to_string(arch.vocab) + ")");
+            if (rows < arch.vocab) {
+                o.zero_fill = true;
+                notes.push_back(t.name + ": " + std::to_string(rows) + " rows, config.json vocab_size is " +
+                                std::to_string(arch.vocab) + "; the missing rows are written as zeros");
+            }
+            made.push_back(std::move(o));
+            break;
+        }
+        case NameSplit::GateUp: {
+            if (t.shape.empty() || t.shape[0] % 2 != 0)
+                throw Error(t.name + ": " + shape_to_string(t.shape) + " cannot be split into gate and up halves");
+            const int64_t half = t.shape[0] / 2;
+            for (int part = 0; part < 2; ++part) {
+                Shape shape = t.shape;
+                shape[0] = half;
+                OutputTensor o = new_output(t, names[part], shape);
+                take_rows(t, part * half, half, o, 0);
+                made.push_back(std::move(o));
+            }
+            break;
+        }
+        case NameSplit::Qkv: {
+            // Rows grouped per query group: [q heads of the group; k head; v head].
+            const int64_t nq = arch.heads, ng = arch.kv_heads, d = arch.head_dim;
+            if (ng <= 0 || nq % ng != 0)
+                throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
+                            " is not a multiple of num_key_value_heads " + std::to_string(ng));
+            if (t.shape.empty() || t.shape[0] != (nq + 2 * ng) * d)
+                throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but (heads " + std::to_string(nq) +
+                            " + 2 x kv heads " + std::to_string(ng) + ") x head_dim " + std::to_string(d) + " = " +
+                            std::to_string((nq + 2 * ng) * d));
+            const int64_t per_group = nq / ng;
+            Shape q = t.shape, kv = t.shape;
+            q[0] = nq * d;
+            kv[0] = ng * d;
+            OutputTensor oq = new_output(t, names[0], q), ok = new_output(t, names[1], kv), ov = new_output(t, names[2], kv);
+            for (int64_t g = 0; g < ng; ++g) {
+                const int64_t base = g * (per_group + 2) * d;
+                take_rows(t, base, per_group * d, oq, g * per_group * d);
+                take_rows(t, base + per_group * d, d, ok, g * d);
+                take_rows(t, base + (per_group + 1) * d, d, ov, g * d);
+            }
+            made.push_back(std::move(oq));
+            made.push_back(std::move(ok));
+            made.push_back(std::move(ov));
+            break;
+        }
+    }
+    return made;
+}
+
+TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
+                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
+                             SourceLedger* ledger) {
+    TensorMapping out;
+    out.sources = canonical.sources;
+    std::vector<std::string> unmapped;
+    OutputNames produced("the Megatron checkpoint");
+    const bool tied = (tie_word_embeddings || config.tie_word_embeddings) && !arch.value_model;
+    bool dropped_tied_head = false;
+    for (const OutputTensor& t : canonical.tensors) {
+        if (tied && t.name.starts_with("output_layer.")) {
+            dropped_tied_head = true;
+            if (ledger) ledger->drop_output(t, out.sources, DropReason::TiedHead);
+            continue;
+        }
+        auto match = match_rule(arch, t.name);
+        if (!match) {
+            unmapped.push_back(t.name);
+            if (ledger) ledger->drop_output(t, out.sources, DropReason::Unmapped);
+            continue;
+        }
+        std::vector<OutputTensor> made = split_to_hf(t, *match, arch, config, notes);
+        if (ledger && match->rule->split == NameSplit::Vocab) drop_trimmed_shards(t, made, out.sources, *ledger);
+        for (auto& o : made) {
+            produced.claim(o.name, t.name);
+            check_copies_tile_output(o, out.sources);
+            out.tensors.push_back(std::move(o));
+        }
+    }
+    if (dropped_tied_head) notes.push_back("tied word embeddings: the pipeline's output_layer copy is not written");
+    if (!unmapped.empty()) {
+        if (!allow_unmapped)
+            throw Error("no " + arch.name + " name for these checkpoint tensors (pass --allow_unmapped to drop them): " +
+                        list_names(unmapped));
+        notes.push_back("dropped unmapped tensors: " + list_names(unmapped));
+    }
+    std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                     [](const OutputTensor& a, const OutputTensor& b) { return hf_tensor_less(a.name, b.name); });
+    check_against_config(out, config, arch);
+    return out;
+}
+
+}  // namespace vmerge

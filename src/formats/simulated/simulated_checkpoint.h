@@ -1,0 +1,36 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mapping/hf_config.h"
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// A declared training layout, "cluster scale on paper" (docs/scaling.md):
+//   fsdp:W                        verl FSDP2, W rank files, every tensor Shard(0) over W, fp32
+//   megatron:tp8,pp16,ep8[,vpp2]  Megatron-LM legacy mp_rank_TT[_PPP][_EEE] files (any of the
+//                                 four items may be left out: 1)
+struct SimulationSpec {
+    std::string backend;  // fsdp | megatron
+    int world = 1;        // fsdp
+    int tp = 1, pp = 1, ep = 1, vpp = 1;  // megatron
+};
+SimulationSpec parse_simulation_spec(const std::string& spec);
+
+// The mapping a real checkpoint of `spec` for this config.json would give, computed without
+// any file: synthetic scans (TensorRefs into `<simulated>/...` paths, storages laid out one
+// after another in each rank file, DTensor layouts for FSDP) built by splitting the tensors
+// config.json implies (expected_hf_tensors) the way the trainer splits them, then run through
+// the real backend: map_fsdp, or assemble_megatron_legacy + megatron_to_hf. So the result has
+// the real output names, shapes, order and box copies. Like map_checkpoint it does not apply
+// the output rules: call apply_output_rules (dtype, tied lm_head) on it, as the driver does.
+// `notes` gets what was assumed (padding, uneven pipeline split, ...) and a summary line.
+TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, std::vector<std::string>& notes);
+
+// What a merge reads: the source bytes every box copy of `mapping` covers (each byte once;
+// padding, replicas and dropped vocabulary rows are not read).
+uint64_t mapping_read_bytes(const TensorMapping& mapping);
+
+}  // namespace vmerge

@@ -1,0 +1,142 @@
+#include "io/input_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+
+namespace vmerge {
+
+namespace {
+
+std::string range_text(uint64_t offset, uint64_t length) {
+    return std::to_string(length) + " bytes at offset " + std::to_string(offset);
+}
+
+std::string not_regular(const std::string& path, unsigned mode) {
+    return path + ": " + file_kind(mode) + ", not a regular file (vmerge reads only regular files)";
+}
+
+}  // namespace
+
+std::string file_kind(unsigned mode) {
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    if (S_ISREG(mode)) return "a regular file";
+    return "an unknown kind of file";
+}
+
+InputFile::InputFile(const std::string& path) : path_(path) {
+    // O_NONBLOCK: open() of a FIFO returns at once instead of waiting for a writer; the
+    // type check below then refuses it. A regular file ignores the flag, so reads are as usual.
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd_ < 0) {
+        throw Error(path + ": cannot open for reading: " + std::strerror(errno));
+    }
+    struct stat info {};
+    if (::fstat(fd_, &info) != 0) {
+        const int saved_errno = errno;
+        ::close(fd_);
+        throw Error(path + ": cannot stat: " + std::strerror(saved_errno));
+    }
+    if (!S_ISREG(info.st_mode)) {
+        ::close(fd_);
+        fd_ = -1;
+        throw Error(not_regular(path, info.st_mode));
+    }
+    size_ = static_cast<uint64_t>(info.st_size);
+}
+
+std::string read_small_file(const std::string& path, uint64_t max_bytes, const char* what) {
+    const InputFile file(path);
+    if (file.size() > max_bytes)
+        throw Error(path + ": " + std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                    " bytes " + what + " may hold");
+    std::string text(file.size(), '\0');
+    file.read_exact(0, text.data(), text.size(), what);
+    return text;
+}
+
+void require_no_special_files(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+        std::error_code status_ec;  // a dangling link: not this check's business
+        const fs::file_type type = it->status(status_ec).type();
+        if (type == fs::file_type::fifo || type == fs::file_type::character || type == fs::file_type::block ||
+            type == fs::file_type::socket)
+            require_regular_file(it->path().string());
+    }
+}
+
+void require_regular_file(const std::string& path) {
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0) throw Error(path + ": cannot stat: " + std::strerror(errno));
+    if (!S_ISREG(info.st_mode)) throw Error(not_regular(path, info.st_mode));
+}
+
+InputFile::~InputFile() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+InputFile::InputFile(InputFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(std::exchange(other.size_, 0)) {}
+
+InputFile& InputFile::operator=(InputFile&& other) noexcept {
+    if (this != &other) {
+        if (fd_ >= 0) ::close(fd_);
+        path_ = std::move(other.path_);
+        fd_ = std::exchange(other.fd_, -1);
+        size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+}
+
+void InputFile::read_exact(uint64_t offset, void* out, uint64_t length, const char* what) const {
+    if (fd_ < 0) {
+        throw Error(path_ + ": cannot read " + what + " (" + range_text(offset, length) +
+                    "): the file is not open");
+    }
+    if (offset > size_ || length > size_ - offset) {
+        throw Error(path_ + ": cannot read " + what + " (" + range_text(offset, length) +
+                    "): the range ends past the end of the file (size " + std::to_string(size_) +
+                    ")");
+    }
+    auto* cursor = static_cast<char*>(out);
+    uint64_t done = 0;
+    while (done < length) {
+        const ssize_t got =
+            ::pread(fd_, cursor + done, length - done, static_cast<off_t>(offset + done));
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            throw Error(path_ + ": cannot read " + what + " (" + range_text(offset, length) +
+                        "): " + std::strerror(errno));
+        }
+        if (got == 0) {
+            // The size came from fstat at open; a file truncated since then ends early.
+            throw Error(path_ + ": cannot read " + what + " (" + range_text(offset, length) +
+                        "): the file ended after " + std::to_string(done) +
+                        " bytes (was it truncated while being read?)");
+        }
+        done += static_cast<uint64_t>(got);
+    }
+}
+
+void InputFile::drop_cache(uint64_t offset, uint64_t length) const {
+    ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_DONTNEED);
+}
+
+}  // namespace vmerge

@@ -1,0 +1,37 @@
+#include "io/json_file.h"
+
+#include "core/bounded_number.h"
+#include "core/error.h"
+#include "io/input_file.h"
+
+namespace vmerge {
+
+nlohmann::json parse_json(std::istream& in, const std::string& path) {
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path + ": not valid JSON: " + e.what());
+    }
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& path) {
+    try {
+        return nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path + ": not valid JSON: " + e.what());
+    }
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+    return parse_json_text(read_small_file(path, kMaxJsonBytes, "a JSON file"), path);
+}
+
+int64_t json_int_within(const nlohmann::json& value, int64_t lo, int64_t hi, const std::string& source) {
+    // An unsigned value above INT64_MAX would wrap in get<int64_t>(): compare it unsigned.
+    const bool fits = value.is_number_integer() &&
+                      (!value.is_number_unsigned() || value.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
+    if (!fits) throw Error(source + " " + value.dump() + ": expected a whole number " + range_text(lo, hi));
+    return require_within(value.get<int64_t>(), lo, hi, source);
+}
+
+}  // namespace vmerge

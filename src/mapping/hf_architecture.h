@@ -1,0 +1,65 @@
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mapping/hf_config.h"
+#include "core/tensor_ref.h"
+
+namespace vmerge {
+
+// How one Megatron tensor becomes one or more Hugging Face tensors.
+enum class NameSplit {
+    None,    // same tensor, new name
+    Qkv,     // grouped [q heads, k, v] per query group -> q_proj | k_proj | v_proj
+    GateUp,  // [gate; up] -> gate | up
+    Vocab,   // rows trimmed (or zero-padded) to config vocab_size
+};
+
+struct NameRule {
+    std::string_view megatron;  // "decoder.layers.{i}.self_attention.linear_qkv.weight"
+    std::string_view hf;        // "model.layers.{i}.self_attn.q_proj.weight|...k_proj...|..."
+    NameSplit split = NameSplit::None;
+};
+
+struct ExpectedTensors {
+    std::map<std::string, Shape> required;
+    std::map<std::string, Shape> optional;
+};
+
+// The model facts the rules need, read from config.json (megatron-formats.md §5.6).
+struct ArchitectureInfo {
+    std::string name;        // architectures[0]
+    std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3
+    bool value_model = false;
+    int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
+    std::vector<NameRule> rules;
+    ExpectedTensors expected;  // what config.json implies, see expected_hf_tensors
+};
+
+// Chooses the name table from config.json `architectures` (Error naming the architecture and
+// the supported ones when unknown). `value_model` forces the score head.
+ArchitectureInfo architecture_for(const HfConfig& config, bool value_model);
+// Whether architecture_for knows config.json's architectures[0].
+bool has_tensor_table(const HfConfig& config);
+
+// A rule's name pattern with {i} (layer) and {e} (expert) replaced.
+std::string substitute_rule(std::string_view pattern, const std::string& layer, const std::string& expert);
+// The parts of a '|'-separated list of names (NameRule::hf).
+std::vector<std::string> split_names(std::string_view names);
+
+// Finds the rule for a canonical Megatron key with global layer/expert numbers and returns
+// the HF names it produces (one, or several for a split); nullopt when unmapped.
+struct RuleMatch {
+    const NameRule* rule = nullptr;
+    std::vector<std::string> hf_names;
+};
+std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& megatron_key);
+
+// The tensors a Hugging Face model of this config holds, with their shapes, derived from
+// config.json alone, independently of any checkpoint.
+ExpectedTensors expected_hf_tensors(const HfConfig& config, const ArchitectureInfo& arch);
+
+}  // namespace vmerge

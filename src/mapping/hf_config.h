@@ -1,0 +1,34 @@
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+
+namespace vmerge {
+
+// The parts of a Hugging Face config.json that change how a merge is written.
+struct HfConfig {
+    std::string dir;
+    nlohmann::json json;
+    std::optional<DType> dtype;  // "dtype" (transformers >= 4.56) or "torch_dtype"
+    bool tie_word_embeddings = false;
+    std::vector<std::string> architectures;
+};
+
+// Reads <dir>/config.json; a missing file is an Error naming it.
+HfConfig load_hf_config(const std::string& dir);
+
+// The one way to read an integer of config.json: key `key` as a whole number within the
+// bounds config_int_bounds gives it, else Error "<dir>/config.json: <key> <value>: expected
+// lo..hi". A missing (or null) key is `fallback`, or an Error naming the key without one.
+int64_t config_int(const HfConfig& config, const std::string& key, std::optional<int64_t> fallback = std::nullopt);
+
+// The [lo, hi] a config.json integer key must lie in (a logic error for a key not listed:
+// every key vmerge reads has its bounds here).
+std::pair<int64_t, int64_t> config_int_bounds(const std::string& key);
+
+}  // namespace vmerge

@@ -1,0 +1,79 @@
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// What to do with a LoRA adapter found in a checkpoint: write the base model plus a PEFT
+// adapter folder, or fold the adapter into the base weights.
+enum class LoraMode { Extract, Merge };
+
+struct LoraOptions {
+    LoraMode mode = LoraMode::Extract;
+    std::optional<double> alpha;        // --lora_alpha: wins over what is found on disk
+    std::optional<bool> use_rslora;     // --use_rslora: scale alpha/sqrt(r) instead of alpha/r
+    // Searched for the training-time adapter facts: <dir>/lora_adapter/adapter_config.json
+    // (verl's PPO worker), <dir>/lora_train_meta.json and <dir>/../lora_train_meta.json (verl
+    // >= 2026-02).
+    std::string checkpoint_dir;
+    std::string task_type = "CAUSAL_LM";
+    std::string base_model_name_or_path;  // used when no found adapter config names one
+};
+
+// The alpha, rsLoRA switch and patterns an adapter was trained with, and where they came from.
+struct LoraHyperparameters {
+    double alpha = 0;
+    bool use_rslora = false;
+    std::optional<int64_t> r;  // the configured rank, when a file records it
+    nlohmann::json rank_pattern = nlohmann::json::object();
+    nlohmann::json alpha_pattern = nlohmann::json::object();
+    nlohmann::json found_config;  // the adapter_config.json found beside the checkpoint, if any
+    std::string source;           // for people: "--lora_alpha", a file path
+    std::vector<std::string> notes;
+};
+
+// Reads the sources above in the order --lora_alpha, adapter_config.json, lora_train_meta.json;
+// two files that disagree, a missing alpha, alpha <= 0 or an adapter kind this tool cannot
+// merge (DoRA, ...) are errors that say how to pass the value. `adapter_summary` describes the
+// tensors found, for the message.
+LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, const std::string& adapter_summary);
+
+// The alpha of one module: the first alpha_pattern key matching its path as PEFT matches
+// them (`(.*\.)?(KEY)$`), else the global alpha.
+double module_alpha(const LoraHyperparameters& h, const std::string& module);
+
+struct LoraResult {
+    bool found = false;
+    size_t modules = 0;             // modules with an A/B pair
+    std::vector<int64_t> ranks;     // distinct r values
+    double alpha = 0;
+    std::string alpha_source;
+    nlohmann::json adapter_config;  // Extract: adapter_config.json
+    std::vector<std::string> notes;
+};
+
+// Finds a PEFT-wrapped state dict in `mapping` (`base_model.model.` prefix, `.base_layer.`,
+// `lora_A/lora_B.<adapter>.weight`, `lora_embedding_A/B.<adapter>`, `modules_to_save`),
+// refuses what cannot be merged correctly (DoRA, lora_bias, trainable tokens, other PEFT
+// methods, several adapters), and rewrites the mapping: base tensors under their HF names,
+// then either the adapter as `adapter` tensors with PEFT names (Extract) or a LoraDelta on
+// every adapted weight and the trained modules_to_save copies in place of the originals
+// (Merge). `where` names the checkpoint in errors. Without LoRA names nothing changes.
+LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const std::string& where);
+
+// adapter_config.json's target_modules for adapters on `adapted` (module paths such as
+// model.layers.0.self_attn.q_proj) in a model whose modules are `base`. PEFT matches an entry
+// against every module path that equals it or ends with "." + it, so a leaf name (q_proj) is
+// written only when every base module with that leaf has an adapter; otherwise the adapted
+// modules' full paths are, and PEFT creates no adapter where none was trained. Sorted.
+std::vector<std::string> peft_target_modules(const std::vector<std::string>& adapted, const std::vector<std::string>& base);
+
+// Whether a tensor name belongs to a PEFT-wrapped state dict.
+bool is_peft_name(const std::string& name);
+
+}  // namespace vmerge

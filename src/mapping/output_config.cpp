@@ -1,0 +1,90 @@
+#include "mapping/output_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace vmerge {
+namespace {
+
+// The objects whose dtype and tie keys transformers reads: the config itself and, for
+// multimodal models, its `text_config`.
+std::vector<nlohmann::ordered_json*> config_levels(nlohmann::ordered_json& config) {
+    std::vector<nlohmann::ordered_json*> levels{&config};
+    auto text = config.find("text_config");
+    if (text != config.end() && text->is_object()) levels.push_back(&*text);
+    return levels;
+}
+
+// Rewrites every dtype key the source uses (transformers < 4.56 writes `torch_dtype`, 5.x
+// `dtype`) that names another dtype than the weights'. Keys the source lacks stay absent.
+void rewrite_dtype_keys(nlohmann::ordered_json& config, DType written, OutputConfig& out) {
+    const std::string name(torch_name(written));
+    for (nlohmann::ordered_json* level : config_levels(config)) {
+        const std::string where = level == &config ? "" : "text_config.";
+        for (const char* key : {"torch_dtype", "dtype"}) {
+            auto it = level->find(key);
+            if (it == level->end() || !it->is_string()) continue;
+            const auto stated = dtype_from_torch_name(it->get<std::string>());
+            if (stated && *stated == written) continue;
+            out.notes.push_back("config.json: " + where + key + " '" + it->get<std::string>() + "' -> '" + name +
+                                "', the dtype the weights are written in");
+            *it = name;
+        }
+    }
+}
+
+void set_tied(nlohmann::ordered_json& config, OutputConfig& out) {
+    for (nlohmann::ordered_json* level : config_levels(config)) {
+        const bool top = level == &config;
+        auto it = level->find("tie_word_embeddings");
+        if (!top && it == level->end()) continue;
+        if (it != level->end() && it->is_boolean() && it->get<bool>()) continue;
+        out.notes.push_back(std::string("config.json: ") + (top ? "" : "text_config.") +
+                            "tie_word_embeddings -> true (--tie_word_embedding: no lm_head.weight is written)");
+        (*level)["tie_word_embeddings"] = true;
+    }
+}
+
+}  // namespace
+
+std::optional<DType> weights_dtype(const TensorMapping& mapping) {
+    std::optional<DType> found;
+    for (const auto& t : mapping.tensors) {
+        if (t.adapter || !is_floating(t.dtype)) continue;
+        if (found && *found != t.dtype) return std::nullopt;
+        found = t.dtype;
+    }
+    return found;
+}
+
+OutputConfig plan_output_config(const std::string& source_path, const std::string& source_text,
+                                const TensorMapping& mapping, bool tie_word_embeddings,
+                                const nlohmann::ordered_json& quantization_config) {
+    nlohmann::ordered_json config;
+    try {
+        config = nlohmann::ordered_json::parse(source_text);
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(source_path + ": not valid JSON: " + e.what());
+    }
+    if (!config.is_object()) throw Error(source_path + ": expected a JSON object");
+    OutputConfig out;
+    if (const auto written = weights_dtype(mapping)) rewrite_dtype_keys(config, *written, out);
+    if (tie_word_embeddings) set_tied(config, out);
+    if (!quantization_config.is_null()) config["quantization_config"] = quantization_config;
+    if (!out.notes.empty() || !quantization_config.is_null()) out.text = config.dump(2) + "\n";
+    return out;
+}
+
+OutputConfig plan_output_config(const HfConfig& config, const TensorMapping& mapping, bool tie_word_embeddings,
+                                const nlohmann::ordered_json& quantization_config) {
+    const std::string path = config.dir + "/config.json";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": cannot open the model config");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return plan_output_config(path, text.str(), mapping, tie_word_embeddings, quantization_config);
+}
+
+}  // namespace vmerge

@@ -1,0 +1,291 @@
+#include "mapping/quantization.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "exec/dtype_cast.h"
+#include "core/error.h"
+
+namespace vmerge {
+namespace {
+
+bool quantizable_name(const std::string& name) {
+    static const std::regex linear(R"(^model\.layers\..*(_proj|\.w[123])\.weight$)");
+    return std::regex_match(name, linear);
+}
+
+// 2-D weights of Linear modules that are not quantized but that a "Linear" target would match.
+bool linear_like(const OutputTensor& t) {
+    return t.shape.size() == 2 && t.name.ends_with(".weight") && t.name.find("norm") == std::string::npos &&
+           t.name.find("embed") == std::string::npos;
+}
+
+std::string module_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.size() - 7); }
+
+// --quantize_ignore: exact module names and `re:` patterns, each pattern compiled once (a
+// model has tens of thousands of tensors).
+class IgnoredModules {
+public:
+    explicit IgnoredModules(const std::vector<std::string>& ignore) {
+        for (const auto& pattern : ignore) {
+            if (pattern.starts_with("re:")) patterns_.emplace_back(pattern.substr(3));
+            else names_.push_back(pattern);
+        }
+    }
+    bool contains(const std::string& module) const {
+        return std::find(names_.begin(), names_.end(), module) != names_.end() ||
+               std::any_of(patterns_.begin(), patterns_.end(), [&](const std::regex& r) { return std::regex_match(module, r); });
+    }
+
+private:
+    std::vector<std::string> names_;
+    std::vector<std::regex> patterns_;
+};
+
+float to_f32(DType dtype, const unsigned char* p) {
+    float f;
+    cast_elements(p, dtype, &f, DType::F32, 1);
+    return f;
+}
+
+// The smallest step of the stored scale dtype, used for a zero scale (compressed-tensors).
+float eps_of(DType dtype) {
+    switch (dtype) {
+        case DType::BF16: return 0.0078125f;          // 2^-7
+        case DType::F16: return 0.0009765625f;        // 2^-10
+        default: return 1.1920928955078125e-07f;      // 2^-23
+    }
+}
+
+// Experts of one MoE layer: `<layer>.experts.<e>.<projection>.weight`.
+struct ExpertName {
+    std::string layer, projection;
+};
+std::optional<ExpertName> expert_name(const std::string& module) {
+    static const std::regex expert(R"(^(.*\.experts)\.\d+\.(.+)$)");
+    std::smatch m;
+    if (!std::regex_match(module, m, expert)) return std::nullopt;
+    return ExpertName{m[1].str(), m[2].str()};
+}
+
+// Per MoE layer and projection, one quantized and one unquantized expert, when both exist.
+class ExpertSchemes {
+public:
+    void add(const std::string& module, bool quantized) {
+        const auto e = expert_name(module);
+        if (!e) return;
+        auto& seen = seen_[e->layer + "|" + e->projection];
+        std::string& slot = quantized ? seen.first : seen.second;
+        if (slot.empty()) slot = module;
+    }
+    void check() const {
+        for (const auto& [key, seen] : seen_) {
+            if (seen.first.empty() || seen.second.empty()) continue;
+            const std::string layer = key.substr(0, key.find('|'));
+            throw Error("MoE layer " + layer + ": expert " + seen.first + " is quantized but " + seen.second +
+                        " is not (--quantize_ignore or its input size): vLLM's fused MoE layer loads every expert "
+                        "of a layer with one scheme; ignore all experts of " + layer + " or none");
+        }
+    }
+
+private:
+    std::map<std::string, std::pair<std::string, std::string>> seen_;  // quantized, unquantized
+};
+
+}  // namespace
+
+std::string unsupported_by_vllm(const QuantizeSpec& spec) {
+    if (spec.bits != 4 && spec.bits != 8)
+        return "--bits " + std::to_string(spec.bits) + ": vLLM's WNA16 kernels take 4 or 8 bits";
+    const int64_t g = spec.group_size;
+    if (g != 0 && g != 32 && g != 64 && g != 128)
+        return "--group_size " + std::to_string(g) + ": no vLLM kernel runs it (compressed-tensors WNA16: Marlin takes "
+               "group sizes -1 (per channel, --group_size 0), 32, 64, 128; Machete -1, 64, 128; Conch -1, 128)";
+    return "";
+}
+
+std::string quantized_kind(const std::string& name) {
+    static const std::regex numbers(R"(\.\d+\.)");
+    std::string kind = name;
+    if (kind.starts_with("model.layers.")) kind = kind.substr(kind.find('.', 13) + 1);
+    kind = std::regex_replace(kind, numbers, ".*.");
+    for (const char* suffix : {".weight_packed", ".weight"})
+        if (kind.ends_with(suffix)) kind.resize(kind.size() - std::strlen(suffix));
+    return kind;
+}
+
+QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec) {
+    if (spec.bits != 4 && spec.bits != 8) throw Error("--bits " + std::to_string(spec.bits) + ": expected 4 or 8");
+    if (spec.group_size < 0) throw Error("--group_size must be 0 (per channel) or positive");
+    QuantizationPlan plan;
+    if (const std::string why = unsupported_by_vllm(spec); !why.empty()) {
+        if (!spec.allow_unsupported)
+            throw Error(why + "; use --group_size 32, 64, 128 or 0, or pass --allow_unsupported_quantization to write "
+                        "it anyway");
+        plan.notes.push_back(why + "; written anyway (--allow_unsupported_quantization): vLLM will not load it");
+    }
+    ExpertSchemes experts;
+    plan.ignored_modules.push_back("lm_head");
+    std::vector<OutputTensor> out;
+    size_t skipped_group = 0;
+    const IgnoredModules ignored(spec.ignore);
+    for (OutputTensor& t : mapping.tensors) {
+        plan.bytes_before += t.nbytes();
+        const std::string module = t.name.ends_with(".weight") ? module_of(t.name) : "";
+        const bool candidate = quantizable_name(t.name) && t.shape.size() == 2 && is_floating(t.dtype);
+        const int64_t rows = candidate ? t.shape[0] : 0, cols = candidate ? t.shape[1] : 0;
+        const int64_t group = spec.group_size ? spec.group_size : cols;
+        const bool divisible = candidate && cols > 0 && cols % group == 0;
+        const bool quantized = candidate && divisible && !ignored.contains(module);
+        if (candidate) experts.add(module, quantized);
+        if (!quantized) {
+            if (candidate && !divisible) ++skipped_group;
+            // Every Linear a "Linear" target matches but that is not quantized (router gates,
+            // a value model's score head, ...) is named, or loaders expect weight_packed.
+            if (linear_like(t) && module != "lm_head" && !module.empty()) plan.ignored_modules.push_back(module);
+            plan.bytes_after += t.nbytes();
+            out.push_back(std::move(t));
+            continue;
+        }
+        const int64_t groups = cols / group;
+        const int64_t per_word = 32 / spec.bits;
+        OutputTensor packed;
+        packed.name = module + ".weight_packed";
+        packed.role = OutputTensor::Role::QuantPacked;
+        packed.source_dtype = t.source_dtype;
+        packed.dtype = DType::I32;
+        packed.source_shape = t.shape;
+        packed.shape = {rows, (cols + per_word - 1) / per_word};
+        packed.copies = std::move(t.copies);
+        packed.zero_fill = t.zero_fill;
+        packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
+        // Zero points are packed along rows, so a rank or block boundary must not split a word.
+        packed.row_align = spec.symmetric ? 1 : per_word;
+
+        OutputTensor scale;
+        scale.name = module + ".weight_scale";
+        scale.role = OutputTensor::Role::QuantScale;
+        scale.source_dtype = scale.dtype = t.dtype;  // the model's float dtype
+        scale.shape = {rows, groups};
+
+        OutputTensor shape;
+        shape.name = module + ".weight_shape";
+        shape.role = OutputTensor::Role::Constant;
+        shape.source_dtype = shape.dtype = DType::I64;
+        shape.shape = {2};
+        shape.constant.resize(16);
+        std::memcpy(shape.constant.data(), &rows, 8);
+        std::memcpy(shape.constant.data() + 8, &cols, 8);
+
+        const size_t base = out.size();
+        packed.scale_tensor = base + 1;
+        out.push_back(std::move(packed));
+        out.push_back(std::move(scale));
+        if (!spec.symmetric) {
+            OutputTensor zero;
+            zero.name = module + ".weight_zero_point";
+            zero.role = OutputTensor::Role::QuantZeroPoint;
+            zero.source_dtype = zero.dtype = DType::I32;
+            zero.shape = {(rows + per_word - 1) / per_word, groups};
+            out[base].zero_point_tensor = out.size();
+            out.push_back(std::move(zero));
+        }
+        out.push_back(std::move(shape));
+        for (size_t i = base; i < out.size(); ++i) plan.bytes_after += out[i].nbytes();
+    }
+    experts.check();
+    mapping.tensors = std::move(out);
+    if (skipped_group)
+        plan.notes.push_back(std::to_string(skipped_group) + " Linear weights left unquantized: their input size is not a "
+                             "multiple of --group_size " + std::to_string(spec.group_size));
+    return plan;
+}
+
+nlohmann::ordered_json quantization_config(const QuantizeSpec& spec, const std::vector<std::string>& ignored) {
+    nlohmann::ordered_json weights = {
+        {"num_bits", spec.bits},
+        {"type", "int"},
+        {"symmetric", spec.symmetric},
+        {"group_size", spec.group_size ? nlohmann::ordered_json(spec.group_size) : nlohmann::ordered_json(nullptr)},
+        {"strategy", spec.group_size ? "group" : "channel"},
+        {"block_structure", nullptr},
+        {"dynamic", false},
+        {"actorder", nullptr},
+        {"observer", "minmax"},
+        {"observer_kwargs", nlohmann::ordered_json::object()}};
+    return {{"quant_method", "compressed-tensors"},
+            {"format", "pack-quantized"},
+            {"quantization_status", "compressed"},
+            {"config_groups",
+             {{"group_0",
+               {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr},
+                {"output_activations", nullptr}}}}},
+            {"ignore", ignored},
+            {"kv_cache_scheme", nullptr},
+            {"global_compression_ratio", nullptr},
+            {"sparsity_config", nlohmann::ordered_json::object()}};
+}
+
+void quantize_rows(const float* x, int64_t rows, int64_t cols, const QuantizeSpec& spec, DType scale_dtype,
+                   uint32_t* packed, unsigned char* scales, int32_t* zero_points, QuantError& error) {
+    const int bits = spec.bits;
+    const int64_t group = spec.group_size ? spec.group_size : cols;
+    const int64_t groups = cols / group;
+    const int64_t per_word = 32 / bits;
+    const int64_t words = (cols + per_word - 1) / per_word;
+    const float qmin = -static_cast<float>(1 << (bits - 1)), qmax = static_cast<float>((1 << (bits - 1)) - 1);
+    const size_t scale_size = element_size(scale_dtype);
+    std::memset(packed, 0, static_cast<size_t>(rows * words) * 4);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * cols;
+        for (int64_t g = 0; g < groups; ++g) {
+            const float* v = row + g * group;
+            float mn = 0.0f, mx = 0.0f;
+            for (int64_t k = 0; k < group; ++k) {
+                mn = std::min(mn, v[k]);
+                mx = std::max(mx, v[k]);
+            }
+            float scale, zero = 0.0f;
+            if (spec.symmetric) {
+                scale = std::max(std::fabs(mn), std::fabs(mx)) / ((qmax - qmin) / 2.0f);
+            } else {
+                scale = (mx - mn) / (qmax - qmin);
+            }
+            if (scale == 0.0f) scale = eps_of(scale_dtype);
+            // The zero point comes from the fp32 scale; values are then quantized with the
+            // scale as stored, so dequantizing the file gives exactly these integers' values.
+            if (!spec.symmetric) zero = std::nearbyint(std::clamp(qmin - mn / scale, qmin, qmax));
+            unsigned char* stored = scales + static_cast<size_t>(r * groups + g) * scale_size;
+            cast_elements(&scale, DType::F32, stored, scale_dtype, 1);
+            scale = to_f32(scale_dtype, stored);
+            zero_points[r * groups + g] = static_cast<int32_t>(zero);
+            for (int64_t k = 0; k < group; ++k) {
+                const float q = std::clamp(std::nearbyint(v[k] / scale + zero), qmin, qmax);
+                const double err = std::fabs(static_cast<double>((q - zero) * scale) - static_cast<double>(v[k]));
+                error.sum += err;
+                error.max = std::max(error.max, err);
+                const int64_t c = g * group + k;
+                const uint32_t u = static_cast<uint32_t>(static_cast<int32_t>(q) + (1 << (bits - 1)));
+                packed[r * words + c / per_word] |= u << (bits * (c % per_word));
+            }
+            error.count += static_cast<uint64_t>(group);
+        }
+    }
+}
+
+void pack_zero_points(const int32_t* zero_points, int64_t rows, int64_t groups, int bits, uint32_t* out) {
+    const int64_t per_word = 32 / bits;
+    const int64_t packed_rows = (rows + per_word - 1) / per_word;
+    std::memset(out, 0, static_cast<size_t>(packed_rows * groups) * 4);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t g = 0; g < groups; ++g) {
+            const uint32_t u = static_cast<uint32_t>(zero_points[r * groups + g] + (1 << (bits - 1)));
+            out[(r / per_word) * groups + g] |= u << (bits * (r % per_word));
+        }
+}
+
+}  // namespace vmerge

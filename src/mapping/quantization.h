@@ -1,0 +1,65 @@
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// Weight-only round-to-nearest quantization written as compressed-tensors `pack-quantized`
+// (output-formats.md §4), the format vLLM's WNA16 kernels and transformers load.
+struct QuantizeSpec {
+    int bits = 4;               // 4 or 8
+    int64_t group_size = 128;   // along the input dimension; 0 = one group per row (channel)
+    bool symmetric = true;
+    std::vector<std::string> ignore;  // extra names (exact module names or "re:" regexes)
+    bool allow_unsupported = false;   // --allow_unsupported_quantization: write what no vLLM kernel runs
+};
+
+// Why no vLLM WNA16 kernel (compressed-tensors pack-quantized) runs `spec`, empty when one does:
+// the bits and group size each kernel takes (vLLM marlin_utils MARLIN_SUPPORTED_GROUP_SIZES
+// [-1, 32, 64, 128]; Machete [-1, 64, 128]; Conch [-1, 128]; types uint4b8/uint8b128).
+std::string unsupported_by_vllm(const QuantizeSpec& spec);
+
+struct QuantizationPlan {
+    std::vector<std::string> ignored_modules;  // Linear modules left unquantized (config `ignore`)
+    std::vector<std::string> notes;
+    uint64_t bytes_before = 0;
+    uint64_t bytes_after = 0;
+};
+
+// Replaces every quantizable Linear weight `<p>.weight` [out, in] by `<p>.weight_packed`,
+// `<p>.weight_scale`, `<p>.weight_shape` (and `<p>.weight_zero_point` when asymmetric).
+// Embeddings, norms, router gates, heads and weights whose input size is not a multiple of the
+// group stay as they are; every Linear left unquantized (a value model's `score` too) is listed
+// in `ignored_modules`, so loaders never look for quantized tensors that are not there.
+// Refuses (Error) a spec no vLLM kernel runs unless `allow_unsupported`, and experts of one
+// MoE layer quantized unlike each other (vLLM's fused MoE layer has one scheme for all).
+QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec);
+
+// config.json's `quantization_config` block.
+nlohmann::ordered_json quantization_config(const QuantizeSpec& spec, const std::vector<std::string>& ignored_modules);
+
+// Quantization error of one block, for the summary (by tensor kind: "self_attn.q_proj", ...).
+struct QuantError {
+    double sum = 0;
+    double max = 0;
+    uint64_t count = 0;
+};
+std::string quantized_kind(const std::string& tensor_name);
+
+// Quantizes rows of a float weight (fp32, `rows` x `cols`) with `spec`: writes the packed
+// int32 words (rows x ceil(cols*bits/32)), the scales in `scale_dtype` (rows x groups) and the
+// zero points as plain ints (rows x groups; all 0 when symmetric), and adds the error.
+void quantize_rows(const float* x, int64_t rows, int64_t cols, const QuantizeSpec& spec, DType scale_dtype,
+                   uint32_t* packed, unsigned char* scales, int32_t* zero_points, QuantError& error);
+
+// Packs zero points of `rows` rows (rows x groups ints) along dim 0 as compressed-tensors does:
+// out has ceil(rows*bits/32) x groups int32 words.
+void pack_zero_points(const int32_t* zero_points, int64_t rows, int64_t groups, int bits, uint32_t* out);
+
+}  // namespace vmerge

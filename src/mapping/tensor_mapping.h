@@ -1,0 +1,88 @@
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor_ref.h"
+
+namespace vmerge {
+
+// "These elements of that source tensor go to this box of this output tensor": the one
+// operation every merge rule is expressed in (DESIGN.md §4, map).
+struct BoxCopy {
+    uint32_t source = 0;   // index into TensorMapping::sources
+    Shape src_start;       // in the source tensor's own (local) coordinates
+    Shape dst_start;       // in the output tensor
+    Shape extent;
+};
+
+struct OutputTensor {
+    std::string name;
+    DType source_dtype = DType::F32;  // every source of one output shares it
+    DType dtype = DType::F32;         // as written
+    Shape shape;
+    std::vector<BoxCopy> copies;
+    // Elements no copy covers are zeros (a Megatron vocabulary shorter than config.json's).
+    bool zero_fill = false;
+
+    // Weight-only quantization (quantization.h): a Packed tensor's copies assemble the float
+    // weight of `source_shape`; its rows are quantized into itself and its Scale/ZeroPoint
+    // tensors, which get no work of their own. A Constant tensor holds its bytes.
+    enum class Role { Plain, QuantPacked, QuantScale, QuantZeroPoint, Constant };
+    Role role = Role::Plain;
+    Shape source_shape;              // Packed: the float weight's [out, in]
+    size_t scale_tensor = 0;         // Packed: index of its Scale tensor
+    std::optional<size_t> zero_point_tensor;  // Packed, asymmetric: index of its ZeroPoint tensor
+    int64_t row_align = 1;           // rows are split only at multiples of this
+    std::vector<unsigned char> constant;  // Constant: the bytes
+    // A LoRA merge adds TensorMapping::lora_deltas[*lora_delta] to the assembled rows (lora.h).
+    std::optional<size_t> lora_delta;
+    // Part of the extracted PEFT adapter (lora_adapter/adapter_model.safetensors), not the model.
+    bool adapter = false;
+
+    uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
+    // The shape the copies fill.
+    const Shape& assembled_shape() const { return source_shape.empty() ? shape : source_shape; }
+    // Written as part of another tensor's rows (no write task of its own).
+    bool is_derived() const { return role == Role::QuantScale || role == Role::QuantZeroPoint; }
+};
+
+// W += scale · L·R for the rows of one merged weight W [out, in]: L is [out, r] and R is
+// [r, in], both assembled whole (they are small) from their own copies. A Linear's L is
+// lora_B and R is lora_A; an Embedding's delta is (B·A)ᵀ, so L is lora_embedding_Aᵀ and R
+// is lora_embedding_Bᵀ (`transposed`).
+struct LoraDelta {
+    OutputTensor a;  // lora_A [r, in] (Embedding: lora_embedding_A [r, vocab])
+    OutputTensor b;  // lora_B [out, r] (Embedding: lora_embedding_B [dim, r])
+    bool transposed = false;
+    double scale = 0;
+};
+
+struct TensorMapping {
+    std::vector<TensorRef> sources;
+    std::vector<OutputTensor> tensors;  // in output (state dict) order
+    std::vector<LoraDelta> lora_deltas;
+};
+
+// The output names given so far and the source key each came from: after every renaming
+// rule, two source keys that give one output name, or a name safetensors reserves for its
+// header, are an Error naming the source keys (a silently unreadable or overwritten tensor).
+class OutputNames {
+public:
+    // `where`: the checkpoint the keys come from, for messages.
+    explicit OutputNames(std::string where) : where_(std::move(where)) {}
+    void claim(const std::string& name, const std::string& source_key);
+
+private:
+    std::string where_;
+    std::map<std::string, std::string> source_of_;
+};
+
+// Throws Error unless the copies of `t` stay inside their source and output tensors and
+// cover every output element exactly once.
+void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef>& sources);
+
+}  // namespace vmerge

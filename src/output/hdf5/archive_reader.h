@@ -1,0 +1,57 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "output/hdf5/hdf5_handle.h"
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+struct ArchiveTensor {
+    std::string name;
+    DType dtype = DType::F32;
+    Shape shape;
+    int64_t chunk_rows = 0;    // 0: contiguous
+    bool compressed = false;
+    uint64_t stored_bytes = 0;  // on disk (H5Dget_storage_size)
+    uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
+};
+
+// Reads a model.h5 written by ArchiveWriter (sec2, read-only; each rank opens it on its own).
+// Everything is checked against the attributes: a file that is not such an archive, or
+// whose datasets disagree with them, is an Error naming the dataset.
+class ArchiveReader {
+public:
+    explicit ArchiveReader(const std::string& path);
+
+    const std::vector<ArchiveTensor>& tensors() const { return tensors_; }  // in output order
+    uint64_t stored_size() const;  // bytes on disk for all tensors
+    uint64_t total_size() const { return total_size_; }
+    const std::string& compression() const { return compression_; }
+
+    // Rows [row_begin, row_end) of tensor `t`, as stored (no conversion), into `out`.
+    void read_rows(size_t t, int64_t row_begin, int64_t row_end, void* out);
+    // The non-weight HF files kept in the archive: (relative path, bytes).
+    std::vector<std::pair<std::string, std::string>> files();
+
+private:
+    std::string path_;
+    H5Handle file_;
+    std::vector<ArchiveTensor> tensors_;
+    std::vector<H5Handle> datasets_;
+    uint64_t total_size_ = 0;
+    std::string compression_;
+};
+
+// Bytes of tensors and bytes on disk, by dtype (inspect, and the summary of a merge).
+struct ArchiveDtypeStorage {
+    DType dtype = DType::F32;
+    size_t tensors = 0;
+    uint64_t bytes = 0;
+    uint64_t stored_bytes = 0;
+};
+std::vector<ArchiveDtypeStorage> archive_storage_by_dtype(const std::vector<ArchiveTensor>& tensors);
+
+}  // namespace vmerge

@@ -1,0 +1,36 @@
+#include "output/hdf5/zstd_codec.h"
+
+#include <string>
+
+#include <zstd.h>
+
+#include "core/error.h"
+
+namespace vmerge {
+
+size_t zstd_frame_bound(size_t size) { return ZSTD_compressBound(size); }
+
+size_t zstd_compress_frame(const void* data, size_t size, void* out, size_t capacity, int level) {
+    // ZSTD_compress is the one-shot API: the frame header always carries the content size.
+    const size_t n = ZSTD_compress(out, capacity, data, size, level);
+    if (ZSTD_isError(n)) throw Error(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+    return n;
+}
+
+uint64_t zstd_frame_content_size(const void* frame, size_t size) {
+    const unsigned long long n = ZSTD_getFrameContentSize(frame, size);
+    if (n == ZSTD_CONTENTSIZE_ERROR) throw Error("zstd: not a zstd frame (" + std::to_string(size) + " bytes)");
+    if (n == ZSTD_CONTENTSIZE_UNKNOWN)
+        throw Error("zstd: the frame does not record its decompressed size (written with the streaming API?)");
+    return n;
+}
+
+void zstd_decompress_frame(const void* frame, size_t size, void* out, uint64_t content_size) {
+    const size_t n = ZSTD_decompress(out, content_size, frame, size);
+    if (ZSTD_isError(n)) throw Error(std::string("zstd decompression failed: ") + ZSTD_getErrorName(n));
+    if (n != content_size)
+        throw Error("zstd: frame decompressed to " + std::to_string(n) + " bytes, its header says " +
+                    std::to_string(content_size));
+}
+
+}  // namespace vmerge

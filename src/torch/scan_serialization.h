@@ -1,0 +1,17 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/tensor_ref.h"
+
+namespace vmerge {
+
+// Scans are made on the rank that read the file and all-gathered as text, so every rank can
+// plan from the same metadata without reading every pickle itself.
+std::string serialize_scan(const ScannedFile& scanned);
+ScannedFile deserialize_scan(const std::string& text);
+// One rank's scans as one text (what the all-gather carries).
+std::string serialize_scans(const std::vector<ScannedFile>& scans);
+std::vector<ScannedFile> deserialize_scans(const std::string& text);
+
+}  // namespace vmerge
