@@ -144,7 +144,7 @@ SourceAccount SourceLedger::settle(const TensorMapping& mapping) const {
             throw Error(where(entry) + ": neither written nor dropped for a known reason (no output tensor takes "
                                        "its values)");
     }
-    for (const auto& [text, reason] : settled_) count_drop(reason, [&] { return text; });
+    for (const auto& settled : settled_) count_drop(settled.second, [&] { return settled.first; });
     return account;
 }
 

@@ -161,7 +161,8 @@ std::vector<std::string> peft_target_modules(const std::vector<std::string>& ada
     std::set<std::string> targets;
     for (const auto& [leaf, modules] : adapted_by_leaf) {
         const auto& all = base_by_leaf[leaf];
-        const bool every = std::all_of(all.begin(), all.end(), [&](const std::string& m) { return modules.count(m) > 0; });
+        const std::set<std::string>& have = modules;  // clang 14 cannot capture a structured binding
+        const bool every = std::all_of(all.begin(), all.end(), [&](const std::string& m) { return have.count(m) > 0; });
         if (every) targets.insert(leaf);
         else targets.insert(modules.begin(), modules.end());
     }

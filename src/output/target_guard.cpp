@@ -223,6 +223,10 @@ void remove_lock_on_signals(const std::string& path) {
 }  // namespace
 
 TargetLock::TargetLock(const std::string& target) : path_(path_for(target)) {
+    // The target's parent folders are made as `mkdir -p` would (a merge always did).
+    std::error_code ec;
+    fs::create_directories(fs::path(path_).parent_path(), ec);
+    if (ec) throw Error(fs::path(path_).parent_path().string() + ": cannot create the target's parent folder: " + ec.message());
     acquire(target);
     remove_lock_on_signals(path_);
 }

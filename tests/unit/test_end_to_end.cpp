@@ -198,6 +198,15 @@ TEST(EndToEnd, ForceNeverRemovesFilesVmergeDidNotWrite) {
     EXPECT_TRUE(fs::exists(target + "/README.md"));
 }
 
+TEST(EndToEnd, MissingParentFoldersOfTheTargetAreCreated) {
+    TempDir tmp;
+    const std::string target = tmp.path() + "/runs/step1/merged";
+    const Result r = run({"merge", "--local_dir", kFixtures + "/fsdp2_w3", "--target_dir", target, "--dtype", "keep", "--quiet"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(fs::exists(target + "/model.safetensors"));
+    EXPECT_FALSE(fs::exists(tmp.path() + "/runs/step1/.merged.vmerge-lock"));
+}
+
 TEST(EndToEnd, AnEmptyTargetFolderIsFilledWithoutForce) {
     TempDir tmp;
     const std::string target = tmp.path() + "/empty";
