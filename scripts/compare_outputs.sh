@@ -19,10 +19,14 @@ run_both() {
     local name=$1
     shift
     local rc_old rc_new
-    "$old" merge --target_dir "$work/old/$name" --quiet "$@" >"$work/$name.old.log" 2>&1
+    # One target path for both (outputs may name it, e.g. an adapter's base_model_name_or_path).
+    mkdir -p "$work/old" "$work/new"
+    "$old" merge --target_dir "$work/out/$name" --quiet "$@" >"$work/$name.old.log" 2>&1
     rc_old=$?
-    "$new" merge --target_dir "$work/new/$name" --quiet "$@" >"$work/$name.new.log" 2>&1
+    [[ -d $work/out/$name ]] && mv "$work/out/$name" "$work/old/$name"
+    "$new" merge --target_dir "$work/out/$name" --quiet "$@" >"$work/$name.new.log" 2>&1
     rc_new=$?
+    [[ -d $work/out/$name ]] && mv "$work/out/$name" "$work/new/$name"
     if [[ $rc_old -ne $rc_new ]]; then
         echo "DIFFER $name: exit $rc_old (old) vs $rc_new (new)"; differ=$((differ + 1)); return
     fi
@@ -58,8 +62,9 @@ run_both example.hdf5 "--local_dir" "$here/examples/tiny-qwen2-fsdp/global_step_
 for which in old new; do
     bin=$old
     [[ $which == new ]] && bin=$new
-    "$bin" merge --backend hdf5 --local_dir "$work/$which/example.hdf5" --target_dir "$work/$which/example.hdf5.back" \
+    "$bin" merge --backend hdf5 --local_dir "$work/$which/example.hdf5" --target_dir "$work/out/example.hdf5.back" \
         --quiet >/dev/null 2>&1
+    mv "$work/out/example.hdf5.back" "$work/$which/example.hdf5.back"
 done
 if diff -r "$work/old/example.hdf5.back" "$work/new/example.hdf5.back" >/dev/null; then
     echo "same   example.hdf5.back"; same=$((same + 1))
