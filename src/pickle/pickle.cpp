@@ -714,6 +714,9 @@ ValuePtr Interpreter::run() {
             case kGlobal: {
                 const std::string_view module = read_line("GLOBAL module");
                 const std::string_view name = read_line("GLOBAL name");
+                // Python decodes both as UTF-8; they end up in messages and the scan's JSON.
+                check_utf8(module);
+                check_utf8(name);
                 push(make_global(module, name));
                 break;
             }

@@ -566,3 +566,9 @@ TEST(Pickle, Accessors) {
 }
 
 }  // namespace
+
+TEST(Pickle, GlobalNamesMustBeUtf8) {
+    // A GLOBAL's module and name go into messages and the scan's JSON: Python decodes them as UTF-8.
+    expect_load_fails(proto(2) + "ctorch\n\xff\xfe" + "\nN.", "text is not valid UTF-8");
+    EXPECT_NO_THROW(load(proto(2) + "ctorch\nFloatStorage\n."));
+}
