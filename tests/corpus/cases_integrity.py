@@ -2,6 +2,7 @@
 disagree with the central directory, bytes that fail their CRC-32 (tensor data, data.pkl, the
 central directory's CRC, bytes split over ranks or never copied), and state dicts whose names or
 shapes no safetensors header can hold. Expected CRCs come from Python's zlib.crc32."""
+import json
 import os
 import struct
 import zipfile
@@ -287,6 +288,12 @@ def name_and_shape_cases(good, out):
     d = copy_case(os.path.join(good, "plain_w2"), os.path.join(out, "shape_2p62_elements_in_0_bytes"))
     for r in (R0, R1):
         patch_data_pkl(os.path.join(d, r), huge_view)
+    # An architecture without a tensor table: the config check (which would refuse the shape
+    # first) is skipped, so the safetensors header rule is what must refuse it.
+    cfg_path = os.path.join(d, "huggingface", "config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["architectures"] = ["UntabledForCausalLM"]
+    json.dump(cfg, open(cfg_path, "w"), indent=2)
     case("shape_2p62_elements_in_0_bytes", d,
          "model.safetensors: safetensors header: tensor 'model.embed_tokens.weight': shape "
          f"[{2**31}, {2**31}] of F32 has more than 2^63 elements or 2^64 bytes",

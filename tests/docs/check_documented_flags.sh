@@ -23,9 +23,9 @@ foreign=(
     lora_modules
     # ctest / cmake
     output_on_failure build target preset test_dir install prefix
-    # project helper scripts: tests/corpus/make_bad_inputs.py, scripts/bench/make_bench_checkpoint.py,
+    # project helper scripts: tests/corpus/make_bad_inputs.py, run_corpus.py, scripts/bench/make_bench_checkpoint.py,
     # scripts/install-deps.sh
-    fsdp megatron size_gb world small tests
+    fsdp megatron size_gb world small tests module
     # placeholders in quoted error messages ("unrecognised option '--bogus'", "option '--Y'")
     X Y bogus
 )
