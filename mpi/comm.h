@@ -16,6 +16,8 @@ public:
     virtual int local_size() const = 0;
     // Every rank contributes one string and receives all of them, in rank order.
     virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+    // Every rank receives `root`'s `text` (a small file rank `root` read for all of them).
+    virtual void broadcast(std::string& text, int root) = 0;
     // Stops every rank now (a rank that failed mid-copy must not leave the others writing
     // for hours before the next collective). The one-rank Comm returns and lets the error
     // propagate normally.

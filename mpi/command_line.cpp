@@ -11,6 +11,8 @@
 #include <boost/program_options.hpp>
 
 #include "core/bounded_number.h"
+#include "core/error.h"
+#include "mapping/output_rules.h"
 #include "output/hdf5/zstd_codec.h"
 
 namespace vmerge {
@@ -60,9 +62,10 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint6
 namespace {
 
 // --format, --compress and --backend hdf5 (docs/hdf5.md).
+void check_format(const Options& o);
+
 void parse_archive_options(Options& o, const std::string& compress, bool compress_given) {
-    if (o.format != "safetensors" && o.format != "hdf5")
-        throw UsageError("--format " + o.format + ": expected safetensors or hdf5");
+    check_format(o);
     if (compress != "none") {
         if (compress != "zstd" && !compress.starts_with("zstd:"))
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
@@ -115,8 +118,160 @@ void check_number_flags(const Options& o) {
 
 }  // namespace
 
-std::optional<Options> parse_command_line(int argc, const char* const* argv, bool print_help) {
-    // One spelling internally: --foo-bar and --foo_bar both become --foo_bar.
+namespace {
+
+// Flags whose text becomes a typed Options field once every flag is parsed.
+struct RawFlags {
+    std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
+    std::string quantize_ignore;
+    int tp = 0, pp = 0, batch_size = 0, iteration = 0;
+    bool low_cpu_mem_usage = false, symmetric = false, extract_lora = false;
+    double lora_alpha = 0;
+};
+
+// The option table: every flag once, in groups, so `vmerge-mpi COMMAND --help` shows what
+// that command uses.
+struct OptionTable {
+    po::options_description input{"Checkpoint and model"};
+    po::options_description output{"Output"};
+    po::options_description quantizing{"Quantized output (compressed-tensors pack-quantized, for vLLM)"};
+    po::options_description lora{"LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)"};
+    po::options_description run{"Running"};
+    po::options_description testing{"test"};
+    po::options_description inspecting{"inspect"};
+};
+
+// --backend: which reader (its names are checked in check_backend).
+void add_backend_option(po::options_description& group, Options& o) {
+    group.add_options()("backend", po::value(&o.backend)->default_value("auto"),
+                        "auto | fsdp | megatron | dcp | hdf5 (a model.h5 archive: merge it back, inspect it)");
+}
+
+void check_backend(const Options& o) {
+    if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp" && o.backend != "hdf5")
+        throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron, dcp or hdf5");
+}
+
+// --format: what merge writes (its names are checked in check_format).
+void add_format_option(po::options_description& group, Options& o) {
+    group.add_options()("format", po::value(&o.format)->default_value("safetensors"),
+                        "safetensors | hdf5 (one model.h5 archive, written with parallel HDF5; docs/hdf5.md)");
+}
+
+void check_format(const Options& o) {
+    if (o.format != "safetensors" && o.format != "hdf5")
+        throw UsageError("--format " + o.format + ": expected safetensors or hdf5");
+}
+
+void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
+    add_backend_option(t.input, o);
+    t.input.add_options()
+        ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
+        ("hf_config", po::value(&o.hf_config),
+         "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
+        ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest")
+        ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
+        ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model: output_layer -> score.*")
+        ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
+        ("tp_size", po::value(&raw.tp), "expected tensor-parallel size (checked against the checkpoint)")
+        ("pp_size", po::value(&raw.pp), "expected pipeline-parallel size (checked against the checkpoint)");
+}
+
+void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
+    t.output.add_options()
+        ("target_dir", po::value(&o.target_dir), "output folder (merge) or folder to check (verify)")
+        ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
+        ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
+        ("force", po::bool_switch(&o.force), "replace an existing target folder")
+        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder");
+    add_format_option(t.output, o);
+    t.output.add_options()
+        ("compress", po::value(&raw.compress)->default_value("none"),
+         "--format hdf5: none | zstd[:LEVEL] (HDF5 filter 32015, LEVEL 1..22, default 3)")
+        ("hdf5_chunk_size", po::value(&raw.hdf5_chunk)->default_value("4MiB"),
+         "--compress: bytes per compressed chunk (whole rows; a rank's share starts on a chunk boundary)");
+}
+
+void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
+    t.quantizing.add_options()
+        ("quantize", po::bool_switch(&o.quantize), "write Linear weights quantized (round to nearest), weights only")
+        ("bits", po::value(&o.bits)->default_value(4), "4 or 8")
+        ("group_size", po::value(&o.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
+        ("symmetric", po::bool_switch(&raw.symmetric), "symmetric quantization, no zero point (the default)")
+        ("asymmetric", po::bool_switch(&o.asymmetric), "asymmetric quantization with zero points")
+        ("allow_unsupported_quantization", po::bool_switch(&o.allow_unsupported_quantization),
+         "write a --bits/--group_size combination no vLLM kernel runs (refused by default)")
+        ("quantize_ignore", po::value(&raw.quantize_ignore),
+         "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
+         "router gates always are");
+    t.lora.add_options()
+        ("extract_lora", po::bool_switch(&raw.extract_lora),
+         "write the base model plus the adapter in PEFT format to <target_dir>/lora_adapter/ (the default)")
+        ("merge_lora", po::bool_switch(&o.merge_lora), "fold the adapter into the weights: W + alpha/r * B@A in fp32")
+        ("lora_alpha", po::value(&raw.lora_alpha),
+         "the adapter's alpha (default: from lora_adapter/adapter_config.json or lora_train_meta.json beside the "
+         "checkpoint; never guessed)")
+        ("use_rslora", po::bool_switch(&o.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
+        ("lora_base", po::value(&o.lora_base),
+         "Megatron adapter checkpoints (adapter_checkpoint/): the Hugging Face base model the adapter was trained on");
+}
+
+void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
+    t.run.add_options()
+        ("max_memory", po::value(&raw.max_memory)->default_value("auto"),
+         "tensor buffer memory per rank (auto: a quarter of the node's RAM shared by the node's ranks, "
+         "64 MiB to 4 GiB; inspect prints it)")
+        ("progress", po::value(&o.progress)->default_value(-1),
+         "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
+        ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
+        ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
+        ("low_cpu_mem_usage", po::bool_switch(&raw.low_cpu_mem_usage),
+         "verl's flag: caps the automatic --max_memory at 256MiB (memory is always bounded)")
+        ("batch_size", po::value(&raw.batch_size), "accepted for verl compatibility (see --max_memory)")
+        ("help,h", "print help (vmerge-mpi COMMAND --help for one command)");
+    t.testing.add_options()
+        ("test_hf_dir", po::value(&o.test_hf_dir), "reference Hugging Face folder")
+        ("atol", po::value(&o.atol)->default_value(0.0), "absolute tolerance (default: bit for bit)")
+        ("rtol", po::value(&o.rtol)->default_value(0.0), "relative tolerance");
+    t.inspecting.add_options()
+        ("np", po::value(&o.np)->default_value(0), "plan for this many ranks (default: the ranks running)")
+        ("json", po::bool_switch(&o.json), "print JSON")
+        ("simulate", po::value(&o.simulate),
+         "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
+}
+
+OptionTable option_table(Options& o, RawFlags& raw) {
+    OptionTable t;
+    add_input_options(t, o, raw);
+    add_output_options(t, o, raw);
+    add_quantize_and_lora_options(t, o, raw);
+    add_run_options(t, o, raw);
+    return t;
+}
+
+po::options_description visible_options(const OptionTable& t) {
+    po::options_description visible;
+    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting);
+    return visible;
+}
+
+void print_help(const OptionTable& t, const std::string& command) {
+    std::cout << "vmerge-mpi COMMAND [options]   (every --long-option also works with dashes)\n"
+                 "  merge    checkpoint -> Hugging Face folder\n"
+                 "  test     merge without writing and compare with --test_hf_dir\n"
+                 "  inspect  print what was detected and the plan for --np N ranks\n"
+                 "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n"
+              << "\n";
+    if (command == "merge") std::cout << t.input << t.output << t.lora << t.quantizing << t.run;
+    else if (command == "test") std::cout << t.input << t.lora << t.testing << t.run;
+    else if (command == "inspect") std::cout << t.input << t.inspecting << t.lora << t.quantizing << t.run;
+    else if (command == "verify") std::cout << "verify: --target_dir DIR\n";
+    else std::cout << visible_options(t);
+    std::cout << "\n";
+}
+
+// One spelling internally: --foo-bar and --foo_bar both become --foo_bar.
+std::vector<std::string> normalized_args(int argc, const char* const* argv) {
     std::vector<std::string> args;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -127,99 +282,15 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         }
         args.push_back(a);
     }
-    Options o;
-    std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
-    int tp = 0, pp = 0, batch_size = 0, iteration = 0;
-    bool low_cpu_mem_usage = false;
-    // Options in groups, so `vmerge-mpi COMMAND --help` shows what that command uses.
-    po::options_description input("Checkpoint and model");
-    input.add_options()
-        ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp | megatron | dcp | hdf5 (a model.h5 archive: merge it back, inspect it)")
-        ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
-        ("hf_config", po::value(&o.hf_config),
-         "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
-        ("iteration", po::value(&iteration), "Megatron-LM: merge this iteration instead of the latest")
-        ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
-        ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model: output_layer -> score.*")
-        ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
-        ("tp_size", po::value(&tp), "expected tensor-parallel size (checked against the checkpoint)")
-        ("pp_size", po::value(&pp), "expected pipeline-parallel size (checked against the checkpoint)");
-    po::options_description output("Output");
-    output.add_options()
-        ("target_dir", po::value(&o.target_dir), "output folder (merge) or folder to check (verify)")
-        ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
-        ("max_shard_size", po::value(&max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
-        ("force", po::bool_switch(&o.force), "replace an existing target folder")
-        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder")
-        ("format", po::value(&o.format)->default_value("safetensors"),
-         "safetensors | hdf5 (one model.h5 archive, written with parallel HDF5; docs/hdf5.md)")
-        ("compress", po::value(&compress)->default_value("none"),
-         "--format hdf5: none | zstd[:LEVEL] (HDF5 filter 32015, LEVEL 1..22, default 3)")
-        ("hdf5_chunk_size", po::value(&hdf5_chunk)->default_value("4MiB"),
-         "--compress: bytes per compressed chunk (whole rows; a rank's share starts on a chunk boundary)");
-    std::string quantize_ignore;
-    bool symmetric_flag = false;
-    po::options_description quantizing("Quantized output (compressed-tensors pack-quantized, for vLLM)");
-    quantizing.add_options()
-        ("quantize", po::bool_switch(&o.quantize), "write Linear weights quantized (round to nearest), weights only")
-        ("bits", po::value(&o.bits)->default_value(4), "4 or 8")
-        ("group_size", po::value(&o.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
-        ("symmetric", po::bool_switch(&symmetric_flag), "symmetric quantization, no zero point (the default)")
-        ("asymmetric", po::bool_switch(&o.asymmetric), "asymmetric quantization with zero points")
-        ("allow_unsupported_quantization", po::bool_switch(&o.allow_unsupported_quantization),
-         "write a --bits/--group_size combination no vLLM kernel runs (refused by default)")
-        ("quantize_ignore", po::value(&quantize_ignore),
-         "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
-         "router gates always are");
-    double lora_alpha = 0;
-    bool extract_lora = false;
-    po::options_description lora("LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)");
-    lora.add_options()
-        ("extract_lora", po::bool_switch(&extract_lora),
-         "write the base model plus the adapter in PEFT format to <target_dir>/lora_adapter/ (the default)")
-        ("merge_lora", po::bool_switch(&o.merge_lora), "fold the adapter into the weights: W + alpha/r * B@A in fp32")
-        ("lora_alpha", po::value(&lora_alpha),
-         "the adapter's alpha (default: from lora_adapter/adapter_config.json or lora_train_meta.json beside the "
-         "checkpoint; never guessed)")
-        ("use_rslora", po::bool_switch(&o.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
-        ("lora_base", po::value(&o.lora_base),
-         "Megatron adapter checkpoints (adapter_checkpoint/): the Hugging Face base model the adapter was trained on");
-    po::options_description run("Running");
-    run.add_options()
-        ("max_memory", po::value(&max_memory)->default_value("auto"),
-         "tensor buffer memory per rank (auto: a quarter of the node's RAM shared by the node's ranks, "
-         "64 MiB to 4 GiB; inspect prints it)")
-        ("progress", po::value(&o.progress)->default_value(-1),
-         "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
-        ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
-        ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
-        ("low_cpu_mem_usage", po::bool_switch(&low_cpu_mem_usage),
-         "verl's flag: caps the automatic --max_memory at 256MiB (memory is always bounded)")
-        ("batch_size", po::value(&batch_size), "accepted for verl compatibility (see --max_memory)")
-        ("help,h", "print help (vmerge-mpi COMMAND --help for one command)");
-    po::options_description testing("test");
-    testing.add_options()
-        ("test_hf_dir", po::value(&o.test_hf_dir), "reference Hugging Face folder")
-        ("atol", po::value(&o.atol)->default_value(0.0), "absolute tolerance (default: bit for bit)")
-        ("rtol", po::value(&o.rtol)->default_value(0.0), "relative tolerance");
-    po::options_description inspecting("inspect");
-    inspecting.add_options()
-        ("np", po::value(&o.np)->default_value(0), "plan for this many ranks (default: the ranks running)")
-        ("json", po::bool_switch(&o.json), "print JSON")
-        ("simulate", po::value(&o.simulate),
-         "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
-    const char* usage =
-        "vmerge-mpi COMMAND [options]   (every --long-option also works with dashes)\n"
-        "  merge    checkpoint -> Hugging Face folder\n"
-        "  test     merge without writing and compare with --test_hf_dir\n"
-        "  inspect  print what was detected and the plan for --np N ranks\n"
-        "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n";
-    po::options_description visible;
-    visible.add(input).add(output).add(lora).add(quantizing).add(run).add(testing).add(inspecting);
+    return args;
+}
+
+po::variables_map parse_args(const std::vector<std::string>& args, const OptionTable& t, Options& o) {
+    po::options_description all;
+    all.add(visible_options(t));
     po::options_description hidden;
     hidden.add_options()("command", po::value(&o.command));
-    po::options_description all;
-    all.add(visible).add(hidden);
+    all.add(hidden);
     po::positional_options_description positional;
     positional.add("command", 1);
     po::variables_map vm;
@@ -229,46 +300,42 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     } catch (const po::error& e) {
         throw UsageError(e.what());
     }
-    if (vm.count("help") || o.command.empty()) {
-        if (print_help) {
-            std::cout << usage << "\n";
-            if (o.command == "merge") std::cout << input << output << lora << quantizing << run;
-            else if (o.command == "test") std::cout << input << lora << testing << run;
-            else if (o.command == "inspect") std::cout << input << inspecting << lora << quantizing << run;
-            else if (o.command == "verify") std::cout << "verify: --target_dir DIR\n";
-            else std::cout << visible;
-            std::cout << "\n";
-        }
-        if (vm.count("help")) return std::nullopt;
-        throw UsageError("no command given (merge, test, inspect or verify)");
+    return vm;
+}
+
+// The dtype, quantization and LoRA flags, in the order their errors are reported.
+void check_value_flags(Options& o, const RawFlags& raw, const po::variables_map& vm) {
+    try {
+        parse_dtype_choice(o.dtype);  // the one list of --dtype names
+    } catch (const Error& e) {
+        throw UsageError(e.what());
     }
-    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
-        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
-    static const std::set<std::string> dtypes{"auto", "keep", "bf16", "bfloat16", "fp16", "float16", "half",
-                                              "fp32", "float32", "float"};
-    if (!dtypes.count(o.dtype)) throw UsageError("--dtype " + o.dtype + ": expected auto, keep, bf16, fp16 or fp32");
-    if (symmetric_flag && o.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
+    if (raw.symmetric && o.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
     if (o.bits != 4 && o.bits != 8) throw UsageError("--bits " + std::to_string(o.bits) + ": expected 4 or 8");
     check_number_flags(o);
-    for (size_t start = 0; start < quantize_ignore.size();) {
-        const size_t comma = std::min(quantize_ignore.find(',', start), quantize_ignore.size());
-        if (comma > start) o.quantize_ignore.push_back(quantize_ignore.substr(start, comma - start));
+    for (size_t start = 0; start < raw.quantize_ignore.size();) {
+        const size_t comma = std::min(raw.quantize_ignore.find(',', start), raw.quantize_ignore.size());
+        if (comma > start) o.quantize_ignore.push_back(raw.quantize_ignore.substr(start, comma - start));
         start = comma + 1;
     }
     if (o.quantize && o.command == "test")
         throw UsageError("--quantize applies to merge and inspect; test compares unquantized tensors");
-    if (extract_lora && o.merge_lora) throw UsageError("--extract_lora and --merge_lora exclude each other");
+    if (raw.extract_lora && o.merge_lora) throw UsageError("--extract_lora and --merge_lora exclude each other");
     if (vm.count("lora_alpha")) {
-        if (!(lora_alpha > 0) || !std::isfinite(lora_alpha))
+        if (!(raw.lora_alpha > 0) || !std::isfinite(raw.lora_alpha))
             throw UsageError("--lora_alpha must be positive and finite (0 would make the adapter do nothing)");
-        o.lora_alpha = lora_alpha;
+        o.lora_alpha = raw.lora_alpha;
     }
-    o.max_shard_size = parse_byte_size(max_shard, "--max_shard_size");
-    o.max_memory = max_memory == "auto" ? 0 : parse_byte_size(max_memory, "--max_memory");
-    o.low_cpu_mem_usage = low_cpu_mem_usage;
-    if (vm.count("tp_size")) o.tp_size = bounded_flag("--tp_size", tp, 1, kMaxWorldSize);
-    if (vm.count("pp_size")) o.pp_size = bounded_flag("--pp_size", pp, 1, kMaxWorldSize);
-    if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", iteration, 0, kMaxIteration);
+}
+
+// Sizes and counts, then what each command needs.
+void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_map& vm) {
+    o.max_shard_size = parse_byte_size(raw.max_shard, "--max_shard_size");
+    o.max_memory = raw.max_memory == "auto" ? 0 : parse_byte_size(raw.max_memory, "--max_memory");
+    o.low_cpu_mem_usage = raw.low_cpu_mem_usage;
+    if (vm.count("tp_size")) o.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
+    if (vm.count("pp_size")) o.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
+    if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
     if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
         throw UsageError(o.command + " needs --local_dir");
     if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
@@ -276,11 +343,28 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if ((o.command == "merge" || o.command == "verify") && o.target_dir.empty())
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
-    if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp" && o.backend != "hdf5")
-        throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron, dcp or hdf5");
-    parse_archive_options(o, compress, !vm["compress"].defaulted());
+}
+
+}  // namespace
+
+std::optional<Options> parse_command_line(int argc, const char* const* argv, bool print_help_text) {
+    Options o;
+    RawFlags raw;
+    const OptionTable table = option_table(o, raw);
+    const po::variables_map vm = parse_args(normalized_args(argc, argv), table, o);
+    if (vm.count("help") || o.command.empty()) {
+        if (print_help_text) print_help(table, o.command);
+        if (vm.count("help")) return std::nullopt;
+        throw UsageError("no command given (merge, test, inspect or verify)");
+    }
+    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
+        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
+    check_value_flags(o, raw, vm);
+    check_sizes_and_needs(o, raw, vm);
+    check_backend(o);
+    parse_archive_options(o, raw.compress, !vm["compress"].defaulted());
     // HDF5's chunk limit is 4 GiB.
-    o.hdf5_chunk_size = parse_byte_size(hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);
+    o.hdf5_chunk_size = parse_byte_size(raw.hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);
     return o;
 }
 

@@ -55,6 +55,14 @@ std::vector<std::string> MpiComm::allgather(const std::string& mine) {
     return out;
 }
 
+void MpiComm::broadcast(std::string& text, int root) {
+    uint64_t length = text.size();
+    check(MPI_Bcast(&length, 1, MPI_UINT64_T, root, comm_), "MPI_Bcast");
+    if (length > static_cast<uint64_t>(INT32_MAX))
+        throw Error("broadcast: message of " + std::to_string(length) + " bytes is too large");
+    text.resize(length);
+    check(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm_), "MPI_Bcast");
+}
 
 void MpiComm::abort(int code) { MPI_Abort(comm_, code); }
 

@@ -13,6 +13,7 @@ public:
     std::string host() const override { return host_; }
     int local_size() const override { return local_size_; }
     std::vector<std::string> allgather(const std::string& mine) override;
+    void broadcast(std::string& text, int root) override;
     void abort(int code) override;
 
 private:

@@ -10,4 +10,7 @@ std::string SingleRankComm::host() const {
     return name;
 }
 
+// One rank: it is the root, and `text` already holds what it read.
+void SingleRankComm::broadcast(std::string&, int) {}
+
 }  // namespace vmerge

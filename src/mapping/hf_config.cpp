@@ -11,16 +11,23 @@
 
 namespace vmerge {
 
-HfConfig load_hf_config(const std::string& dir) {
+HfConfig load_hf_config(const std::string& dir) { return parse_hf_config(dir, read_hf_config_text(dir)); }
+
+std::string read_hf_config_text(const std::string& dir) {
     const std::string path = dir + "/config.json";
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) throw Error(path + ": cannot open the model config (pass --hf_config DIR)");
     // Every other file of the folder is copied into the output at the end: refuse a FIFO or
     // device among them now, before anything is written.
     require_no_special_files(dir);
+    return read_small_file(path, kMaxJsonBytes, "a model config");
+}
+
+HfConfig parse_hf_config(const std::string& dir, const std::string& text) {
+    const std::string path = dir + "/config.json";
     HfConfig config;
     config.dir = dir;
-    config.json = parse_json_text(read_small_file(path, kMaxJsonBytes, "a model config"), path);
+    config.json = parse_json_text(text, path);
     if (!config.json.is_object()) throw Error(path + ": expected a JSON object");
     for (const char* key : {"dtype", "torch_dtype"}) {
         auto it = config.json.find(key);

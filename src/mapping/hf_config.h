@@ -22,6 +22,12 @@ struct HfConfig {
 // Reads <dir>/config.json; a missing file is an Error naming it.
 HfConfig load_hf_config(const std::string& dir);
 
+// load_hf_config in two halves, so one rank can read the file and every rank parse it:
+// the text of <dir>/config.json (after checking that the folder, copied into the output,
+// holds no FIFO or device), and the config that text states.
+std::string read_hf_config_text(const std::string& dir);
+HfConfig parse_hf_config(const std::string& dir, const std::string& text);
+
 // The one way to read an integer of config.json: key `key` as a whole number within the
 // bounds config_int_bounds gives it, else Error "<dir>/config.json: <key> <value>: expected
 // lo..hi". A missing (or null) key is `fallback`, or an Error naming the key without one.

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/input_file.h"
 #include "io/json_file.h"
 #include "plan/output_layout.h"
 
@@ -114,11 +115,6 @@ std::optional<int64_t> rank_field(const nlohmann::json& j, const char* key, cons
     return json_int_within(j[key], 1, kMaxLoraRank, path.string() + ": " + key);
 }
 
-bool path_exists(const fs::path& p) {
-    std::error_code ec;
-    return fs::exists(p, ec);
-}
-
 std::string number_text(double x) {
     if (x == std::floor(x) && std::fabs(x) < 1e15) return std::to_string(static_cast<int64_t>(x));
     std::string s = std::to_string(x);
@@ -177,42 +173,63 @@ bool is_peft_name(const std::string& name) {
     return false;
 }
 
-LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, const std::string& adapter_summary) {
-    LoraHyperparameters h;
-    const fs::path dir(options.checkpoint_dir);
-    struct Found {
-        double alpha;
-        fs::path path;
-    };
-    std::vector<Found> found;
-    const fs::path config_path = dir / "lora_adapter" / "adapter_config.json";
-    if (path_exists(config_path)) {
-        h.found_config = read_json_file(config_path.string());
-        const auto& c = h.found_config;
-        if (c.value("peft_type", std::string("LORA")) != "LORA")
-            throw Error(config_path.string() + ": peft_type '" + c.value("peft_type", std::string()) + "', expected LORA");
-        for (const char* flag : {"use_dora", "use_qalora", "lora_bias"})
-            if (c.contains(flag) && c[flag].is_boolean() && c[flag].get<bool>())
-                throw Error(config_path.string() + ": '" + flag + "' is true: that adapter is not a plain LoRA (W + s·B·A) and "
-                            "vmerge does not support it");
-        for (const char* field : {"layer_replication", "target_parameters", "trainable_token_indices"})
-            if (c.contains(field) && !c[field].is_null())
-                throw Error(config_path.string() + ": '" + field + "' is set: vmerge does not support that adapter kind");
-        if (c.value("fan_in_fan_out", false))
-            throw Error(config_path.string() + ": fan_in_fan_out is true (Conv1D weights stored [in, out]); not supported");
-        if (auto a = number_field(c, "lora_alpha", config_path)) found.push_back({*a, config_path});
-        if (auto r = rank_field(c, "r", config_path)) h.r = *r;
-        if (c.contains("use_rslora") && c["use_rslora"].is_boolean()) h.use_rslora = c["use_rslora"].get<bool>();
-        if (c.contains("rank_pattern") && c["rank_pattern"].is_object()) h.rank_pattern = c["rank_pattern"];
-        if (c.contains("alpha_pattern") && c["alpha_pattern"].is_object()) h.alpha_pattern = c["alpha_pattern"];
-    }
+LoraMetadataFiles read_lora_metadata(const std::string& checkpoint_dir) {
+    const fs::path dir(checkpoint_dir);
+    LoraMetadataFiles files;
+    files.adapter_config =
+        read_small_file_if_present((dir / "lora_adapter" / "adapter_config.json").string(), kMaxJsonBytes, "a JSON file");
     for (const fs::path& meta : {dir / "lora_train_meta.json", dir.parent_path() / "lora_train_meta.json"}) {
-        if (!path_exists(meta)) continue;
-        const nlohmann::json m = read_json_file(meta.string());
-        if (auto a = number_field(m, "lora_alpha", meta)) found.push_back({*a, meta});
-        if (auto r = rank_field(m, "r", meta); r && !h.r) h.r = *r;
-        break;
+        files.train_meta = read_small_file_if_present(meta.string(), kMaxJsonBytes, "a JSON file");
+        if (files.train_meta.exists) break;
     }
+    return files;
+}
+
+std::string serialize_lora_metadata(const LoraMetadataFiles& files) {
+    return serialize_small_files({files.adapter_config, files.train_meta});
+}
+
+LoraMetadataFiles deserialize_lora_metadata(const std::string& text) {
+    auto files = deserialize_small_files(text);
+    if (files.size() != 2) throw Error("LoRA metadata: malformed message");
+    return {std::move(files[0]), std::move(files[1])};
+}
+
+namespace {
+
+struct FoundAlpha {
+    double alpha;
+    fs::path path;
+};
+
+// adapter_config.json found beside the checkpoint: refuses adapter kinds vmerge cannot merge,
+// takes alpha, r, rsLoRA and the patterns.
+void read_found_adapter_config(LoraHyperparameters& h, std::vector<FoundAlpha>& found, const SmallFile& file) {
+    const fs::path config_path(file.path);
+    h.found_config = parse_json_text(file.contents(), file.path);
+    const auto& c = h.found_config;
+    if (c.value("peft_type", std::string("LORA")) != "LORA")
+        throw Error(config_path.string() + ": peft_type '" + c.value("peft_type", std::string()) + "', expected LORA");
+    for (const char* flag : {"use_dora", "use_qalora", "lora_bias"})
+        if (c.contains(flag) && c[flag].is_boolean() && c[flag].get<bool>())
+            throw Error(config_path.string() + ": '" + flag + "' is true: that adapter is not a plain LoRA (W + s·B·A) and "
+                        "vmerge does not support it");
+    for (const char* field : {"layer_replication", "target_parameters", "trainable_token_indices"})
+        if (c.contains(field) && !c[field].is_null())
+            throw Error(config_path.string() + ": '" + field + "' is set: vmerge does not support that adapter kind");
+    if (c.value("fan_in_fan_out", false))
+        throw Error(config_path.string() + ": fan_in_fan_out is true (Conv1D weights stored [in, out]); not supported");
+    if (auto a = number_field(c, "lora_alpha", config_path)) found.push_back({*a, config_path});
+    if (auto r = rank_field(c, "r", config_path)) h.r = *r;
+    if (c.contains("use_rslora") && c["use_rslora"].is_boolean()) h.use_rslora = c["use_rslora"].get<bool>();
+    if (c.contains("rank_pattern") && c["rank_pattern"].is_object()) h.rank_pattern = c["rank_pattern"];
+    if (c.contains("alpha_pattern") && c["alpha_pattern"].is_object()) h.alpha_pattern = c["alpha_pattern"];
+}
+
+// Which alpha wins: --lora_alpha, else the files' (which must agree); none is an error.
+void choose_alpha(LoraHyperparameters& h, const std::vector<FoundAlpha>& found, const LoraOptions& options,
+                  const std::string& adapter_summary) {
+    const fs::path dir(options.checkpoint_dir);
     for (size_t i = 1; i < found.size(); ++i)
         if (found[i].alpha != found[0].alpha && !options.alpha)
             throw Error("lora_alpha disagrees: " + number_text(found[0].alpha) + " in " + found[0].path.string() + ", " +
@@ -228,6 +245,7 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
         h.alpha = found[0].alpha;
         h.source = found[0].path.string();
     } else {
+        const fs::path config_path = dir / "lora_adapter" / "adapter_config.json";
         throw Error(adapter_summary + ", but lora_alpha is recorded nowhere (looked for " + config_path.string() + " and " +
                     (dir / "lora_train_meta.json").string() + " and its parent folder's); pass --lora_alpha with the value "
                     "the adapter was trained with (verl: actor_rollout_ref.model.lora_alpha, default 16; Megatron: "
@@ -236,6 +254,22 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
     if (!(h.alpha > 0) || !std::isfinite(h.alpha))
         throw Error("lora_alpha " + number_text(h.alpha) + " (" + h.source + "): the adapter would change nothing (scale " +
                     "alpha/r = 0); pass the value the adapter was trained with as --lora_alpha");
+}
+
+}  // namespace
+
+LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, const std::string& adapter_summary) {
+    const LoraMetadataFiles files = options.metadata ? *options.metadata : read_lora_metadata(options.checkpoint_dir);
+    LoraHyperparameters h;
+    std::vector<FoundAlpha> found;
+    if (files.adapter_config.exists) read_found_adapter_config(h, found, files.adapter_config);
+    if (files.train_meta.exists) {
+        const fs::path meta(files.train_meta.path);
+        const nlohmann::json m = parse_json_text(files.train_meta.contents(), files.train_meta.path);
+        if (auto a = number_field(m, "lora_alpha", meta)) found.push_back({*a, meta});
+        if (auto r = rank_field(m, "r", meta); r && !h.r) h.r = *r;
+    }
+    choose_alpha(h, found, options, adapter_summary);
     if (options.use_rslora) h.use_rslora = *options.use_rslora;
     return h;
 }
@@ -246,38 +280,41 @@ double module_alpha(const LoraHyperparameters& h, const std::string& module) {
     return h.alpha;
 }
 
-LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const std::string& where) {
-    LoraResult result;
-    if (std::none_of(mapping.tensors.begin(), mapping.tensors.end(),
-                     [](const OutputTensor& t) { return is_peft_name(t.name); }))
-        return result;
-    result.found = true;
+namespace {
 
+// The PEFT names of a state dict, taken apart and grouped.
+struct PeftInventory {
     struct Pair {
         std::optional<size_t> a, b;
         bool embedding = false;
     };
-    std::map<std::string, Pair> pairs;           // by module path
-    std::vector<std::string> module_order;       // first appearance
+    std::vector<PeftName> parsed;                      // one per mapping tensor
+    std::map<std::string, Pair> pairs;                 // by module path
+    std::vector<std::string> module_order;             // first appearance
     std::map<std::string, size_t> originals, trained;  // HF name -> tensor index
-    std::set<std::string> adapters, saved_modules;
-    std::vector<PeftName> parsed;
-    for (const auto& t : mapping.tensors) parsed.push_back(parse_peft_name(t.name, where));
-    for (size_t i = 0; i < parsed.size(); ++i) {
-        const PeftName& p = parsed[i];
+    std::set<std::string> saved_modules;
+    std::map<std::string, size_t> model_index;         // the model's tensors by HF name
+};
+
+PeftInventory inventory_peft_names(const TensorMapping& mapping, const std::string& where) {
+    using K = PeftName::Kind;
+    PeftInventory inv;
+    std::set<std::string> adapters;
+    for (const auto& t : mapping.tensors) inv.parsed.push_back(parse_peft_name(t.name, where));
+    for (size_t i = 0; i < inv.parsed.size(); ++i) {
+        const PeftName& p = inv.parsed[i];
         if (!p.adapter.empty()) adapters.insert(p.adapter);
-        using K = PeftName::Kind;
         if (p.kind == K::LoraA || p.kind == K::LoraB || p.kind == K::EmbeddingA || p.kind == K::EmbeddingB) {
-            if (!pairs.count(p.module)) module_order.push_back(p.module);
-            Pair& pair = pairs[p.module];
+            if (!inv.pairs.count(p.module)) inv.module_order.push_back(p.module);
+            PeftInventory::Pair& pair = inv.pairs[p.module];
             const bool is_a = p.kind == K::LoraA || p.kind == K::EmbeddingA;
             (is_a ? pair.a : pair.b) = i;
             pair.embedding = p.kind == K::EmbeddingA || p.kind == K::EmbeddingB;
         } else if (p.kind == K::Original) {
-            originals[p.name] = i;
+            inv.originals[p.name] = i;
         } else if (p.kind == K::Trained) {
-            trained[p.name] = i;
-            saved_modules.insert(p.module);
+            inv.trained[p.name] = i;
+            inv.saved_modules.insert(p.module);
         }
     }
     if (adapters.size() > 1) {
@@ -285,34 +322,33 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
         for (const auto& a : adapters) list += (list.empty() ? "" : ", ") + a;
         throw Error(where + ": holds several LoRA adapters (" + list + "); vmerge handles one adapter per checkpoint");
     }
-    for (const auto& [name, index] : trained)
-        if (!originals.count(name))
+    for (const auto& [name, index] : inv.trained)
+        if (!inv.originals.count(name))
             throw Error(where + ": '" + mapping.tensors[index].name + "' (modules_to_save) has no original_module copy");
-
-    // The model's tensors by HF name, to find each adapted weight.
-    std::map<std::string, size_t> model_index;
-    for (size_t i = 0; i < parsed.size(); ++i) {
-        using K = PeftName::Kind;
-        if (parsed[i].kind == K::Plain || parsed[i].kind == K::Base) {
-            if (!model_index.emplace(parsed[i].name, i).second)
-                throw Error(where + ": '" + parsed[i].name + "' appears twice once the PEFT names are removed");
+    for (size_t i = 0; i < inv.parsed.size(); ++i) {
+        if (inv.parsed[i].kind == K::Plain || inv.parsed[i].kind == K::Base) {
+            if (!inv.model_index.emplace(inv.parsed[i].name, i).second)
+                throw Error(where + ": '" + inv.parsed[i].name + "' appears twice once the PEFT names are removed");
         }
     }
+    return inv;
+}
 
-    int64_t largest_r = 0;
+// Every A/B pair complete and shaped as a rank-r update of its base weight; the distinct ranks.
+std::set<int64_t> check_lora_pairs(const PeftInventory& inv, const TensorMapping& mapping, const std::string& where) {
     std::set<int64_t> ranks;
-    for (const auto& module : module_order) {
-        const Pair& pair = pairs[module];
+    for (const auto& module : inv.module_order) {
+        const PeftInventory::Pair& pair = inv.pairs.at(module);
         const char* a_name = pair.embedding ? "lora_embedding_A" : "lora_A";
         const char* b_name = pair.embedding ? "lora_embedding_B" : "lora_B";
         if (!pair.a || !pair.b)
             throw Error(where + ": module '" + module + "' has " + (pair.a ? a_name : b_name) + " but no " +
                         (pair.a ? b_name : a_name));
         const std::string weight = module + ".weight";
-        if (!model_index.count(weight))
+        if (!inv.model_index.count(weight))
             throw Error(where + ": module '" + module + "' has a LoRA adapter but no base weight '" + weight +
                         "' (expected '" + kPeftPrefix + module + ".base_layer.weight')");
-        const OutputTensor& w = mapping.tensors[model_index[weight]];
+        const OutputTensor& w = mapping.tensors[inv.model_index.at(weight)];
         const OutputTensor& a = mapping.tensors[*pair.a];
         const OutputTensor& b = mapping.tensors[*pair.b];
         if (w.shape.size() != 2 || a.shape.size() != 2 || b.shape.size() != 2 || a.shape[0] != b.shape[1])
@@ -326,15 +362,163 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
                         " " + shape_to_string(b.shape) + " make an update of shape " + shape_to_string(expected) +
                         ", but the weight is " + shape_to_string(w.shape));
         ranks.insert(a.shape[0]);
-        largest_r = std::max(largest_r, a.shape[0]);
     }
-    result.modules = module_order.size();
+    return ranks;
+}
+
+// Merge: one LoraDelta per adapted weight, scaled by its alpha over r (or sqrt(r)).
+std::vector<LoraDelta> lora_deltas(const PeftInventory& inv, const TensorMapping& mapping, const LoraHyperparameters& h,
+                                   std::map<std::string, size_t>& delta_of) {
+    std::vector<LoraDelta> deltas;
+    for (const auto& module : inv.module_order) {
+        const PeftInventory::Pair& pair = inv.pairs.at(module);
+        LoraDelta d;
+        d.a = mapping.tensors[*pair.a];
+        d.b = mapping.tensors[*pair.b];
+        d.transposed = pair.embedding;
+        const double r = static_cast<double>(d.a.shape[0]);
+        d.scale = module_alpha(h, module) / (h.use_rslora ? std::sqrt(r) : r);
+        delta_of[module + ".weight"] = deltas.size();
+        deltas.push_back(std::move(d));
+    }
+    return deltas;
+}
+
+// The mapping with PEFT names removed: base tensors under their HF names (each adapted weight
+// pointing at its delta, Merge), then the adapter's tensors under PEFT names (Extract).
+std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const TensorMapping& mapping, LoraMode mode,
+                                               const std::map<std::string, size_t>& delta_of, const std::string& where) {
+    using K = PeftName::Kind;
+    std::vector<OutputTensor> model, adapter;
+    for (size_t i = 0; i < inv.parsed.size(); ++i) {
+        const PeftName& p = inv.parsed[i];
+        OutputTensor t = mapping.tensors[i];
+        if (p.kind == K::Plain || p.kind == K::Base) {
+            t.name = p.name;
+            if (auto it = delta_of.find(p.name); it != delta_of.end()) t.lora_delta = it->second;
+            model.push_back(std::move(t));
+        } else if (p.kind == K::Original) {
+            // Extract: the frozen copy is the base model's; Merge: the trained copy replaces it.
+            if (mode == LoraMode::Merge) {
+                OutputTensor replacement = mapping.tensors[inv.trained.at(p.name)];
+                replacement.name = p.name;
+                if (replacement.shape != t.shape)
+                    throw Error(where + ": modules_to_save copy of '" + p.name + "' is " + shape_to_string(replacement.shape) +
+                                ", the original " + shape_to_string(t.shape));
+                model.push_back(std::move(replacement));
+            } else {
+                t.name = p.name;
+                model.push_back(std::move(t));
+            }
+        } else if (mode == LoraMode::Extract) {
+            static const std::map<K, const char*> suffix{{K::LoraA, ".lora_A.weight"}, {K::LoraB, ".lora_B.weight"},
+                                                         {K::EmbeddingA, ".lora_embedding_A"},
+                                                         {K::EmbeddingB, ".lora_embedding_B"}};
+            t.name = p.kind == K::Trained ? kPeftPrefix + p.name : kPeftPrefix + p.module + suffix.at(p.kind);
+            t.adapter = true;
+            adapter.push_back(std::move(t));
+        }
+    }
+    for (auto& t : adapter) model.push_back(std::move(t));
+    return model;
+}
+
+// Extract: the adapter_config.json PEFT loads the written adapter with.
+nlohmann::json extracted_adapter_config(const TensorMapping& mapping, const PeftInventory& inv, const LoraOptions& options,
+                                        const LoraHyperparameters& h, const nlohmann::json& rank_pattern, int64_t config_r) {
+    std::vector<std::string> base_modules;
+    for (const auto& t : mapping.tensors)
+        if (!t.adapter && t.name.ends_with(".weight")) base_modules.push_back(t.name.substr(0, t.name.size() - 7));
+    const auto target_modules_list = peft_target_modules(inv.module_order, base_modules);
+    const std::vector<std::string> saved(inv.saved_modules.begin(), inv.saved_modules.end());
+    const nlohmann::json& f = h.found_config;
+    auto found_or = [&](const char* key, nlohmann::json fallback) {
+        return f.is_object() && f.contains(key) ? f[key] : fallback;
+    };
+    return {
+        {"alpha_pattern", h.alpha_pattern},
+        {"auto_mapping", nullptr},
+        {"base_model_name_or_path", found_or("base_model_name_or_path", options.base_model_name_or_path)},
+        {"bias", "none"},
+        {"corda_config", nullptr},
+        {"ensure_weight_tying", false},
+        {"eva_config", nullptr},
+        {"exclude_modules", nullptr},
+        {"fan_in_fan_out", false},
+        {"inference_mode", true},
+        {"init_lora_weights", true},
+        {"layer_replication", nullptr},
+        {"layers_pattern", nullptr},
+        {"layers_to_transform", nullptr},
+        {"loftq_config", nlohmann::json::object()},
+        {"lora_alpha", json_number(h.alpha)},
+        {"lora_bias", false},
+        {"lora_dropout", found_or("lora_dropout", 0.0)},
+        {"megatron_config", nullptr},
+        {"megatron_core", "megatron.core"},
+        {"modules_to_save", saved.empty() ? nlohmann::json(nullptr) : nlohmann::json(saved)},
+        {"peft_type", "LORA"},
+        {"qalora_group_size", 16},
+        {"r", config_r},
+        {"rank_pattern", rank_pattern},
+        {"revision", nullptr},
+        {"target_modules", target_modules_list},
+        {"target_parameters", nullptr},
+        {"task_type", found_or("task_type", options.task_type)},
+        {"trainable_token_indices", nullptr},
+        {"use_dora", false},
+        {"use_qalora", false},
+        {"use_rslora", h.use_rslora},
+    };
+}
+
+// What the user reads about the written adapter (Extract) or the folded one (Merge).
+void add_lora_notes(LoraResult& result, const PeftInventory& inv, const LoraOptions& options, const LoraHyperparameters& h,
+                    const nlohmann::json& rank_pattern) {
+    const size_t modules = inv.module_order.size();
+    if (options.mode == LoraMode::Extract) {
+        const size_t saved = inv.saved_modules.size();
+        result.notes.push_back("LoRA adapter (" + std::to_string(modules) + " module" + (modules == 1 ? "" : "s") +
+                               ", lora_alpha " + number_text(h.alpha) + " from " + h.source + ") written to " +
+                               kAdapterFolder +
+                               "/ in PEFT format; the model folder holds the base weights (--merge_lora folds the adapter in)");
+        if (!rank_pattern.empty() || !h.alpha_pattern.empty())
+            result.notes.push_back(std::string("the adapter has ") +
+                                   (!rank_pattern.empty() ? "rank_pattern" : "alpha_pattern") +
+                                   ": PEFT scales each module by its own alpha/r, vLLM applies one lora_alpha/r to every "
+                                   "module (it ignores rank_pattern and alpha_pattern), so vLLM would serve other weights; "
+                                   "use --merge_lora for vLLM");
+        if (saved)
+            result.notes.push_back("the adapter has modules_to_save (" + std::to_string(saved) + " module" +
+                                   (saved > 1 ? "s" : "") + "): PEFT loads it, vLLM does not (use --merge_lora for vLLM)");
+        return;
+    }
+    const size_t trained = inv.trained.size();
+    result.notes.push_back("LoRA adapter folded into " + std::to_string(modules) + " weight" + (modules == 1 ? "" : "s") +
+                           ": W + " + std::string(h.use_rslora ? "alpha/sqrt(r)" : "alpha/r") + " · B·A in fp32 (lora_alpha " +
+                           number_text(h.alpha) + " from " + h.source + ")" +
+                           (trained == 0 ? "" : "; " + std::to_string(trained) + " modules_to_save tensor" +
+                                                    (trained > 1 ? "s replace their originals" : " replaces its original")));
+}
+
+}  // namespace
+
+LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const std::string& where) {
+    LoraResult result;
+    if (std::none_of(mapping.tensors.begin(), mapping.tensors.end(),
+                     [](const OutputTensor& t) { return is_peft_name(t.name); }))
+        return result;
+    result.found = true;
+    const PeftInventory inv = inventory_peft_names(mapping, where);
+    const std::set<int64_t> ranks = check_lora_pairs(inv, mapping, where);
+    const int64_t largest_r = ranks.empty() ? 0 : *ranks.rbegin();
+    result.modules = inv.module_order.size();
     result.ranks.assign(ranks.begin(), ranks.end());
-    if (module_order.empty() && trained.empty())
+    if (inv.module_order.empty() && inv.trained.empty())
         throw Error(where + ": holds PEFT-wrapped names (base_layer) but no lora_A/lora_B tensors");
 
-    std::string summary = where + ": LoRA adapter on " + std::to_string(module_order.size()) + " module" +
-                          (module_order.size() == 1 ? "" : "s") + " (r = ";
+    std::string summary = where + ": LoRA adapter on " + std::to_string(inv.module_order.size()) + " module" +
+                          (inv.module_order.size() == 1 ? "" : "s") + " (r = ";
     for (auto r : ranks) summary += (r == *ranks.begin() ? "" : "/") + std::to_string(r);
     summary += ")";
     const LoraHyperparameters h = resolve_lora_hyperparameters(options, summary);
@@ -346,145 +530,19 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
     // record every module whose r differs in rank_pattern.
     nlohmann::json rank_pattern = h.rank_pattern;
     const int64_t config_r = h.r.value_or(largest_r);
-    for (const auto& module : module_order) {
-        const int64_t r = mapping.tensors[*pairs[module].a].shape[0];
+    for (const auto& module : inv.module_order) {
+        const int64_t r = mapping.tensors[*inv.pairs.at(module).a].shape[0];
         if (module_rank(h, module).value_or(config_r) != r) rank_pattern[module] = r;
     }
 
-    std::vector<OutputTensor> model, adapter;
-    std::vector<LoraDelta> deltas;
     std::map<std::string, size_t> delta_of;  // weight name -> delta index (Merge)
-    if (options.mode == LoraMode::Merge) {
-        for (const auto& module : module_order) {
-            const Pair& pair = pairs[module];
-            LoraDelta d;
-            d.a = mapping.tensors[*pair.a];
-            d.b = mapping.tensors[*pair.b];
-            d.transposed = pair.embedding;
-            const double r = static_cast<double>(d.a.shape[0]);
-            d.scale = module_alpha(h, module) / (h.use_rslora ? std::sqrt(r) : r);
-            delta_of[module + ".weight"] = deltas.size();
-            deltas.push_back(std::move(d));
-        }
-    }
-    for (size_t i = 0; i < parsed.size(); ++i) {
-        using K = PeftName::Kind;
-        const PeftName& p = parsed[i];
-        OutputTensor t = mapping.tensors[i];
-        switch (p.kind) {
-            case K::Plain:
-            case K::Base:
-                t.name = p.name;
-                if (auto it = delta_of.find(p.name); it != delta_of.end()) t.lora_delta = it->second;
-                model.push_back(std::move(t));
-                break;
-            case K::Original:
-                // Extract: the frozen copy is the base model's; Merge: the trained copy replaces it.
-                if (options.mode == LoraMode::Merge) {
-                    OutputTensor replacement = mapping.tensors[trained.at(p.name)];
-                    replacement.name = p.name;
-                    if (replacement.shape != t.shape)
-                        throw Error(where + ": modules_to_save copy of '" + p.name + "' is " + shape_to_string(replacement.shape) +
-                                    ", the original " + shape_to_string(t.shape));
-                    model.push_back(std::move(replacement));
-                } else {
-                    t.name = p.name;
-                    model.push_back(std::move(t));
-                }
-                break;
-            case K::Trained:
-                if (options.mode == LoraMode::Extract) {
-                    t.name = kPeftPrefix + p.name;
-                    t.adapter = true;
-                    adapter.push_back(std::move(t));
-                }
-                break;
-            case K::LoraA:
-            case K::LoraB:
-            case K::EmbeddingA:
-            case K::EmbeddingB:
-                if (options.mode == LoraMode::Extract) {
-                    static const std::map<K, const char*> suffix{{K::LoraA, ".lora_A.weight"}, {K::LoraB, ".lora_B.weight"},
-                                                                 {K::EmbeddingA, ".lora_embedding_A"},
-                                                                 {K::EmbeddingB, ".lora_embedding_B"}};
-                    t.name = kPeftPrefix + p.module + suffix.at(p.kind);
-                    t.adapter = true;
-                    adapter.push_back(std::move(t));
-                }
-                break;
-        }
-    }
-    mapping.tensors = std::move(model);
-    for (auto& t : adapter) mapping.tensors.push_back(std::move(t));
+    std::vector<LoraDelta> deltas;
+    if (options.mode == LoraMode::Merge) deltas = lora_deltas(inv, mapping, h, delta_of);
+    mapping.tensors = rewrite_peft_tensors(inv, mapping, options.mode, delta_of, where);
     mapping.lora_deltas = std::move(deltas);
-
-    if (options.mode == LoraMode::Extract) {
-        std::vector<std::string> base_modules;
-        for (const auto& t : mapping.tensors)
-            if (!t.adapter && t.name.ends_with(".weight")) base_modules.push_back(t.name.substr(0, t.name.size() - 7));
-        const auto target_modules_list = peft_target_modules(module_order, base_modules);
-        std::vector<std::string> saved(saved_modules.begin(), saved_modules.end());
-        const nlohmann::json& f = h.found_config;
-        auto found_or = [&](const char* key, nlohmann::json fallback) {
-            return f.is_object() && f.contains(key) ? f[key] : fallback;
-        };
-        nlohmann::json c = {
-            {"alpha_pattern", h.alpha_pattern},
-            {"auto_mapping", nullptr},
-            {"base_model_name_or_path", found_or("base_model_name_or_path", options.base_model_name_or_path)},
-            {"bias", "none"},
-            {"corda_config", nullptr},
-            {"ensure_weight_tying", false},
-            {"eva_config", nullptr},
-            {"exclude_modules", nullptr},
-            {"fan_in_fan_out", false},
-            {"inference_mode", true},
-            {"init_lora_weights", true},
-            {"layer_replication", nullptr},
-            {"layers_pattern", nullptr},
-            {"layers_to_transform", nullptr},
-            {"loftq_config", nlohmann::json::object()},
-            {"lora_alpha", json_number(h.alpha)},
-            {"lora_bias", false},
-            {"lora_dropout", found_or("lora_dropout", 0.0)},
-            {"megatron_config", nullptr},
-            {"megatron_core", "megatron.core"},
-            {"modules_to_save", saved.empty() ? nlohmann::json(nullptr) : nlohmann::json(saved)},
-            {"peft_type", "LORA"},
-            {"qalora_group_size", 16},
-            {"r", config_r},
-            {"rank_pattern", rank_pattern},
-            {"revision", nullptr},
-            {"target_modules", target_modules_list},
-            {"target_parameters", nullptr},
-            {"task_type", found_or("task_type", options.task_type)},
-            {"trainable_token_indices", nullptr},
-            {"use_dora", false},
-            {"use_qalora", false},
-            {"use_rslora", h.use_rslora},
-        };
-        result.adapter_config = c;
-        result.notes.push_back("LoRA adapter (" + std::to_string(module_order.size()) + " module" +
-                               (module_order.size() == 1 ? "" : "s") + ", lora_alpha " +
-                               number_text(h.alpha) + " from " + h.source + ") written to " + kAdapterFolder +
-                               "/ in PEFT format; the model folder holds the base weights (--merge_lora folds the adapter in)");
-        if (!rank_pattern.empty() || !h.alpha_pattern.empty())
-            result.notes.push_back(std::string("the adapter has ") +
-                                   (!rank_pattern.empty() ? "rank_pattern" : "alpha_pattern") +
-                                   ": PEFT scales each module by its own alpha/r, vLLM applies one lora_alpha/r to every "
-                                   "module (it ignores rank_pattern and alpha_pattern), so vLLM would serve other weights; "
-                                   "use --merge_lora for vLLM");
-        if (!saved.empty())
-            result.notes.push_back("the adapter has modules_to_save (" + std::to_string(saved.size()) + " module" +
-                                   (saved.size() > 1 ? "s" : "") + "): PEFT loads it, vLLM does not (use --merge_lora for vLLM)");
-    } else {
-        result.notes.push_back("LoRA adapter folded into " + std::to_string(module_order.size()) + " weight" +
-                               (module_order.size() == 1 ? "" : "s") + ": W + " +
-                               std::string(h.use_rslora ? "alpha/sqrt(r)" : "alpha/r") + " · B·A in fp32 (lora_alpha " +
-                               number_text(h.alpha) + " from " + h.source + ")" +
-                               (trained.empty() ? "" : "; " + std::to_string(trained.size()) + " modules_to_save tensor" +
-                                                           (trained.size() > 1 ? "s replace their originals" : " replaces its original")));
-    }
+    if (options.mode == LoraMode::Extract)
+        result.adapter_config = extracted_adapter_config(mapping, inv, options, h, rank_pattern, config_r);
+    add_lora_notes(result, inv, options, h, rank_pattern);
     return result;
 }
 

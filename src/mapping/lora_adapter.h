@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/small_file.h"
 #include "mapping/tensor_mapping.h"
 
 namespace vmerge {
@@ -12,6 +13,17 @@ namespace vmerge {
 // What to do with a LoRA adapter found in a checkpoint: write the base model plus a PEFT
 // adapter folder, or fold the adapter into the base weights.
 enum class LoraMode { Extract, Merge };
+
+// The training-time adapter facts found beside a checkpoint (read once, by rank 0):
+// <dir>/lora_adapter/adapter_config.json and the first of <dir>/lora_train_meta.json and
+// <dir>/../lora_train_meta.json that exists (verl >= 2026-02).
+struct LoraMetadataFiles {
+    SmallFile adapter_config;
+    SmallFile train_meta;
+};
+LoraMetadataFiles read_lora_metadata(const std::string& checkpoint_dir);
+std::string serialize_lora_metadata(const LoraMetadataFiles& files);
+LoraMetadataFiles deserialize_lora_metadata(const std::string& text);
 
 struct LoraOptions {
     LoraMode mode = LoraMode::Extract;
@@ -21,6 +33,8 @@ struct LoraOptions {
     // (verl's PPO worker), <dir>/lora_train_meta.json and <dir>/../lora_train_meta.json (verl
     // >= 2026-02).
     std::string checkpoint_dir;
+    // The files above as read by another rank; without them apply_lora reads them itself.
+    std::optional<LoraMetadataFiles> metadata;
     std::string task_type = "CAUSAL_LM";
     std::string base_model_name_or_path;  // used when no found adapter config names one
 };

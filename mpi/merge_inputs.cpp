@@ -1,0 +1,197 @@
+#include "merge_inputs.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "collective_step.h"
+#include "core/stopwatch.h"
+#include "exec/dtype_cast.h"
+#include "exec/tied_embedding.h"
+#include "formats/simulated/simulated_checkpoint.h"
+#include "io/checksum.h"
+#include "io/input_file.h"
+#include "io/record_crc.h"
+#include "mapping/output_rules.h"
+#include "rank_resources.h"
+#include "read_on_rank_zero.h"
+#include "torch/scan_serialization.h"
+#include "torch/torch_pickle.h"
+
+namespace vmerge {
+namespace {
+
+std::optional<QuantizeSpec> quantize_spec(const Options& o) {
+    if (!o.quantize) return std::nullopt;
+    QuantizeSpec spec;
+    spec.bits = o.bits;
+    spec.group_size = o.group_size;
+    spec.symmetric = !o.asymmetric;
+    spec.ignore = o.quantize_ignore;
+    spec.allow_unsupported = o.allow_unsupported_quantization;
+    return spec;
+}
+
+// Quantization, then the config.json that states what was written (output_config.h).
+void plan_quantized_output(MergeInputs& in, const Options& o) {
+    in.quantize = quantize_spec(o);
+    if (in.quantize) in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
+    for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
+    in.output_config = plan_output_config(
+        in.config, in.mapped.mapping, o.tie_word_embedding,
+        in.quantize ? quantization_config(*in.quantize, in.quantization.ignored_modules) : nlohmann::ordered_json());
+    for (const auto& note : in.output_config.notes) in.mapped.notes.push_back(note);
+}
+
+// A LoRA merge with another alpha writes other bytes into the same layout: --resume must
+// not mix the two.
+std::string lora_fingerprint(const TensorMapping& mapping) {
+    std::ostringstream out;
+    out << std::hexfloat;
+    for (const auto& d : mapping.lora_deltas) out << d.scale << ";";
+    return out.str();
+}
+
+void apply_lora_choice(MergeInputs& in, const Options& o, std::optional<LoraMetadataFiles> metadata) {
+    LoraOptions lora;
+    lora.mode = o.merge_lora ? LoraMode::Merge : LoraMode::Extract;
+    lora.alpha = o.lora_alpha;
+    if (o.use_rslora) lora.use_rslora = true;
+    lora.checkpoint_dir = o.local_dir;
+    lora.metadata = std::move(metadata);
+    lora.task_type = o.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
+    // The extracted adapter sits inside the folder that holds its base model.
+    if (!o.target_dir.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.target_dir).lexically_normal().string();
+    in.lora = apply_lora(in.mapped.mapping, lora, o.local_dir);
+    for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
+}
+
+// The text of config.json, read by rank 0 for every rank (each parses it).
+std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
+    return read_on_rank_zero(comm, [&] { return read_hf_config_text(dir); });
+}
+
+// Discover: which backend, which files to scan.
+DetectedCheckpoint discover(const Options& o, Comm& comm) {
+    DetectedCheckpoint checkpoint;
+    collective_step(comm, [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); });
+    return checkpoint;
+}
+
+// Scan: rank r parses archives r, r+P, r+2P, ... and everyone receives every scan.
+std::vector<ScannedFile> scan(const std::vector<ScanJob>& jobs, Comm& comm) {
+    std::vector<ScannedFile> mine;
+    collective_step(comm, [&] {
+        for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) {
+            const InputFile file(jobs[i].path);
+            mine.push_back(scan_torch_archive(file, jobs[i].base, jobs[i].length));
+        }
+    });
+    const auto gathered = comm.allgather(serialize_scans(mine));
+    std::vector<ScannedFile> scans(jobs.size());
+    for (int r = 0; r < comm.size(); ++r) {
+        auto list = deserialize_scans(gathered[r]);
+        for (size_t k = 0; k < list.size(); ++k) scans[r + k * comm.size()] = std::move(list[k]);
+    }
+    return scans;
+}
+
+MapOptions map_options(const Options& o) {
+    MapOptions options;
+    options.is_value_model = o.is_value_model;
+    // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
+    // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.
+    options.allow_unmapped = o.allow_unmapped;
+    options.tp_size = o.tp_size;
+    options.lora_base = o.lora_base;
+    options.pp_size = o.pp_size;
+    return options;
+}
+
+// Map: HF names, the LoRA adapter, the output rules and checks, quantization. The config and
+// the LoRA metadata are read by rank 0; every rank computes the same mapping from them.
+void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
+    const std::string config_dir = o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config;
+    const std::string config_text = shared_hf_config_text(comm, config_dir);
+    const MapOptions options = map_options(o);
+    collective_step(comm, [&] {
+        in.config = parse_hf_config(config_dir, config_text);
+        in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
+    });
+    std::optional<LoraMetadataFiles> lora_metadata;
+    const auto& tensors = in.mapped.mapping.tensors;
+    if (std::any_of(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return is_peft_name(t.name); }))
+        lora_metadata = deserialize_lora_metadata(
+            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(o.local_dir)); }));
+    collective_step(comm, [&] {
+        apply_lora_choice(in, o, std::move(lora_metadata));
+        check_tied_head(in.mapped.mapping, in.config, o.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
+        for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
+                                             o.tie_word_embedding))
+            in.mapped.notes.push_back(note);
+        MapOptions checked = options;
+        checked.tie_word_embedding = o.tie_word_embedding;  // the rules above dropped lm_head
+        check_output_against_config(in.mapped, in.checkpoint, in.config, checked);
+        plan_quantized_output(in, o);
+    });
+}
+
+}  // namespace
+
+MergeInputs load_inputs(const Options& o, Comm& comm) {
+    MergeInputs in;
+    in.checkpoint = discover(o, comm);
+    const auto scan_start = Clock::now();
+    in.scans = scan(in.checkpoint.jobs, comm);
+    in.scan_seconds = seconds_since(scan_start);
+    const auto map_start = Clock::now();
+    map_stage(in, o, comm);
+    in.map_seconds = seconds_since(map_start);
+    return in;
+}
+
+MergeInputs simulate_inputs(const Options& o, Comm& comm) {
+    MergeInputs in;
+    const std::string config_text = shared_hf_config_text(comm, o.hf_config);
+    collective_step(comm, [&] {
+        in.config = parse_hf_config(o.hf_config, config_text);
+        in.checkpoint.backend = "simulated";
+        in.checkpoint.description = o.simulate + " (no files read)";
+        in.mapped.mapping = simulate_checkpoint(in.config, o.simulate, in.mapped.notes);
+        in.mapped.facts["backend"] = "simulated";
+        in.mapped.facts["layout"] = o.simulate;
+        in.mapped.facts["architecture"] = in.config.architectures.empty() ? "" : in.config.architectures[0];
+        for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype), o.tie_word_embedding))
+            in.mapped.notes.push_back(note);
+        plan_quantized_output(in, o);
+    });
+    return in;
+}
+
+std::map<std::string, std::string> generated_files(const MergeInputs& in) {
+    std::map<std::string, std::string> files;
+    if (in.output_config.text) files["config.json"] = *in.output_config.text;
+    if (!in.lora.adapter_config.is_null())
+        files[std::string(kAdapterFolder) + "/adapter_config.json"] = in.lora.adapter_config.dump(2) + "\n";
+    return files;
+}
+
+std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in) {
+    return {{o.local_dir, "the checkpoint (--local_dir)"},
+            {in.checkpoint.weights_dir, "the checkpoint's weights folder"},
+            {in.config.dir, "the config folder (--hf_config)"},
+            {o.lora_base, "the LoRA base model (--lora_base)"}};
+}
+
+ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout, const Comm& comm, uint64_t budget) {
+    ResumeIdentity id = resume_identity(layout, comm.size(), budget, lora_fingerprint(in.mapping()));
+    std::vector<std::string> paths;
+    for (const auto& job : in.checkpoint.jobs) paths.push_back(job.path);
+    if (!in.config.dir.empty()) paths.push_back(in.config.dir + "/config.json");
+    id.inputs = stamp_inputs(paths);
+    const std::string scans = serialize_scans(in.scans);
+    id.scans = hex64(xxh64(scans.data(), scans.size()));
+    return id;
+}
+
+}  // namespace vmerge

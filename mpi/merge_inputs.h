@@ -1,0 +1,52 @@
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "command_line.h"
+#include "comm.h"
+#include "formats/checkpoint.h"
+#include "mapping/hf_config.h"
+#include "mapping/lora_adapter.h"
+#include "mapping/output_config.h"
+#include "mapping/quantization.h"
+#include "output/target_guard.h"
+#include "output/write_journal.h"
+#include "plan/output_layout.h"
+
+namespace vmerge {
+
+// What the first three stages (discover, scan, map) give every rank: the same mapping.
+struct MergeInputs {
+    double scan_seconds = 0;
+    double map_seconds = 0;
+    DetectedCheckpoint checkpoint;
+    std::vector<ScannedFile> scans;
+    HfConfig config;
+    MappedCheckpoint mapped;
+    std::optional<QuantizeSpec> quantize;
+    QuantizationPlan quantization;
+    OutputConfig output_config;
+    LoraResult lora;
+    const TensorMapping& mapping() const { return mapped.mapping; }
+};
+
+// Discover, scan (spread over the ranks, all-gathered) and map `o.local_dir`.
+MergeInputs load_inputs(const Options& o, Comm& comm);
+
+// inspect --simulate: the mapping a checkpoint of the declared layout would give, from
+// config.json alone (cluster-scale planning without the files).
+MergeInputs simulate_inputs(const Options& o, Comm& comm);
+
+// Files rank 0 writes at commit: config.json when the merge changed what it states, an
+// extracted adapter's adapter_config.json.
+std::map<std::string, std::string> generated_files(const MergeInputs& in);
+
+// The folders a merge reads: its target must be none of them, inside none and around none.
+std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in);
+
+// What --resume must find unchanged: the plan, the split, the values' recipe and the inputs.
+ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout, const Comm& comm, uint64_t budget);
+
+}  // namespace vmerge

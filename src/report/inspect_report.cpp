@@ -1,0 +1,151 @@
+#include "report/inspect_report.h"
+
+#include <algorithm>
+#include <iomanip>
+
+#include "core/dtype.h"
+#include "core/human_units.h"
+
+namespace vmerge {
+
+void add_shardings(InspectReport& report, const ScannedFile& first_scan) {
+    report.lists_shardings = true;
+    for (const auto& e : first_scan.tensors) {
+        std::string key = "plain tensor (concatenated on dim 0)";
+        if (e.tensor.dtensor) {
+            const auto& d = *e.tensor.dtensor;
+            key = "mesh " + shape_to_string(d.mesh_shape) + " (";
+            for (size_t i = 0; i < d.mesh_dim_names.size(); ++i) key += (i ? "," : "") + d.mesh_dim_names[i];
+            key += ") placements (";
+            for (size_t i = 0; i < d.placements.size(); ++i) key += (i ? ", " : "") + placement_to_string(d.placements[i]);
+            key += ")";
+        }
+        auto it = std::find_if(report.shardings.begin(), report.shardings.end(),
+                               [&](const auto& s) { return s.first == key; });
+        if (it == report.shardings.end()) it = report.shardings.insert(report.shardings.end(), {key, {}});
+        it->second.push_back(e.key);
+    }
+}
+
+void add_tensors_and_plan(InspectReport& report, const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
+                          const std::vector<std::vector<WriteTask>>& work) {
+    for (const auto& t : tensors)
+        report.tensors.push_back({t.name, t.shape, std::string(torch_name(t.source_dtype)), std::string(torch_name(t.dtype)),
+                                  t.nbytes(), t.copies.size()});
+    report.total_bytes = layout.total_size;
+    for (const auto& f : layout.files) report.files.push_back({f.name, f.size, f.tensors.size()});
+    for (int r = 0; r < report.ranks; ++r) {
+        uint64_t bytes = 0;
+        for (const auto& task : work[r]) bytes += (task.row_end - task.row_begin) * row_bytes(tensors[task.tensor]);
+        report.per_rank.push_back({r, bytes, work[r].size()});
+    }
+}
+
+PlanBalance plan_balance(const InspectReport& report) {
+    PlanBalance b;
+    for (const auto& p : report.per_rank) b.largest = std::max(b.largest, p.bytes);
+    b.mean = static_cast<double>(report.total_bytes) / report.ranks;
+    b.imbalance = b.mean > 0 ? static_cast<double>(b.largest) / b.mean - 1.0 : 0.0;
+    return b;
+}
+
+nlohmann::ordered_json inspect_json(const InspectReport& r) {
+    nlohmann::ordered_json j = r.facts;
+    j["local_dir"] = r.local_dir;
+    j["hf_config"] = r.hf_config;
+    j["scanned_archives"] = r.scanned_archives;
+    j["notes"] = r.notes;
+    j["source_entries_written"] = r.source_entries_written;
+    j["dropped"] = r.dropped;
+    if (r.lists_shardings) {
+        nlohmann::ordered_json meshes = nlohmann::ordered_json::object();
+        for (const auto& [key, names] : r.shardings) meshes[key] = names;
+        j["shardings"] = meshes;
+    }
+    nlohmann::ordered_json tensor_list = nlohmann::ordered_json::array();
+    for (const auto& t : r.tensors)
+        tensor_list.push_back({{"name", t.name}, {"shape", t.shape}, {"stored_dtype", t.stored_dtype}, {"dtype", t.dtype},
+                               {"bytes", t.bytes}, {"pieces", t.pieces}});
+    j["tensors"] = tensor_list;
+    j["total_bytes"] = r.total_bytes;
+    nlohmann::ordered_json files = nlohmann::ordered_json::array();
+    for (const auto& f : r.files) files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"tensors", f.tensors}});
+    j["output_files"] = files;
+    nlohmann::ordered_json plan = nlohmann::ordered_json::array();
+    for (const auto& p : r.per_rank) plan.push_back({{"rank", p.rank}, {"bytes", p.bytes}, {"tasks", p.tasks}});
+    j["max_memory_per_rank"] = r.max_memory;
+    if (const auto& q = r.quantization)
+        j["quantization"] = {{"bits", q->bits}, {"group_size", q->group_size}, {"symmetric", q->symmetric},
+                             {"bytes_before", q->bytes_before}, {"bytes_after", q->bytes_after}, {"ignored", q->ignored}};
+    if (const auto& l = r.lora)
+        j["lora"] = {{"mode", l->merge ? "merge" : "extract"}, {"modules", l->modules}, {"ranks", l->ranks},
+                     {"alpha", l->alpha}, {"alpha_source", l->alpha_source}};
+    const PlanBalance b = plan_balance(r);
+    j["plan"] = {{"ranks", r.ranks}, {"largest_rank_bytes", b.largest}, {"mean_rank_bytes", b.mean},
+                 {"largest_over_mean", b.imbalance}, {"plan_seconds", r.plan_seconds},
+                 {"total_seconds", r.total_seconds}, {"per_rank", plan}};
+    return j;
+}
+
+namespace {
+
+// A fact as JSON text (null when the mapping did not record it).
+nlohmann::ordered_json fact(const InspectReport& r, const char* key) {
+    auto it = r.facts.find(key);
+    return it == r.facts.end() ? nlohmann::ordered_json() : *it;
+}
+
+void print_model_lines(const InspectReport& r, std::ostream& out) {
+    out << "backend      " << r.backend << ": " << r.description << "\n";
+    if (!r.local_dir.empty()) out << "local_dir    " << r.local_dir << "\n";
+    out << "hf_config    " << r.hf_config << "\n"
+        << "architecture " << (r.architecture.empty() ? "?" : r.architecture) << "\n";
+    if (r.megatron_legacy)
+        out << "parallelism  tp " << fact(r, "tp") << ", pp " << fact(r, "pp") << ", vpp " << fact(r, "vpp") << ", ep "
+            << fact(r, "ep") << "\n";
+    for (const auto& note : r.notes) out << "note         " << note << "\n";
+    for (const auto& [key, names] : r.shardings) out << "sharding     " << key << ": " << names.size() << " tensors\n";
+    out << "tensors      " << r.tensors.size() << ", " << human_bytes(r.total_bytes) << "\n";
+    for (const auto& f : r.files)
+        out << "output       " << f.name << "  " << human_bytes(f.bytes) << ", " << f.tensors << " tensors\n";
+    if (const auto& q = r.quantization)
+        out << "quantized    " << q->bits << " bits: " << human_bytes(q->bytes_before) << " -> "
+            << human_bytes(q->bytes_after) << " (" << q->ignored.size() << " Linear modules left unquantized)\n";
+    if (const auto& l = r.lora) {
+        out << "lora         " << l->modules << " adapted modules, r";
+        for (size_t i = 0; i < l->ranks.size(); ++i) out << (i ? "/" : " ") << l->ranks[i];
+        out << ", lora_alpha " << l->alpha << " (" << l->alpha_source << "): "
+            << (l->merge ? "folded into the weights (--merge_lora)" : "exported to lora_adapter/ (--merge_lora folds it)")
+            << "\n";
+    }
+}
+
+void print_plan_lines(const InspectReport& r, std::ostream& out) {
+    out << "memory       --max-memory " << human_bytes(r.max_memory) << " per rank"
+        << (r.max_memory_automatic
+                ? " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)"
+                : "")
+        << "\n";
+    const PlanBalance b = plan_balance(r);
+    out << "plan for " << r.ranks << " rank" << (r.ranks > 1 ? "s" : "") << ": mean " << human_bytes(b.mean)
+        << " per rank, largest " << human_bytes(b.largest) << " (" << std::fixed << std::setprecision(3)
+        << 100.0 * b.imbalance << "% over the mean); planned in " << std::setprecision(2) << r.plan_seconds << " s, "
+        << r.total_seconds << " s in all\n";
+    // Long plans: the first and last ranks show the pattern.
+    const auto& plan = r.per_rank;
+    for (size_t k = 0; k < plan.size(); ++k) {
+        if (plan.size() > 16 && k == 8) out << "  ...\n";
+        if (plan.size() > 16 && k >= 8 && k + 8 < plan.size()) continue;
+        out << "  rank " << plan[k].rank << ": " << human_bytes(plan[k].bytes) << " in " << plan[k].tasks
+            << " row ranges\n";
+    }
+}
+
+}  // namespace
+
+void print_inspect_text(const InspectReport& report, std::ostream& out) {
+    print_model_lines(report, out);
+    print_plan_lines(report, out);
+}
+
+}  // namespace vmerge

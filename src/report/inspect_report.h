@@ -1,0 +1,92 @@
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tensor_ref.h"
+#include "mapping/tensor_mapping.h"
+#include "plan/output_layout.h"
+#include "plan/rank_work.h"
+
+namespace vmerge {
+
+// What `vmerge-mpi inspect` reports: one model, printed as text or as JSON (--json), so the
+// two always say the same thing.
+struct InspectReport {
+    nlohmann::ordered_json facts;  // the mapping's facts (backend, layout, tp, pp, architecture, ...)
+    std::string backend, description;
+    std::string local_dir, hf_config;
+    std::string architecture;      // "" when config.json names none
+    bool megatron_legacy = false;  // the text states its parallelism
+    size_t scanned_archives = 0;
+    std::vector<std::string> notes;
+    uint64_t source_entries_written = 0;
+    nlohmann::ordered_json dropped;
+    // One example list per distinct DTensor sharding, in first-seen order (FSDP checkpoints).
+    bool lists_shardings = false;
+    std::vector<std::pair<std::string, std::vector<std::string>>> shardings;
+    struct Tensor {
+        std::string name;
+        Shape shape;
+        std::string stored_dtype, dtype;
+        uint64_t bytes = 0;
+        size_t pieces = 0;
+    };
+    std::vector<Tensor> tensors;
+    uint64_t total_bytes = 0;
+    struct File {
+        std::string name;
+        uint64_t bytes = 0;
+        size_t tensors = 0;
+    };
+    std::vector<File> files;
+    struct RankShare {
+        int rank = 0;
+        uint64_t bytes = 0;
+        size_t tasks = 0;
+    };
+    int ranks = 1;
+    std::vector<RankShare> per_rank;
+    uint64_t max_memory = 0;
+    bool max_memory_automatic = true;
+    struct Quantization {
+        int bits = 0;
+        int64_t group_size = 0;
+        bool symmetric = true;
+        uint64_t bytes_before = 0, bytes_after = 0;
+        std::vector<std::string> ignored;
+    };
+    std::optional<Quantization> quantization;
+    struct Lora {
+        bool merge = false;
+        size_t modules = 0;
+        std::vector<int64_t> ranks;
+        double alpha = 0;
+        std::string alpha_source;
+    };
+    std::optional<Lora> lora;
+    double plan_seconds = 0, total_seconds = 0;
+};
+
+// The model's parts that come from the scans, the mapping and the plan.
+void add_shardings(InspectReport& report, const ScannedFile& first_scan);
+void add_tensors_and_plan(InspectReport& report, const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
+                          const std::vector<std::vector<WriteTask>>& work);
+
+// The balance of the plan: the largest rank's bytes, the mean, and largest/mean - 1.
+struct PlanBalance {
+    uint64_t largest = 0;
+    double mean = 0;
+    double imbalance = 0;
+};
+PlanBalance plan_balance(const InspectReport& report);
+
+nlohmann::ordered_json inspect_json(const InspectReport& report);
+void print_inspect_text(const InspectReport& report, std::ostream& out);
+
+}  // namespace vmerge

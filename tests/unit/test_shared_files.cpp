@@ -1,0 +1,96 @@
+// Small shared files read once (rank 0) and handed to every rank: the same config, the same
+// LoRA facts, and the same error text as when every rank read the files itself.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+#include "io/small_file.h"
+#include "mapping/hf_config.h"
+#include "mapping/lora_adapter.h"
+#include "read_on_rank_zero.h"
+#include "single_rank_comm.h"
+#include "test_support.h"
+
+namespace vmerge {
+namespace {
+
+using testing::TempDir;
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(SharedFiles, BroadcastConfigEqualsTheDirectRead) {
+    TempDir dir;
+    dir.touch("config.json", R"({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "tie_word_embeddings": true})");
+    SingleRankComm comm;
+    const std::string text = read_on_rank_zero(comm, [&] { return read_hf_config_text(dir.path()); });
+    const HfConfig shared = parse_hf_config(dir.path(), text);
+    const HfConfig direct = load_hf_config(dir.path());
+    EXPECT_EQ(shared.json, direct.json);
+    EXPECT_EQ(shared.dir, direct.dir);
+    EXPECT_EQ(shared.dtype, direct.dtype);
+    EXPECT_EQ(shared.tie_word_embeddings, direct.tie_word_embeddings);
+    EXPECT_EQ(shared.architectures, direct.architectures);
+}
+
+TEST(SharedFiles, ErrorsKeepTheirText) {
+    TempDir dir;
+    SingleRankComm comm;
+    const std::string missing = error_of([&] { load_hf_config(dir.path()); });
+    EXPECT_NE(missing.find("cannot open the model config"), std::string::npos);
+    EXPECT_EQ(error_of([&] { read_on_rank_zero(comm, [&] { return read_hf_config_text(dir.path()); }); }), missing);
+    dir.touch("config.json", "{not json");
+    const std::string bad = error_of([&] { load_hf_config(dir.path()); });
+    EXPECT_FALSE(bad.empty());
+    const std::string text = read_on_rank_zero(comm, [&] { return read_hf_config_text(dir.path()); });
+    EXPECT_EQ(error_of([&] { parse_hf_config(dir.path(), text); }), bad);
+}
+
+TEST(SharedFiles, SmallFilesRoundTrip) {
+    std::vector<SmallFile> files(3);
+    files[0] = {"/a", true, std::string("x\0:y", 4), ""};
+    files[1] = {"/b", false, "", ""};
+    files[2] = {"/c", true, "", "/c: not a regular file"};
+    const auto back = deserialize_small_files(serialize_small_files(files));
+    ASSERT_EQ(back.size(), 3u);
+    EXPECT_EQ(back[0].text, files[0].text);
+    EXPECT_TRUE(back[0].exists);
+    EXPECT_FALSE(back[1].exists);
+    EXPECT_EQ(error_of([&] { back[2].contents(); }), "/c: not a regular file");
+    EXPECT_THROW(deserialize_small_files("9:abc"), Error);
+    EXPECT_THROW(deserialize_small_files("x:abc"), Error);
+}
+
+TEST(SharedFiles, LoraMetadataFromRankZeroGivesTheSameAlpha) {
+    TempDir dir;
+    const std::string actor = dir.path() + "/actor";
+    std::filesystem::create_directories(actor + "/lora_adapter");
+    std::ofstream(dir.path() + "/lora_train_meta.json") << R"({"r": 3, "lora_alpha": 32})";
+    LoraOptions o;
+    o.checkpoint_dir = actor;
+    const LoraHyperparameters direct = resolve_lora_hyperparameters(o, "x");
+    SingleRankComm comm;
+    o.metadata = deserialize_lora_metadata(
+        read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(actor)); }));
+    // The files are gone: the facts come from what rank 0 read.
+    std::filesystem::remove(dir.path() + "/lora_train_meta.json");
+    const LoraHyperparameters shared = resolve_lora_hyperparameters(o, "x");
+    EXPECT_EQ(shared.alpha, direct.alpha);
+    EXPECT_EQ(shared.r, direct.r);
+    EXPECT_EQ(shared.source, direct.source);
+    o.metadata.reset();
+    EXPECT_NE(error_of([&] { resolve_lora_hyperparameters(o, "x"); }).find("pass --lora_alpha"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vmerge
