@@ -11,6 +11,7 @@
 #include <boost/program_options.hpp>
 
 #include "core/bounded_number.h"
+#include "formats/registry.h"
 #include "output/hdf5/zstd_codec.h"
 
 namespace vmerge {
@@ -59,7 +60,7 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint6
 
 namespace {
 
-// --format, --compress and --backend hdf5 (docs/hdf5.md).
+// --format, --compress and the archive backend, --backend hdf5 (docs/hdf5.md).
 void parse_archive_options(Options& o, const std::string& compress, bool compress_given) {
     if (o.format != "safetensors" && o.format != "hdf5")
         throw UsageError("--format " + o.format + ": expected safetensors or hdf5");
@@ -78,13 +79,14 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
     if (compress_given && o.format != "hdf5") throw UsageError("--compress applies to --format hdf5");
     if (o.format == "hdf5" && o.command == "merge" && (o.quantize || o.resume))
         throw UsageError(std::string("--format hdf5 does not combine with ") + (o.quantize ? "--quantize" : "--resume"));
-    if (o.format == "hdf5" && o.backend == "hdf5")
-        throw UsageError("--backend hdf5 reads an archive; its output is a safetensors folder (drop --format hdf5)");
-    if (o.backend == "hdf5" && o.command != "merge" && o.command != "inspect")
-        throw UsageError("--backend hdf5 works with merge (archive -> Hugging Face folder) and inspect");
+    const bool archive_input = is_archive_backend(o.backend);
+    if (o.format == "hdf5" && archive_input)
+        throw UsageError("--backend " + o.backend + " reads an archive; its output is a safetensors folder (drop --format hdf5)");
+    if (archive_input && o.command != "merge" && o.command != "inspect")
+        throw UsageError("--backend " + o.backend + " works with merge (archive -> Hugging Face folder) and inspect");
     // An archive converts back as stored: bit for bit what was merged into it.
-    if (o.backend == "hdf5" && ((o.dtype != "auto" && o.dtype != "keep") || o.quantize))
-        throw UsageError(std::string("--backend hdf5 writes the archive's tensors as stored; ") +
+    if (archive_input && ((o.dtype != "auto" && o.dtype != "keep") || o.quantize))
+        throw UsageError("--backend " + o.backend + " writes the archive's tensors as stored; " +
                          (o.quantize ? "--quantize" : "--dtype " + o.dtype) + " applies to checkpoints");
 }
 
@@ -134,7 +136,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     // Options in groups, so `vmerge-mpi COMMAND --help` shows what that command uses.
     po::options_description input("Checkpoint and model");
     input.add_options()
-        ("backend", po::value(&o.backend)->default_value("auto"), "auto | fsdp | megatron | dcp | hdf5 (a model.h5 archive: merge it back, inspect it)")
+        ("backend", po::value(&o.backend)->default_value(kAutoBackend), backend_help().c_str())
         ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
@@ -276,8 +278,8 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if ((o.command == "merge" || o.command == "verify") && o.target_dir.empty())
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
-    if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp" && o.backend != "hdf5")
-        throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron, dcp or hdf5");
+    if (!is_backend_value(o.backend))
+        throw UsageError("--backend " + o.backend + ": expected " + backend_values_text());
     parse_archive_options(o, compress, !vm["compress"].defaulted());
     // HDF5's chunk limit is 4 GiB.
     o.hdf5_chunk_size = parse_byte_size(hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);

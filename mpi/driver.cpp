@@ -26,6 +26,7 @@
 #include "exec/dtype_cast.h"
 #include "core/error.h"
 #include "formats/checkpoint.h"
+#include "formats/registry.h"
 #include "mapping/hf_config.h"
 #include "core/human_units.h"
 #include "io/input_file.h"
@@ -241,7 +242,7 @@ MergeInputs simulate_inputs(const Options& o) {
 }
 
 int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
-    if (o.backend == "hdf5") return inspect_hdf5_archive(o, comm, out);
+    if (is_archive_backend(o.backend)) return inspect_hdf5_archive(o, comm, out);
     const auto start = Clock::now();
     MergeInputs in;
     if (o.simulate.empty()) in = load_inputs(o, comm);
@@ -261,24 +262,10 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     j["notes"] = in.mapped.notes;
     j["source_entries_written"] = in.mapped.account.written;
     j["dropped"] = dropped_json(in.mapped.account);
-    // One example per distinct DTensor sharding, so a user sees mesh and placements at a glance.
-    nlohmann::ordered_json meshes = nlohmann::ordered_json::object();
-    if (in.checkpoint.layout == Layout::Fsdp && !in.scans.empty()) {
-        for (const auto& e : in.scans[0].tensors) {
-            std::string key = "plain tensor (concatenated on dim 0)";
-            if (e.tensor.dtensor) {
-                const auto& d = *e.tensor.dtensor;
-                key = "mesh " + shape_to_string(d.mesh_shape) + " (";
-                for (size_t i = 0; i < d.mesh_dim_names.size(); ++i) key += (i ? "," : "") + d.mesh_dim_names[i];
-                key += ") placements (";
-                for (size_t i = 0; i < d.placements.size(); ++i) key += (i ? ", " : "") + placement_to_string(d.placements[i]);
-                key += ")";
-            }
-            if (!meshes.contains(key)) meshes[key] = nlohmann::ordered_json::array();
-            meshes[key].push_back(e.key);
-        }
-        j["shardings"] = meshes;
-    }
+    // The backend's own facts: FSDP's DTensor shardings, Megatron's parallelism line.
+    const InspectFacts facts = inspect_facts(in.checkpoint, in.scans);
+    const nlohmann::ordered_json meshes = facts.shardings.is_null() ? nlohmann::ordered_json::object() : facts.shardings;
+    if (!facts.shardings.is_null()) j["shardings"] = meshes;
     nlohmann::ordered_json tensor_list = nlohmann::ordered_json::array();
     for (const auto& t : tensors)
         tensor_list.push_back({{"name", t.name}, {"shape", t.shape},
@@ -321,7 +308,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     out
         << "hf_config    " << in.config.dir << "\n"
         << "architecture " << (in.config.architectures.empty() ? "?" : in.config.architectures[0]) << "\n";
-    if (in.checkpoint.layout == Layout::MegatronLegacy)
+    if (facts.parallelism_line)
         out << "parallelism  tp " << j["tp"] << ", pp " << j["pp"] << ", vpp " << j["vpp"] << ", ep " << j["ep"] << "\n";
     for (const auto& note : in.mapped.notes) out << "note         " << note << "\n";
     for (auto it = meshes.begin(); it != meshes.end(); ++it)
@@ -387,7 +374,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (comm.rank() == 0 && !o.log_json.empty()) require_writable_output_file(o.log_json, "--log_json");
     });
     std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
-    if (o.backend == "hdf5") {
+    if (is_archive_backend(o.backend)) {
         guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
         return convert_hdf5_archive(o, comm, budget, out);
     }
