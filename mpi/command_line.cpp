@@ -13,6 +13,7 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "mapping/output_rules.h"
+#include "formats/registry.h"
 #include "output/hdf5/zstd_codec.h"
 
 namespace vmerge {
@@ -61,7 +62,7 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint6
 
 namespace {
 
-// --format, --compress and --backend hdf5 (docs/hdf5.md).
+// --format, --compress and the archive backend (docs/hdf5.md).
 void check_format(const Options& o);
 
 void parse_archive_options(Options& o, const std::string& compress, bool compress_given) {
@@ -81,13 +82,14 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
     if (compress_given && o.format != "hdf5") throw UsageError("--compress applies to --format hdf5");
     if (o.format == "hdf5" && o.command == "merge" && (o.quantize || o.resume))
         throw UsageError(std::string("--format hdf5 does not combine with ") + (o.quantize ? "--quantize" : "--resume"));
-    if (o.format == "hdf5" && o.backend == "hdf5")
-        throw UsageError("--backend hdf5 reads an archive; its output is a safetensors folder (drop --format hdf5)");
-    if (o.backend == "hdf5" && o.command != "merge" && o.command != "inspect")
-        throw UsageError("--backend hdf5 works with merge (archive -> Hugging Face folder) and inspect");
+    const bool archive_input = is_archive_backend(o.backend);
+    if (o.format == "hdf5" && archive_input)
+        throw UsageError("--backend " + o.backend + " reads an archive; its output is a safetensors folder (drop --format hdf5)");
+    if (archive_input && o.command != "merge" && o.command != "inspect")
+        throw UsageError("--backend " + o.backend + " works with merge (archive -> Hugging Face folder) and inspect");
     // An archive converts back as stored: bit for bit what was merged into it.
-    if (o.backend == "hdf5" && ((o.dtype != "auto" && o.dtype != "keep") || o.quantize))
-        throw UsageError(std::string("--backend hdf5 writes the archive's tensors as stored; ") +
+    if (archive_input && ((o.dtype != "auto" && o.dtype != "keep") || o.quantize))
+        throw UsageError("--backend " + o.backend + " writes the archive's tensors as stored; " +
                          (o.quantize ? "--quantize" : "--dtype " + o.dtype) + " applies to checkpoints");
 }
 
@@ -141,15 +143,14 @@ struct OptionTable {
     po::options_description inspecting{"inspect"};
 };
 
-// --backend: which reader (its names are checked in check_backend).
+// --backend: which reader; its values, help and check come from the backend registry.
 void add_backend_option(po::options_description& group, Options& o) {
-    group.add_options()("backend", po::value(&o.backend)->default_value("auto"),
-                        "auto | fsdp | megatron | dcp | hdf5 (a model.h5 archive: merge it back, inspect it)");
+    static const std::string help = backend_help();
+    group.add_options()("backend", po::value(&o.backend)->default_value(kAutoBackend), help.c_str());
 }
 
 void check_backend(const Options& o) {
-    if (o.backend != "auto" && o.backend != "fsdp" && o.backend != "megatron" && o.backend != "dcp" && o.backend != "hdf5")
-        throw UsageError("--backend " + o.backend + ": expected auto, fsdp, megatron, dcp or hdf5");
+    if (!is_backend_value(o.backend)) throw UsageError("--backend " + o.backend + ": expected " + backend_values_text());
 }
 
 // --format: what merge writes (its names are checked in check_format).

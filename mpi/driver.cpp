@@ -25,6 +25,7 @@
 #include "plan/output_layout.h"
 #include "plan/rank_work.h"
 #include "rank_resources.h"
+#include "formats/registry.h"
 #include "report/inspect_report.h"
 #include "report/merge_summary.h"
 #include "report/progress_monitor.h"
@@ -58,13 +59,18 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     r.local_dir = o.local_dir;
     r.hf_config = in.config.dir;
     r.architecture = in.config.architectures.empty() ? "" : in.config.architectures[0];
-    r.megatron_legacy = in.checkpoint.layout == Layout::MegatronLegacy;
+    // The backend's own facts: FSDP's DTensor shardings, Megatron's parallelism line.
+    const InspectFacts facts = inspect_facts(in.checkpoint, in.scans);
+    r.states_parallelism = facts.parallelism_line;
     r.scanned_archives = in.checkpoint.jobs.size();
     r.notes = in.mapped.notes;
     r.source_entries_written = in.mapped.account.written;
     r.dropped = dropped_json(in.mapped.account);
-    // One example per distinct DTensor sharding, so a user sees mesh and placements at a glance.
-    if (in.checkpoint.layout == Layout::Fsdp && !in.scans.empty()) add_shardings(r, in.scans[0]);
+    if (!facts.shardings.is_null()) {
+        r.lists_shardings = true;
+        for (auto it = facts.shardings.begin(); it != facts.shardings.end(); ++it)
+            r.shardings.emplace_back(it.key(), it->get<std::vector<std::string>>());
+    }
     r.ranks = ranks;
     add_tensors_and_plan(r, in.mapping().tensors, plan.layout, plan.work);
     r.max_memory = budget;
@@ -80,7 +86,7 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
 }
 
 int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
-    if (o.backend == "hdf5") return inspect_hdf5_archive(o, comm, out);
+    if (is_archive_backend(o.backend)) return inspect_hdf5_archive(o, comm, out);
     const auto start = Clock::now();
     const MergeInputs in = o.simulate.empty() ? load_inputs(o, comm) : simulate_inputs(o, comm);
     if (comm.rank() != 0) return 0;
@@ -253,7 +259,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (comm.rank() == 0 && !o.log_json.empty()) require_writable_output_file(o.log_json, "--log_json");
     });
     std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
-    if (o.backend == "hdf5") {
+    if (is_archive_backend(o.backend)) {
         guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
         return convert_hdf5_archive(o, comm, budget, out);
     }

@@ -8,6 +8,7 @@
 #include "core/stopwatch.h"
 #include "exec/dtype_cast.h"
 #include "exec/tied_embedding.h"
+#include "formats/registry.h"
 #include "formats/simulated/simulated_checkpoint.h"
 #include "io/checksum.h"
 #include "io/input_file.h"

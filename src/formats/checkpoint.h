@@ -21,13 +21,13 @@ struct ScanJob {
     uint64_t length = 0;  // 0: to the end of the file
 };
 
-// MegatronAdapter: verl's adapter_checkpoint/ (LoRA only; the base comes from MapOptions::lora_base).
-enum class Layout { Fsdp, MegatronLegacy, MegatronDist, Dcp, HfSafetensors, MegatronAdapter };
+class Backend;  // formats/backend.h
 
-// What `discover` found: the backend, its files, and the archives to scan.
+// What a backend's detect found: the backend, its files, and the archives to scan. The
+// layout-specific parts (fsdp, legacy, dcp) are filled by the backend that uses them.
 struct DetectedCheckpoint {
-    Layout layout = Layout::Fsdp;
-    std::string backend;      // fsdp | megatron | dcp
+    const Backend* source = nullptr;  // the layout that detected it (nullptr: --simulate)
+    std::string backend;      // the --backend value it belongs to (registry.h)
     std::string description;  // for people: "verl FSDP", "Megatron-LM legacy (iteration 20)", ...
     std::string weights_dir;
     std::string default_hf_dir;
@@ -37,10 +37,6 @@ struct DetectedCheckpoint {
     MegatronLegacyCheckpoint legacy;
     DcpMetadata dcp;
 };
-
-// Decides the layout of `local_dir` (`backend` auto|fsdp|megatron|dcp) and lists what to scan.
-DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
-                                     std::optional<int> iteration);
 
 struct MapOptions {
     bool is_value_model = false;
@@ -58,13 +54,21 @@ struct MappedCheckpoint {
     SourceAccount account;  // every scanned entry: written, or dropped for a named reason
 };
 
-// Applies the backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`). Every
-// scanned entry ends in the output or in `account` with its reason; one that ends in
+// Applies the detecting backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`).
+// Every scanned entry ends in the output or in `account` with its reason; one that ends in
 // neither, or an unrecognised object where a tensor belongs, is an Error naming file and key.
 MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                 const HfConfig& config, const MapOptions& options);
 
-// FSDP and plain DCP name their own tensors: once the output rules have run, their set is
+// Buffers a model's state dict may hold that are not weights of the Hugging Face model
+// (rotary inv_freq, TransformerEngine _extra_state): taken out of `mapping`, each dropped
+// in `ledger` with its reason, and a note when any was. For backends that keep every key.
+void drop_non_weight_buffers(TensorMapping& mapping, SourceLedger& ledger, std::vector<std::string>& notes);
+
+// The scan jobs of a DCP folder's chunks, in metadata order (tensor by tensor, chunk by chunk).
+void add_dcp_jobs(DetectedCheckpoint& d);
+
+// FSDP and plain DCP name their own tensors (Backend::names_own_tensors): once the output rules have run, their set is
 // checked against what config.json implies, as megatron_to_hf does for Megatron (Error
 // naming the missing, unexpected and misshapen tensors). An architecture vmerge has no
 // table for is not checked, with a note saying so.

@@ -8,25 +8,6 @@
 
 namespace vmerge {
 
-void add_shardings(InspectReport& report, const ScannedFile& first_scan) {
-    report.lists_shardings = true;
-    for (const auto& e : first_scan.tensors) {
-        std::string key = "plain tensor (concatenated on dim 0)";
-        if (e.tensor.dtensor) {
-            const auto& d = *e.tensor.dtensor;
-            key = "mesh " + shape_to_string(d.mesh_shape) + " (";
-            for (size_t i = 0; i < d.mesh_dim_names.size(); ++i) key += (i ? "," : "") + d.mesh_dim_names[i];
-            key += ") placements (";
-            for (size_t i = 0; i < d.placements.size(); ++i) key += (i ? ", " : "") + placement_to_string(d.placements[i]);
-            key += ")";
-        }
-        auto it = std::find_if(report.shardings.begin(), report.shardings.end(),
-                               [&](const auto& s) { return s.first == key; });
-        if (it == report.shardings.end()) it = report.shardings.insert(report.shardings.end(), {key, {}});
-        it->second.push_back(e.key);
-    }
-}
-
 void add_tensors_and_plan(InspectReport& report, const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
                           const std::vector<std::vector<WriteTask>>& work) {
     for (const auto& t : tensors)
@@ -100,7 +81,7 @@ void print_model_lines(const InspectReport& r, std::ostream& out) {
     if (!r.local_dir.empty()) out << "local_dir    " << r.local_dir << "\n";
     out << "hf_config    " << r.hf_config << "\n"
         << "architecture " << (r.architecture.empty() ? "?" : r.architecture) << "\n";
-    if (r.megatron_legacy)
+    if (r.states_parallelism)
         out << "parallelism  tp " << fact(r, "tp") << ", pp " << fact(r, "pp") << ", vpp " << fact(r, "vpp") << ", ep "
             << fact(r, "ep") << "\n";
     for (const auto& note : r.notes) out << "note         " << note << "\n";

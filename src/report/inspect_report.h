@@ -22,7 +22,7 @@ struct InspectReport {
     std::string backend, description;
     std::string local_dir, hf_config;
     std::string architecture;      // "" when config.json names none
-    bool megatron_legacy = false;  // the text states its parallelism
+    bool states_parallelism = false;  // the text states tp/pp/vpp/ep (from the facts)
     size_t scanned_archives = 0;
     std::vector<std::string> notes;
     uint64_t source_entries_written = 0;
@@ -74,7 +74,6 @@ struct InspectReport {
 };
 
 // The model's parts that come from the scans, the mapping and the plan.
-void add_shardings(InspectReport& report, const ScannedFile& first_scan);
 void add_tensors_and_plan(InspectReport& report, const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
                           const std::vector<std::vector<WriteTask>>& work);
 

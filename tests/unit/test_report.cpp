@@ -18,7 +18,7 @@ InspectReport sample_inspect() {
     r.local_dir = "/ckpt";
     r.hf_config = "/ckpt/huggingface";
     r.architecture = "LlamaForCausalLM";
-    r.megatron_legacy = true;
+    r.states_parallelism = true;
     r.scanned_archives = 2;
     r.notes = {"a note"};
     r.source_entries_written = 3;

@@ -11,6 +11,7 @@
 #include "formats/checkpoint.h"
 #include "core/error.h"
 #include "formats/fsdp/fsdp_backend.h"
+#include "formats/registry.h"
 #include "formats/source_ledger.h"
 #include "test_support.h"
 
@@ -213,7 +214,7 @@ MappedCheckpoint tiny_llama(bool with_head) {
 
 DetectedCheckpoint fsdp_layout() {
     DetectedCheckpoint d;
-    d.layout = Layout::Fsdp;
+    d.source = find_layout("fsdp");
     return d;
 }
 

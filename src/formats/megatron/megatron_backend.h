@@ -1,4 +1,5 @@
 #pragma once
+#include <filesystem>
 #include <optional>
 #include <regex>
 #include <string>
@@ -55,6 +56,10 @@ struct IterationFolder {
     std::optional<int> iteration;
 };
 std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration);
+
+// The folder under `dir` that iteration_folder names (`dir` itself when there is none); an
+// --iteration whose folder is missing is an Error.
+std::filesystem::path resolve_iteration_dir(const std::string& dir, std::optional<int> iteration);
 
 // Finds the rank files: verl's <dir>/model/mp_rank_*/model.pt (or <dir>/mp_rank_*), or
 // Megatron-LM's tracker file -> iter_NNNNNNN/ (or release/) -> mp_rank_*/model_optim_rng.pt.

@@ -111,6 +111,15 @@ std::optional<IterationFolder> iteration_folder(const std::string& dir, std::opt
     return IterationFolder{iteration_dir_name(static_cast<int>(*number)), static_cast<int>(*number)};
 }
 
+fs::path resolve_iteration_dir(const std::string& dir, std::optional<int> iteration) {
+    const auto folder = iteration_folder(dir, iteration);
+    if (!folder) return dir;
+    std::error_code ec;
+    if (iteration && !fs::exists(fs::path(dir) / folder->name, ec))
+        throw Error((fs::path(dir) / folder->name).string() + ": missing (--iteration " + std::to_string(*iteration) + ")");
+    return fs::path(dir) / folder->name;
+}
+
 MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name) {
     MegatronRankFile file;
     file.dir_name = name;
@@ -173,11 +182,17 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
     return ckpt;
 }
 
-TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
-                                       const ArchitectureInfo& arch, MegatronParallelism& found,
-                                       SourceLedger* ledger) {
-    // 1. Which index is which: a lone second index is the pipeline stage unless the
-    //    embedding lives in more than one of those folders (then it is the expert rank).
+namespace {
+
+using RankIndex = std::map<std::tuple<int, int, int>, size_t>;  // (tp, pp, ep) -> file index
+using Shards = std::map<std::string, std::vector<Piece>>;        // canonical key -> pieces by tp rank
+
+// Step 1, which index is which: a lone second index is the pipeline stage unless the
+// embedding lives in more than one of those folders (then it is the expert rank). Sets every
+// file's pp and ep and `found`'s sizes; a missing rank folder or a differing chunk count is
+// an Error.
+RankIndex settle_rank_indices(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                              MegatronParallelism& found) {
     size_t index_count = ckpt.files.front().more.size();
     for (const auto& f : ckpt.files)
         if (f.more.size() != index_count)
@@ -203,7 +218,7 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
         found.pp = std::max(found.pp, f.pp + 1);
         found.ep = std::max(found.ep, f.ep + 1);
     }
-    std::map<std::tuple<int, int, int>, size_t> by_rank;
+    RankIndex by_rank;
     for (size_t i = 0; i < ckpt.files.size(); ++i) {
         const auto& f = ckpt.files[i];
         by_rank[{f.tp, f.pp, f.ep}] = i;
@@ -224,14 +239,14 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
         if (scans[i].chunks != found.vpp)
             throw Error(ckpt.files[i].path + ": holds " + std::to_string(scans[i].chunks) + " model chunks, " +
                         ckpt.files[0].path + " holds " + std::to_string(found.vpp));
+    return by_rank;
+}
 
-    // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
-    std::vector<std::vector<RankKey>> keys(scans.size());
-    for (size_t i = 0; i < scans.size(); ++i)
-        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key, ckpt.files[i].path));
-
-    // 2. Global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
-    //    (megatron-formats.md §6): correct for even, uneven and empty stages alike.
+// Step 2, global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
+// (megatron-formats.md §6): correct for even, uneven and empty stages alike.
+std::map<std::pair<int, int>, int64_t> global_layer_offsets(const std::vector<ScannedFile>& scans,
+                                                            const std::vector<std::vector<RankKey>>& keys,
+                                                            const RankIndex& by_rank, const MegatronParallelism& found) {
     std::map<std::pair<int, int>, int64_t> layer_offset;  // (pp, chunk) -> offset
     int64_t layers_so_far = 0;
     for (int v = 0; v < found.vpp; ++v)
@@ -243,14 +258,21 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             layer_offset[{p, v}] = layers_so_far;
             layers_so_far += static_cast<int64_t>(local.size());
         }
+    return layer_offset;
+}
 
-    // 3. Canonical names: global layer, global expert (ep_rank * experts per rank + local).
+// Step 3, canonical names: global layer, global expert (ep_rank * experts per rank + local).
+// Every kept entry lands in `shards` under its canonical key (first-seen order in `order`);
+// _extra_state and replicas are dropped in `ledger`.
+Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                         const std::vector<std::vector<RankKey>>& keys,
+                         const std::map<std::pair<int, int>, int64_t>& layer_offset, const MegatronParallelism& found,
+                         const ArchitectureInfo& arch, std::vector<std::string>& order, SourceLedger* ledger) {
     std::map<int, int64_t> experts_per_rank;  // by pp stage: max local expert index + 1
     for (size_t i = 0; i < scans.size(); ++i)
         for (const RankKey& k : keys[i])
             if (k.expert >= 0) experts_per_rank[ckpt.files[i].pp] = std::max(experts_per_rank[ckpt.files[i].pp], k.expert + 1);
-    std::map<std::string, std::vector<Piece>> shards;  // canonical key -> pieces by tp rank
-    std::vector<std::string> order;
+    Shards shards;
     for (size_t i = 0; i < scans.size(); ++i) {
         const MegatronRankFile& f = ckpt.files[i];
         for (size_t n = 0; n < scans[i].tensors.size(); ++n) {
@@ -285,94 +307,128 @@ TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std
             else if (ledger) ledger->drop(e.tensor, DropReason::Replica);  // a pipeline stage's output_layer copy
         }
     }
+    return shards;
+}
 
-    // 4. Assemble each tensor from its TP shards.
-    std::map<std::string, Shape> expected_shapes;
-    TensorMapping out;
-    for (const std::string& key : order) {
-        const auto& pieces = shards.at(key);
-        for (int t = 0; t < found.tp; ++t)
-            if (!pieces[t].tensor)
-                throw Error(ckpt.dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
-                            " (present in " + pieces[0].file->path + ")");
-        const TensorRef& first = *pieces[0].tensor;
-        TpRule rule = megatron_tp_rule(key, arch.value_model);
-        if (rule == TpRule::ReplicatedIfFull) {
-            // Replicated when one shard already has the row count config.json implies.
-            rule = TpRule::Concat0;
-            if (auto match = match_rule(arch, key)) {
-                auto it = arch.expected.required.find(match->hf_names[0]);
-                if (it != arch.expected.required.end() && !first.shape.empty() && first.shape[0] == it->second[0])
-                    rule = TpRule::Replicated;
-            }
-        }
-        OutputTensor t;
-        t.name = key;
-        t.source_dtype = t.dtype = first.dtype;
-        t.shape = first.shape;
-        for (int r = 0; r < found.tp; ++r) {
-            const TensorRef& s = *pieces[r].tensor;
-            const std::string& path = pieces[r].file->path;
-            if (s.dtype != first.dtype || s.shape.size() != first.shape.size())
-                throw Error(path + ": '" + key + "' is " + std::string(torch_name(s.dtype)) + " " + shape_to_string(s.shape) +
-                            " but " + std::string(torch_name(first.dtype)) + " " + shape_to_string(first.shape) + " in " +
-                            pieces[0].file->path);
-            const bool same_shape = s.shape == first.shape;
-            if (!same_shape && (rule == TpRule::Replicated || rule == TpRule::GluHalves || first.shape.empty() ||
-                                (rule == TpRule::Concat0 && Shape(s.shape.begin() + 1, s.shape.end()) !=
-                                                                Shape(first.shape.begin() + 1, first.shape.end())) ||
-                                (rule == TpRule::Concat1 && (s.shape.size() < 2 || s.shape[0] != first.shape[0]))))
-                throw Error(path + ": tensor-parallel shard of '" + key + "' is " + shape_to_string(s.shape) + " but " +
-                            shape_to_string(first.shape) + " in " + pieces[0].file->path);
-        }
-        const uint32_t base = static_cast<uint32_t>(out.sources.size());
-        for (int r = 0; r < found.tp; ++r) out.sources.push_back(*pieces[r].tensor);
-        const size_t ndim = first.shape.size();
-        const Shape zeros(ndim, 0);
-        switch (rule) {
-            case TpRule::Replicated:
-            case TpRule::ReplicatedIfFull:
-                add_copy(t, base, zeros, zeros, first.shape);
-                if (ledger)
-                    for (int r = 1; r < found.tp; ++r) ledger->drop(*pieces[r].tensor, DropReason::Replica);
-                break;
-            case TpRule::Concat0:
-            case TpRule::Concat1: {
-                const size_t dim = rule == TpRule::Concat0 ? 0 : 1;
-                int64_t at = 0;
-                for (int r = 0; r < found.tp; ++r) {
-                    const Shape& s = pieces[r].tensor->shape;
-                    Shape dst(ndim, 0);
-                    dst[dim] = at;
-                    add_copy(t, base + r, zeros, dst, s);
-                    at += s[dim];
-                }
-                t.shape[dim] = at;
-                break;
-            }
-            case TpRule::GluHalves: {
-                // Each rank holds [gate_r; up_r]; the canonical tensor is [gate; up].
-                const int64_t rows = first.shape[0];
-                if (rows % 2 != 0)
-                    throw Error(pieces[0].file->path + ": gated '" + key + "' has an odd row count " + std::to_string(rows));
-                const int64_t half = rows / 2;
-                t.shape[0] = rows * found.tp;
-                for (int r = 0; r < found.tp; ++r) {
-                    Shape extent = first.shape;
-                    extent[0] = half;
-                    Shape src(ndim, 0), dst(ndim, 0);
-                    dst[0] = r * half;
-                    add_copy(t, base + r, src, dst, extent);
-                    src[0] = half;
-                    dst[0] = found.tp * half + r * half;
-                    add_copy(t, base + r, src, dst, extent);
-                }
-                break;
-            }
-        }
-        check_copies_tile_output(t, out.sources);
-        out.tensors.push_back(std::move(t));
+// The TP rule of `key`, with ReplicatedIfFull settled: replicated when one shard already has
+// the row count config.json implies, else concatenated on dim 0.
+TpRule settled_tp_rule(const std::string& key, const TensorRef& first, const ArchitectureInfo& arch) {
+    TpRule rule = megatron_tp_rule(key, arch.value_model);
+    if (rule != TpRule::ReplicatedIfFull) return rule;
+    rule = TpRule::Concat0;
+    if (auto match = match_rule(arch, key)) {
+        auto it = arch.expected.required.find(match->hf_names[0]);
+        if (it != arch.expected.required.end() && !first.shape.empty() && first.shape[0] == it->second[0])
+            rule = TpRule::Replicated;
     }
+    return rule;
+}
+
+// Every TP shard agrees with rank 0's in dtype and rank, and in shape where `rule` needs it.
+void check_tp_shards(const std::string& key, const std::vector<Piece>& pieces, TpRule rule) {
+    const TensorRef& first = *pieces[0].tensor;
+    for (const Piece& piece : pieces) {
+        const TensorRef& s = *piece.tensor;
+        const std::string& path = piece.file->path;
+        if (s.dtype != first.dtype || s.shape.size() != first.shape.size())
+            throw Error(path + ": '" + key + "' is " + std::string(torch_name(s.dtype)) + " " + shape_to_string(s.shape) +
+                        " but " + std::string(torch_name(first.dtype)) + " " + shape_to_string(first.shape) + " in " +
+                        pieces[0].file->path);
+        const bool same_shape = s.shape == first.shape;
+        if (!same_shape && (rule == TpRule::Replicated || rule == TpRule::GluHalves || first.shape.empty() ||
+                            (rule == TpRule::Concat0 && Shape(s.shape.begin() + 1, s.shape.end()) !=
+                                                            Shape(first.shape.begin() + 1, first.shape.end())) ||
+                            (rule == TpRule::Concat1 && (s.shape.size() < 2 || s.shape[0] != first.shape[0]))))
+            throw Error(path + ": tensor-parallel shard of '" + key + "' is " + shape_to_string(s.shape) + " but " +
+                        shape_to_string(first.shape) + " in " + pieces[0].file->path);
+    }
+}
+
+// The box copies that put the TP shards (sources base .. base+tp-1) into `t` by `rule`.
+void add_tp_copies(OutputTensor& t, const std::vector<Piece>& pieces, TpRule rule, uint32_t base, SourceLedger* ledger) {
+    const TensorRef& first = *pieces[0].tensor;
+    const int tp = static_cast<int>(pieces.size());
+    const size_t ndim = first.shape.size();
+    const Shape zeros(ndim, 0);
+    switch (rule) {
+        case TpRule::Replicated:
+        case TpRule::ReplicatedIfFull:
+            add_copy(t, base, zeros, zeros, first.shape);
+            if (ledger)
+                for (int r = 1; r < tp; ++r) ledger->drop(*pieces[r].tensor, DropReason::Replica);
+            break;
+        case TpRule::Concat0:
+        case TpRule::Concat1: {
+            const size_t dim = rule == TpRule::Concat0 ? 0 : 1;
+            int64_t at = 0;
+            for (int r = 0; r < tp; ++r) {
+                const Shape& s = pieces[r].tensor->shape;
+                Shape dst(ndim, 0);
+                dst[dim] = at;
+                add_copy(t, base + r, zeros, dst, s);
+                at += s[dim];
+            }
+            t.shape[dim] = at;
+            break;
+        }
+        case TpRule::GluHalves: {
+            // Each rank holds [gate_r; up_r]; the canonical tensor is [gate; up].
+            const int64_t rows = first.shape[0];
+            if (rows % 2 != 0)
+                throw Error(pieces[0].file->path + ": gated '" + t.name + "' has an odd row count " + std::to_string(rows));
+            const int64_t half = rows / 2;
+            t.shape[0] = rows * tp;
+            for (int r = 0; r < tp; ++r) {
+                Shape extent = first.shape;
+                extent[0] = half;
+                Shape src(ndim, 0), dst(ndim, 0);
+                dst[0] = r * half;
+                add_copy(t, base + r, src, dst, extent);
+                src[0] = half;
+                dst[0] = tp * half + r * half;
+                add_copy(t, base + r, src, dst, extent);
+            }
+            break;
+        }
+    }
+}
+
+// Step 4, one canonical tensor from its TP shards, its sources appended to `out.sources`.
+OutputTensor assemble_tp_tensor(const std::string& dir, const std::string& key, const std::vector<Piece>& pieces,
+                                const ArchitectureInfo& arch, TensorMapping& out, SourceLedger* ledger) {
+    for (size_t t = 0; t < pieces.size(); ++t)
+        if (!pieces[t].tensor)
+            throw Error(dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
+                        " (present in " + pieces[0].file->path + ")");
+    const TensorRef& first = *pieces[0].tensor;
+    const TpRule rule = settled_tp_rule(key, first, arch);
+    OutputTensor t;
+    t.name = key;
+    t.source_dtype = t.dtype = first.dtype;
+    t.shape = first.shape;
+    check_tp_shards(key, pieces, rule);
+    const uint32_t base = static_cast<uint32_t>(out.sources.size());
+    for (const Piece& piece : pieces) out.sources.push_back(*piece.tensor);
+    add_tp_copies(t, pieces, rule, base, ledger);
+    check_copies_tile_output(t, out.sources);
+    return t;
+}
+
+}  // namespace
+
+TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+                                       const ArchitectureInfo& arch, MegatronParallelism& found,
+                                       SourceLedger* ledger) {
+    const RankIndex by_rank = settle_rank_indices(ckpt, scans, found);
+    // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
+    std::vector<std::vector<RankKey>> keys(scans.size());
+    for (size_t i = 0; i < scans.size(); ++i)
+        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key, ckpt.files[i].path));
+    const auto layer_offset = global_layer_offsets(scans, keys, by_rank, found);
+    std::vector<std::string> order;
+    const Shards shards = collect_tp_shards(ckpt, scans, keys, layer_offset, found, arch, order, ledger);
+    TensorMapping out;
+    for (const std::string& key : order) out.tensors.push_back(assemble_tp_tensor(ckpt.dir, key, shards.at(key), arch, out, ledger));
     return out;
 }
 

@@ -1,0 +1,59 @@
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/checkpoint.h"
+
+namespace vmerge {
+
+// What detection knows before any backend looks: the folder, --iteration, and the folder
+// config.json is taken from by default (<dir>/huggingface or hf_config_and_tokenizer).
+struct DetectRequest {
+    std::string local_dir;
+    std::optional<int> iteration;
+    std::string default_hf_dir;
+};
+
+// A backend's answer to "does this folder look like mine": `evidence` says what it saw when
+// it matched, and what it looked for and did not find when not (the "cannot tell" message
+// lists every backend's).
+struct Detection {
+    bool found = false;
+    std::string evidence;
+};
+
+// What `inspect` prints beyond the lines every checkpoint has.
+struct InspectFacts {
+    nlohmann::ordered_json shardings;  // sharding text -> keys ("sharding" lines); null: none
+    bool parallelism_line = false;     // "parallelism  tp T, pp P, vpp V, ep E" from the facts
+};
+
+// One checkpoint layout: a folder under src/formats/ defines one of these and
+// src/formats/registry.cpp lists it. Detection, mapping and inspect reach a backend only
+// through this interface, so the CLI and the driver name none.
+class Backend {
+public:
+    virtual ~Backend() = default;
+    // The layout's own name (megatron_legacy, torch_dist, ...), for people and tests.
+    virtual std::string name() const = 0;
+    // Looks at request.local_dir; when the folder is this layout, discovers it: fills
+    // `d` (description, weights_dir, notes, scan jobs and the layout's own data).
+    virtual Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const = 0;
+    // The backend's rules: the scans (`scans[i]` of `d.jobs[i]`) as output tensors made of
+    // box copies, into `m.mapping`; its facts and notes into `m`; what it does not use is
+    // dropped in `ledger` with its reason.
+    virtual void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+                     const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const = 0;
+    // True when the checkpoint records its tensor/pipeline-parallel sizes (--tp_size and
+    // --pp_size are checked against them).
+    virtual bool records_parallelism() const { return false; }
+    // True when the checkpoint names its own tensors (FSDP, plain DCP): the output is checked
+    // against config.json after the output rules (check_output_against_config).
+    virtual bool names_own_tensors() const { return false; }
+    virtual InspectFacts inspect_facts(const DetectedCheckpoint&, const std::vector<ScannedFile>&) const { return {}; }
+};
+
+}  // namespace vmerge

@@ -1,0 +1,69 @@
+// A plain torch.distributed.checkpoint folder (.metadata and *.distcp files) whose keys are
+// the model's own names under the saved dict's container names.
+#include <filesystem>
+
+#include "formats/backend.h"
+#include "formats/megatron/megatron_backend.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+// Plain DCP keys carry the container names of the saved dict ("model." for
+// dcp.save({"model": sd}), "module." for wrapped modules): strip them to get model names.
+// What lies outside the "model" dict is dropped in the ledger; two keys that strip to one
+// name are an Error.
+TensorMapping strip_dcp_prefixes(TensorMapping mapping, const DcpMetadata& meta, SourceLedger& ledger) {
+    TensorMapping out;
+    out.sources = std::move(mapping.sources);
+    OutputNames names(meta.dir + "/.metadata");
+    bool any_model = false;
+    for (const auto& t : mapping.tensors) any_model = any_model || t.name.starts_with("model.");
+    for (auto& t : mapping.tensors) {
+        std::string name = t.name;
+        if (any_model) {
+            if (!name.starts_with("model.")) {
+                ledger.drop_output(t, out.sources, DropReason::OutsideModel);
+                continue;
+            }
+            name = name.substr(6);
+        }
+        while (name.starts_with("module.")) name = name.substr(7);
+        names.claim(name, t.name);
+        t.name = name;
+        out.tensors.push_back(std::move(t));
+    }
+    return out;
+}
+
+class DcpBackend final : public Backend {
+public:
+    std::string name() const override { return "dcp"; }
+
+    Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
+        std::error_code ec;
+        if (!fs::exists(fs::path(request.local_dir) / ".metadata", ec)) return {false, "no .metadata"};
+        d.weights_dir = request.local_dir;
+        d.dcp = read_dcp_metadata(request.local_dir);
+        d.description = "torch.distributed.checkpoint folder";
+        add_dcp_jobs(d);
+        return {true, ".metadata"};
+    }
+
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
+             MappedCheckpoint& m, SourceLedger& ledger) const override {
+        m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(d.dcp, scans, false, &ledger), d.dcp, ledger);
+        drop_non_weight_buffers(m.mapping, ledger, m.notes);
+    }
+
+    bool names_own_tensors() const override { return true; }
+};
+
+}  // namespace
+
+const Backend& dcp_backend() {
+    static const DcpBackend backend;
+    return backend;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,64 @@
+// The verl FSDP backend: model_world_size_{W}_rank_{R}.pt files, one per rank.
+#include "formats/backend.h"
+#include "formats/fsdp/fsdp_backend.h"
+
+namespace vmerge {
+namespace {
+
+// One example per distinct DTensor sharding, so a user sees mesh and placements at a glance.
+nlohmann::ordered_json shardings_of(const ScannedFile& rank0) {
+    nlohmann::ordered_json meshes = nlohmann::ordered_json::object();
+    for (const auto& e : rank0.tensors) {
+        std::string key = "plain tensor (concatenated on dim 0)";
+        if (e.tensor.dtensor) {
+            const auto& d = *e.tensor.dtensor;
+            key = "mesh " + shape_to_string(d.mesh_shape) + " (";
+            for (size_t i = 0; i < d.mesh_dim_names.size(); ++i) key += (i ? "," : "") + d.mesh_dim_names[i];
+            key += ") placements (";
+            for (size_t i = 0; i < d.placements.size(); ++i) key += (i ? ", " : "") + placement_to_string(d.placements[i]);
+            key += ")";
+        }
+        if (!meshes.contains(key)) meshes[key] = nlohmann::ordered_json::array();
+        meshes[key].push_back(e.key);
+    }
+    return meshes;
+}
+
+class FsdpBackend final : public Backend {
+public:
+    std::string name() const override { return "fsdp"; }
+
+    Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
+        if (!looks_like_fsdp(request.local_dir)) return {false, "no model_world_size_*_rank_*.pt"};
+        d.fsdp = discover_fsdp(request.local_dir);
+        d.description = "verl FSDP (world size " + std::to_string(d.fsdp.world_size) + ")";
+        d.notes = d.fsdp.notes;
+        for (const auto& f : d.fsdp.rank_files) d.jobs.push_back({f});
+        return {true, "model_world_size_*_rank_*.pt files"};
+    }
+
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
+             MappedCheckpoint& m, SourceLedger& ledger) const override {
+        m.facts["world_size"] = d.fsdp.world_size;
+        m.facts["world_size_inferred"] = d.fsdp.world_size_inferred;
+        m.mapping = map_fsdp(scans, &ledger);
+        drop_non_weight_buffers(m.mapping, ledger, m.notes);
+    }
+
+    bool names_own_tensors() const override { return true; }
+
+    InspectFacts inspect_facts(const DetectedCheckpoint&, const std::vector<ScannedFile>& scans) const override {
+        InspectFacts facts;
+        if (!scans.empty()) facts.shardings = shardings_of(scans[0]);
+        return facts;
+    }
+};
+
+}  // namespace
+
+const Backend& fsdp_backend() {
+    static const FsdpBackend backend;
+    return backend;
+}
+
+}  // namespace vmerge

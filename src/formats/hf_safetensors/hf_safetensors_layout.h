@@ -1,0 +1,12 @@
+#pragma once
+#include <string>
+
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// An HF safetensors folder as it is: every tensor copied whole (also the base weights a
+// Megatron LoRA adapter checkpoint is merged onto).
+TensorMapping map_hf_safetensors(const std::string& dir);
+
+}  // namespace vmerge

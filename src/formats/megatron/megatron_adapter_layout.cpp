@@ -1,0 +1,57 @@
+// verl's Megatron LoRA adapter_checkpoint/ (adapter only: verl does not save the frozen
+// base, which comes from --lora_base). Grouped under --backend megatron.
+#include "core/error.h"
+#include "formats/backend.h"
+#include "formats/hf_safetensors/hf_safetensors_layout.h"
+#include "formats/megatron/megatron_backend.h"
+#include "formats/megatron/megatron_lora.h"
+#include "formats/megatron/rank_file_assembly.h"
+
+namespace vmerge {
+namespace {
+
+class MegatronAdapterBackend final : public Backend {
+public:
+    std::string name() const override { return "megatron_adapter"; }
+
+    Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
+        if (!has_megatron_adapters(request.local_dir)) return {false, "no adapter_checkpoint/"};
+        d.legacy = discover_megatron_adapters(request.local_dir);
+        d.weights_dir = d.legacy.dir;
+        d.description = "verl Megatron LoRA adapter checkpoint (" + d.legacy.dir + ")";
+        for (const auto& f : d.legacy.files) d.jobs.push_back({f.path});
+        return {true, d.legacy.dir};
+    }
+
+    // The base model's tensors as they are, then the adapter's in PEFT form.
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+             const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
+        if (options.lora_base.empty())
+            throw Error(d.legacy.dir + ": a Megatron LoRA adapter checkpoint without its base weights (verl does not save "
+                        "the frozen base with LoRA); pass --lora_base with the Hugging Face model it was trained on "
+                        "(actor_rollout_ref.model.path)");
+        const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
+        const TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);
+        const TensorMapping adapters = megatron_adapters_to_peft(canonical, arch, config, m.notes);
+        m.mapping = map_hf_safetensors(options.lora_base);
+        check_against_config(m.mapping, config, arch);
+        const uint32_t offset = static_cast<uint32_t>(m.mapping.sources.size());
+        m.mapping.sources.insert(m.mapping.sources.end(), adapters.sources.begin(), adapters.sources.end());
+        for (OutputTensor t : adapters.tensors) {
+            for (auto& c : t.copies) c.source += offset;
+            m.mapping.tensors.push_back(std::move(t));
+        }
+        m.notes.push_back("base weights from " + options.lora_base);
+    }
+
+    bool records_parallelism() const override { return true; }
+};
+
+}  // namespace
+
+const Backend& megatron_adapter_backend() {
+    static const MegatronAdapterBackend backend;
+    return backend;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,74 @@
+// Legacy (non-distributed) Megatron per-rank files: verl's model/mp_rank_*/model.pt or
+// Megatron-LM's iter_NNNNNNN/mp_rank_*/model_optim_rng.pt. Grouped under --backend megatron.
+#include <filesystem>
+
+#include "core/error.h"
+#include "formats/backend.h"
+#include "formats/megatron/megatron_backend.h"
+#include "formats/megatron/rank_file_assembly.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+class MegatronLegacyBackend final : public Backend {
+public:
+    std::string name() const override { return "megatron_legacy"; }
+
+    Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
+        const fs::path iter = resolve_iteration_dir(request.local_dir, request.iteration);
+        std::error_code ec;
+        if (!looks_like_megatron_legacy(request.local_dir) && !fs::exists(iter / "mp_rank_00", ec) &&
+            !fs::exists(iter / "mp_rank_00_000", ec))
+            return {false, "no mp_rank_* folders, no latest_checkpointed_iteration.txt"};
+        d.legacy = discover_megatron_legacy(request.local_dir, request.iteration);
+        d.weights_dir = d.legacy.dir;
+        d.description = d.legacy.flavor + " legacy per-rank files" +
+                        (d.legacy.iteration ? " (iteration " + std::to_string(*d.legacy.iteration) + ")" : "");
+        for (const auto& f : d.legacy.files) d.jobs.push_back({f.path});
+        return {true, "mp_rank_* folders in " + d.legacy.dir};
+    }
+
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+             const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
+        const ArchitectureInfo arch = architecture_for(config, options.is_value_model);
+        const TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);
+        m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
+                                   &ledger);
+    }
+
+    bool records_parallelism() const override { return true; }
+
+    InspectFacts inspect_facts(const DetectedCheckpoint&, const std::vector<ScannedFile>&) const override {
+        InspectFacts facts;
+        facts.parallelism_line = true;
+        return facts;
+    }
+};
+
+}  // namespace
+
+TensorMapping assemble_rank_files(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans,
+                                  const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m,
+                                  SourceLedger& ledger) {
+    MegatronParallelism found;
+    TensorMapping canonical = assemble_megatron_legacy(d.legacy, scans, arch, found, &ledger);
+    m.facts["tp"] = found.tp;
+    m.facts["pp"] = found.pp;
+    m.facts["vpp"] = found.vpp;
+    m.facts["ep"] = found.ep;
+    if (options.tp_size && *options.tp_size != found.tp)
+        throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + d.legacy.dir + " holds tp " +
+                    std::to_string(found.tp));
+    if (options.pp_size && *options.pp_size != found.pp)
+        throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + d.legacy.dir + " holds pp " +
+                    std::to_string(found.pp));
+    return canonical;
+}
+
+const Backend& megatron_legacy_backend() {
+    static const MegatronLegacyBackend backend;
+    return backend;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,121 @@
+#include "formats/registry.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+
+// Each backend's folder defines its entry (src/formats/<name>/*_layout.cpp).
+const Backend& fsdp_backend();
+const Backend& megatron_adapter_backend();
+const Backend& torch_dist_backend();
+const Backend& megatron_legacy_backend();
+const Backend& hf_safetensors_backend();
+const Backend& dcp_backend();
+const Backend& hdf5_archive_backend();
+
+const std::vector<BackendChoice>& backend_choices() {
+    // The order is the auto-detection order, and within "megatron" the order its layouts
+    // are tried: an adapter_checkpoint/ first (it sits beside the model files), torch_dist
+    // before legacy files, and HF safetensors only when no Megatron weights are there.
+    static const std::vector<BackendChoice> choices{
+        {"fsdp", "", ": no model_world_size_*_rank_*.pt files (--backend fsdp)", {&fsdp_backend()}},
+        {"megatron", "",
+         ": no Megatron checkpoint (no mp_rank_* folders, no dist_ckpt/ or metadata.json, "
+         "no latest_checkpointed_iteration.txt)",
+         {&megatron_adapter_backend(), &torch_dist_backend(), &megatron_legacy_backend(), &hf_safetensors_backend()}},
+        {"dcp", "", "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)", {&dcp_backend()}},
+        {"hdf5", "a model.h5 archive: merge it back, inspect it", "/model.h5: missing (--backend hdf5 reads a vmerge archive)",
+         {&hdf5_archive_backend()}, false, true},
+    };
+    return choices;
+}
+
+const Backend* find_layout(const std::string& name) {
+    for (const auto& choice : backend_choices())
+        for (const Backend* layout : choice.layouts)
+            if (layout->name() == name) return layout;
+    return nullptr;
+}
+
+std::vector<std::string> backend_values() {
+    std::vector<std::string> values{kAutoBackend};
+    for (const auto& choice : backend_choices()) values.push_back(choice.name);
+    return values;
+}
+
+bool is_backend_value(const std::string& value) {
+    for (const auto& v : backend_values())
+        if (v == value) return true;
+    return false;
+}
+
+std::string backend_values_text() {
+    const auto values = backend_values();
+    std::string text;
+    for (size_t i = 0; i < values.size(); ++i)
+        text += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + values[i];
+    return text;
+}
+
+std::string backend_help() {
+    std::string text = kAutoBackend;
+    for (const auto& choice : backend_choices())
+        text += " | " + choice.name + (choice.help.empty() ? "" : " (" + choice.help + ")");
+    return text;
+}
+
+bool is_archive_backend(const std::string& value) {
+    for (const auto& choice : backend_choices())
+        if (choice.name == value) return choice.archive;
+    return false;
+}
+
+namespace {
+
+std::string default_hf_dir(const fs::path& dir) {
+    std::error_code ec;
+    for (const char* name : {"huggingface", "hf_config_and_tokenizer"})
+        if (fs::exists(dir / name / "config.json", ec)) return (dir / name).string();
+    return (dir / "huggingface").string();
+}
+
+}  // namespace
+
+DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
+                                     std::optional<int> iteration) {
+    std::error_code ec;
+    if (!fs::is_directory(local_dir, ec)) throw Error(local_dir + ": not a directory");
+    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir)};
+    const bool automatic = backend == kAutoBackend;
+    std::string evidence;  // "fsdp: no ...; megatron: no ..., no ...; ..."
+    for (const BackendChoice& choice : backend_choices()) {
+        if (automatic ? !choice.auto_detected : choice.name != backend) continue;
+        std::string seen;
+        for (const Backend* layout : choice.layouts) {
+            DetectedCheckpoint d;
+            d.default_hf_dir = request.default_hf_dir;
+            const Detection detection = layout->detect(request, d);
+            if (detection.found) {
+                d.source = layout;
+                d.backend = choice.name;
+                return d;
+            }
+            seen += (seen.empty() ? "" : ", ") + detection.evidence;
+        }
+        if (!automatic) throw Error(local_dir + choice.missing);
+        evidence += (evidence.empty() ? "" : "; ") + choice.name + ": " + seen;
+    }
+    if (!automatic) throw Error("--backend " + backend + ": expected " + backend_values_text());
+    std::string names;
+    for (const BackendChoice& choice : backend_choices()) names += (names.empty() ? "" : ", ") + choice.name;
+    throw Error(local_dir + ": cannot tell the checkpoint kind: " + evidence + "; pass --backend to name it (" + names + ")");
+}
+
+InspectFacts inspect_facts(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans) {
+    return ckpt.source ? ckpt.source->inspect_facts(ckpt, scans) : InspectFacts{};
+}
+
+}  // namespace vmerge

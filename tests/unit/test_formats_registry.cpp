@@ -1,0 +1,155 @@
+// Unit tests for the backend registry (src/formats/registry.h): the --backend values and
+// help, the auto-detection order, each layout detecting its folders, and the messages when
+// none does.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "command_line.h"
+#include "core/error.h"
+#include "formats/registry.h"
+#include "test_support.h"
+
+namespace vmerge {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kFixtures = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2";
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    } catch (const UsageError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string layout_of(const std::string& dir, const std::string& backend = kAutoBackend) {
+    const DetectedCheckpoint d = detect_checkpoint(dir, backend, std::nullopt);
+    return d.source ? d.source->name() : "";
+}
+
+// A file (and its folders) under `root`.
+void make_file(const std::string& root, const std::string& relative) {
+    const fs::path p = fs::path(root) / relative;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << "x";
+}
+
+std::optional<Options> parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "vmerge-mpi");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    return parse_command_line(static_cast<int>(argv.size()), argv.data(), false);
+}
+
+TEST(BackendRegistry, ValuesAndHelpComeFromTheList) {
+    EXPECT_EQ(backend_values(), (std::vector<std::string>{"auto", "fsdp", "megatron", "dcp", "hdf5"}));
+    EXPECT_EQ(backend_values_text(), "auto, fsdp, megatron, dcp or hdf5");
+    EXPECT_EQ(backend_help(), "auto | fsdp | megatron | dcp | hdf5 (a model.h5 archive: merge it back, inspect it)");
+    for (const auto& value : backend_values()) EXPECT_TRUE(is_backend_value(value)) << value;
+    EXPECT_FALSE(is_backend_value("torch_dist"));  // a layout, not a --backend value
+    EXPECT_TRUE(is_archive_backend("hdf5"));
+    for (const char* value : {"auto", "fsdp", "megatron", "dcp", "nonsense"}) EXPECT_FALSE(is_archive_backend(value));
+}
+
+TEST(BackendRegistry, AutoDetectionOrderIsListOrder) {
+    std::vector<std::string> layouts;
+    for (const auto& choice : backend_choices())
+        for (const Backend* layout : choice.layouts) layouts.push_back(choice.name + "/" + layout->name());
+    EXPECT_EQ(layouts, (std::vector<std::string>{"fsdp/fsdp", "megatron/megatron_adapter", "megatron/torch_dist",
+                                                 "megatron/megatron_legacy", "megatron/hf_safetensors", "dcp/dcp",
+                                                 "hdf5/hdf5_archive"}));
+    for (const auto& choice : backend_choices()) EXPECT_EQ(choice.auto_detected, !choice.archive) << choice.name;
+    EXPECT_EQ(find_layout("torch_dist"), backend_choices()[1].layouts[1]);
+    EXPECT_EQ(find_layout("nonsense"), nullptr);
+}
+
+TEST(BackendRegistry, CommandLineTakesTheRegistryValues) {
+    for (const auto& value : backend_values()) {
+        if (is_archive_backend(value)) continue;  // merge and inspect only, tested below
+        EXPECT_EQ(parse({"merge", "--local_dir", "c", "--target_dir", "o", "--backend", value})->backend, value);
+    }
+    EXPECT_EQ(parse({"inspect", "--local_dir", "c", "--backend", "hdf5"})->backend, "hdf5");
+    EXPECT_EQ(error_of([] { parse({"merge", "--local_dir", "c", "--target_dir", "o", "--backend", "torch_dist"}); }),
+              "--backend torch_dist: expected auto, fsdp, megatron, dcp or hdf5");
+    EXPECT_EQ(error_of([] { parse({"test", "--local_dir", "c", "--test_hf_dir", "r", "--backend", "hdf5"}); }),
+              "--backend hdf5 works with merge (archive -> Hugging Face folder) and inspect");
+}
+
+TEST(BackendRegistry, EachLayoutDetectsItsFixtures) {
+    EXPECT_EQ(layout_of(kFixtures + "/fsdp2_w2"), "fsdp");
+    EXPECT_EQ(layout_of(kFixtures + "/fsdp2_w2", "fsdp"), "fsdp");
+    EXPECT_EQ(layout_of(kFixtures + "/fsdp2_w2_dcp"), "dcp");
+    EXPECT_EQ(layout_of(kFixtures + "/fsdp2_w2_dcp", "dcp"), "dcp");
+    const DetectedCheckpoint fsdp = detect_checkpoint(kFixtures + "/fsdp2_w2", "auto", std::nullopt);
+    EXPECT_EQ(fsdp.backend, "fsdp");
+    EXPECT_EQ(fsdp.jobs.size(), 2u);
+    EXPECT_EQ(fsdp.default_hf_dir, kFixtures + "/fsdp2_w2/huggingface");
+
+    testing::TempDir legacy, adapter, hf, archive;
+    make_file(legacy.path(), "model/mp_rank_00/model.pt");
+    make_file(adapter.path(), "adapter_checkpoint/mp_rank_00_adapter.pt");
+    make_file(adapter.path(), "model/mp_rank_00/model.pt");  // the adapter wins: it is tried first
+    make_file(hf.path(), "huggingface/model.safetensors");
+    make_file(archive.path(), "model.h5");
+    EXPECT_EQ(layout_of(legacy.path()), "megatron_legacy");
+    EXPECT_EQ(layout_of(legacy.path(), "megatron"), "megatron_legacy");
+    EXPECT_EQ(layout_of(adapter.path()), "megatron_adapter");
+    EXPECT_EQ(layout_of(hf.path()), "hf_safetensors");
+    EXPECT_EQ(detect_checkpoint(hf.path(), "auto", std::nullopt).backend, "megatron");
+    EXPECT_EQ(layout_of(archive.path(), "hdf5"), "hdf5_archive");
+}
+
+TEST(BackendRegistry, TorchDistWithoutModelTensorsIsPassedOver) {
+    // A dist_ckpt/ holding only optimizer state (verl >= 0.7): here a plain DCP folder's files.
+    testing::TempDir dir;
+    fs::copy(kFixtures + "/fsdp2_w2_dcp", dir.path() + "/dist_ckpt");
+    make_file(dir.path(), "dist_ckpt/metadata.json");
+    const std::string msg = error_of([&] { detect_checkpoint(dir.path(), "auto", std::nullopt); });
+    EXPECT_TRUE(contains(msg, "megatron: no adapter_checkpoint/, " + dir.path() + "/dist_ckpt holds no model tensors, ")) << msg;
+}
+
+TEST(BackendRegistry, CannotTellListsWhatEveryBackendLookedFor) {
+    testing::TempDir empty;
+    const std::string msg = error_of([&] { detect_checkpoint(empty.path(), "auto", std::nullopt); });
+    EXPECT_EQ(msg, empty.path() +
+                       ": cannot tell the checkpoint kind: fsdp: no model_world_size_*_rank_*.pt; megatron: no "
+                       "adapter_checkpoint/, no dist_ckpt/ or metadata.json with .metadata, no mp_rank_* folders, no "
+                       "latest_checkpointed_iteration.txt, no *.safetensors in huggingface/; dcp: no .metadata; pass "
+                       "--backend to name it (fsdp, megatron, dcp, hdf5)");
+    // The old message's parts are all still there.
+    for (const char* part : {"no model_world_size_*_rank_*.pt", "no mp_rank_* folders", "dist_ckpt/",
+                             "latest_checkpointed_iteration.txt", "no .metadata"})
+        EXPECT_TRUE(contains(msg, part)) << part;
+    // A model.h5 alone is not auto-detected: --backend hdf5 names it.
+    make_file(empty.path(), "model.h5");
+    EXPECT_TRUE(contains(error_of([&] { detect_checkpoint(empty.path(), "auto", std::nullopt); }), "cannot tell"));
+}
+
+TEST(BackendRegistry, ForcedBackendMissesKeepTheirMessages) {
+    testing::TempDir empty;
+    const std::string& d = empty.path();
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "fsdp", std::nullopt); }),
+              d + ": no model_world_size_*_rank_*.pt files (--backend fsdp)");
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "megatron", std::nullopt); }),
+              d + ": no Megatron checkpoint (no mp_rank_* folders, no dist_ckpt/ or metadata.json, "
+                  "no latest_checkpointed_iteration.txt)");
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "dcp", std::nullopt); }),
+              d + "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)");
+    // A forced backend looks only at its own layouts.
+    EXPECT_EQ(error_of([&] { detect_checkpoint(kFixtures + "/fsdp2_w2_dcp", "fsdp", std::nullopt); }),
+              kFixtures + "/fsdp2_w2_dcp: no model_world_size_*_rank_*.pt files (--backend fsdp)");
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d + "/none", "auto", std::nullopt); }), d + "/none: not a directory");
+}
+
+}  // namespace
+}  // namespace vmerge
