@@ -12,6 +12,7 @@
 
 #include "core/bounded_number.h"
 #include "output/hdf5/zstd_codec.h"
+#include "output/registry.h"
 
 namespace vmerge {
 namespace po = boost::program_options;
@@ -61,8 +62,8 @@ namespace {
 
 // --format, --compress and --backend hdf5 (docs/hdf5.md).
 void parse_archive_options(Options& o, const std::string& compress, bool compress_given) {
-    if (o.format != "safetensors" && o.format != "hdf5")
-        throw UsageError("--format " + o.format + ": expected safetensors or hdf5");
+    if (!find_output_format(o.format))
+        throw UsageError("--format " + o.format + ": expected " + output_format_choices());
     if (compress != "none") {
         if (compress != "zstd" && !compress.starts_with("zstd:"))
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
@@ -151,8 +152,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
         ("max_shard_size", po::value(&max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("force", po::bool_switch(&o.force), "replace an existing target folder")
         ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder")
-        ("format", po::value(&o.format)->default_value("safetensors"),
-         "safetensors | hdf5 (one model.h5 archive, written with parallel HDF5; docs/hdf5.md)")
+        ("format", po::value(&o.format)->default_value(output_formats().front().name), output_format_help().c_str())
         ("compress", po::value(&compress)->default_value("none"),
          "--format hdf5: none | zstd[:LEVEL] (HDF5 filter 32015, LEVEL 1..22, default 3)")
         ("hdf5_chunk_size", po::value(&hdf5_chunk)->default_value("4MiB"),

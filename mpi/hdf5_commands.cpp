@@ -19,6 +19,7 @@
 
 #include "output/hdf5/archive_layout.h"
 #include "output/hdf5/archive_reader.h"
+#include "output/hdf5/archive_source.h"
 #include "output/hdf5/archive_writer.h"
 #include "collective_step.h"
 #include "exec/copy_executor.h"
@@ -77,32 +78,6 @@ void print_storage(const std::vector<ArchiveTensor>& tensors, std::ostream& out,
         out << prefix << std::left << std::setw(5) << safetensors_name(s.dtype) << std::right << " " << s.tensors
             << " tensors, " << human_bytes(s.bytes) << " -> " << human_bytes(s.stored_bytes) << " stored (ratio "
             << ratio_text(s.bytes, s.stored_bytes) << ")\n";
-}
-
-// Under MPI: each rank assembles its pieces on the main thread (MPI is initialised for one
-// thread) and writes them; for a compressed dataset every rank makes rounds[t] collective
-// writes, joining with an empty selection once it has nothing left.
-void write_in_rounds(ArchiveWriter& writer, const TensorMapping& mapping,
-                     const std::vector<std::vector<WriteTask>>& mine, const std::vector<size_t>& rounds,
-                     uint64_t max_memory, int threads) {
-    CopyExecutor executor(mapping, max_memory / 2, nullptr, threads);
-    std::vector<unsigned char> buffer;
-    for (size_t t = 0; t < mapping.tensors.size(); ++t) {
-        const uint64_t bytes_per_row = row_bytes(mapping.tensors[t]);
-        const size_t n = writer.compressed(t) ? rounds[t] : mine[t].size();
-        for (size_t k = 0; k < n; ++k) {
-            if (k >= mine[t].size()) {
-                writer.write_rows(t, 0, 0, nullptr);
-                continue;
-            }
-            const WriteTask& piece = mine[t][k];
-            buffer.resize(static_cast<size_t>(piece.row_end - piece.row_begin) * bytes_per_row);
-            executor.run({piece}, [&](size_t, int64_t row, int64_t, const unsigned char* data, size_t size) {
-                std::memcpy(buffer.data() + static_cast<size_t>(row - piece.row_begin) * bytes_per_row, data, size);
-            });
-            writer.write_rows(t, piece.row_begin, piece.row_end, buffer.data());
-        }
-    }
 }
 
 }  // namespace
@@ -165,7 +140,28 @@ int write_hdf5_archive(const Options& o, Comm& comm, TensorMapping mapping, cons
                 executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data,
                                                     size_t) { writer.write_rows(t, row, row_end, data); });
             } else {
-                write_in_rounds(writer, mapping, mine, rounds, max_memory, threads);
+                // Under MPI: HDF5 is called on the main thread only (MPI is initialised for one
+                // thread). The executor's blocks of a piece are gathered and the piece written
+                // when it is done; for a compressed dataset every rank makes rounds[t] collective
+                // writes, joining with an empty piece once it has nothing left.
+                std::vector<WriteTask> pieces;
+                for (size_t t = 0; t < tensors.size(); ++t) {
+                    pieces.insert(pieces.end(), mine[t].begin(), mine[t].end());
+                    if (writer.compressed(t))
+                        for (size_t k = mine[t].size(); k < rounds[t]; ++k) pieces.push_back({t, 0, 0});
+                }
+                CopyExecutor executor(mapping, max_memory / 2, nullptr, threads);
+                std::vector<unsigned char> piece;
+                executor.run(
+                    pieces,
+                    [&](size_t, int64_t, int64_t, const unsigned char* data, size_t size) {
+                        piece.insert(piece.end(), data, data + size);
+                    },
+                    {},
+                    [&](const WriteTask& task) {
+                        writer.write_rows(task.tensor, task.row_begin, task.row_end, piece.empty() ? nullptr : piece.data());
+                        piece.clear();
+                    });
             }
             for (const auto& [rel, bytes] : files) writer.add_file(rel, bytes);
             writer.write_index({layout.total_size, [&] {
@@ -207,14 +203,11 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
     const std::string path = (fs::path(o.local_dir) / kArchiveFileName).string();
     std::unique_ptr<ArchiveReader> reader;
     collective_step(comm, [&] { reader = std::make_unique<ArchiveReader>(path); });
-    std::vector<OutputTensor> tensors;
-    for (const auto& a : reader->tensors()) {
-        OutputTensor t;
-        t.name = a.name;
-        t.source_dtype = t.dtype = a.dtype;
-        t.shape = a.shape;
-        tensors.push_back(std::move(t));
-    }
+    // The archive's datasets are the executor's sources; the rank split is that of the tensors
+    // without the chunk alignment (the executor's blocks still keep to whole chunks).
+    const TensorMapping mapping = archive_source_mapping(reader->tensors());
+    std::vector<OutputTensor> tensors = mapping.tensors;
+    for (auto& t : tensors) t.row_align = 1;
     const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     const std::string staging = staging_path(o.target_dir);
@@ -227,17 +220,10 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
         try {
             JournalWriter journal(staging, comm.rank());
             OutputWriter writer(staging, tensors, layout, &journal);
-            std::vector<unsigned char> buffer;
-            for (const WriteTask& task : work[comm.rank()]) {
-                const OutputTensor& t = tensors[task.tensor];
-                // Whole chunks per read: each compressed chunk is decompressed once.
-                const int64_t rows = rows_per_piece(t, reader->tensors()[task.tensor].chunk_rows, max_memory);
-                for (const WriteTask& piece : pieces_of(task, rows)) {
-                    buffer.resize(static_cast<size_t>(piece.row_end - piece.row_begin) * row_bytes(t));
-                    reader->read_rows(piece.tensor, piece.row_begin, piece.row_end, buffer.data());
-                    writer.write(piece.tensor, piece.row_begin, piece.row_end, buffer.data(), buffer.size());
-                }
-            }
+            CopyExecutor executor(mapping, max_memory);
+            executor.read_sources_with(archive_source_opener(*reader));
+            executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data,
+                                                size_t size) { writer.write(t, row, row_end, data, size); });
             writer.finish();
         } catch (...) {
             discard_staging(o.target_dir);
