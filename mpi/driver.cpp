@@ -21,6 +21,7 @@
 
 #include "collective_step.h"
 #include "hdf5_commands.h"
+#include "output_stage.h"
 #include "exec/copy_executor.h"
 #include "io/record_crc.h"
 #include "exec/dtype_cast.h"
@@ -32,6 +33,7 @@
 #include "mapping/lora_adapter.h"
 #include "mapping/output_config.h"
 #include "output/output_folder.h"
+#include "output/registry.h"
 #include "io/output_path_check.h"
 #include "core/bounded_number.h"
 #include "plan/output_layout.h"
@@ -358,13 +360,6 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     return 0;
 }
 
-// Test hook: VMERGE_TEST_BLOCK_DELAY_MS slows every written block down, so tests can kill a
-// rank or interrupt a merge while it is writing.
-int block_delay_ms() {
-    const char* text = std::getenv("VMERGE_TEST_BLOCK_DELAY_MS");
-    return text ? static_cast<int>(parse_int_within(text, 0, 600000).value_or(0)) : 0;
-}
-
 uint64_t peak_rss_bytes() {
     struct rusage usage {};
     ::getrusage(RUSAGE_SELF, &usage);
@@ -389,99 +384,37 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
     if (o.backend == "hdf5") {
         guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
-        return convert_hdf5_archive(o, comm, budget, out);
+        return convert_hdf5_archive(o, comm, budget, out, err);
     }
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
     guard_target(o, comm, input_folders(o, in), lock);
-    // The archive holds one model: an adapter is folded in or not merged at all.
-    if (o.format == "hdf5" && in.lora.found && !o.merge_lora)
-        throw Error(o.local_dir + " holds a LoRA adapter: --format hdf5 writes no lora_adapter/ folder; pass "
-                                  "--merge_lora to fold it into the archived weights, or merge to safetensors");
+    OutputOptions options = output_options(o, comm, budget);
+    options.resumable = true;
+    options.hf_dir = in.config.dir;
+    options.generated = generated_files(in);
+    const auto output = make_output_format(o.format, std::move(options));
+    output->check_adapter(o.local_dir, in.lora.found && !o.merge_lora);
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
-    if (o.format == "hdf5") {
-        const auto generated = generated_files(in);
-        return write_hdf5_archive(o, comm, std::move(in.mapped.mapping), in.config.dir, generated, budget,
-                                  compute_threads(comm), out, err);
+    const auto write_start = Clock::now();
+    OutputRun run;
+    run.quantize = in.quantize ? &*in.quantize : nullptr;
+    run.threads = compute_threads(comm);
+    run.identity = [&](const OutputLayout& planned) { return merge_identity(in, planned, comm, budget); };
+    run.inputs = input_folders(o, in);
+    const OutputResult written = write_output(*output, in.mapped.mapping, run, o, comm, out, err);
+    if (output->has_summary()) {
+        if (comm.rank() == 0 && !o.quiet)
+            for (const auto& line : output->summary(seconds_since(write_start), written.copy_seconds)) out << line << "\n";
+        return 0;
     }
-    const auto plan_start = Clock::now();
     const auto& tensors = in.mapping().tensors;
-    const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
-    const auto work = plan_rank_work(tensors, layout, comm.size());
-    const double plan_seconds = seconds_since(plan_start);
-    const std::string staging = staging_path(o.target_dir);
-    bool resumed = false;
-    collective_step(comm, [&] {
-        if (comm.rank() != 0) return;
-        const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout, merge_identity(in, layout, comm, budget),
-                                                   input_folders(o, in));
-        resumed = state.resumed;
-        if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
-    });
-    CopyStats stats;
-    std::string crc_partials, crc_mismatch;
-    const auto copy_start = Clock::now();
-    {
-        std::unique_ptr<ProgressMonitor> progress;
-        const bool terminal = ::isatty(STDOUT_FILENO) != 0;
-        if (comm.rank() == 0 && !o.quiet && o.progress != 0)
-            progress = std::make_unique<ProgressMonitor>(staging, layout.total_size, comm.size(),
-                                                         o.progress > 0 ? o.progress : (terminal ? 1 : 30),
-                                                         terminal && o.progress < 0, out);
-        collective_step(comm, [&] {
-            std::map<BlockKey, WrittenBlock> done;
-            if (o.resume) done = blocks_by_key(read_journals(staging));
-            JournalWriter journal(staging, comm.rank());
-            OutputWriter writer(staging, tensors, layout, &journal);
-            CopyExecutor executor(in.mapping(), budget, in.quantize ? &*in.quantize : nullptr,
-                                  compute_threads(comm));
-            executor.defer_crc_mismatches();
-            const int delay = block_delay_ms();
-            try {
-                executor.run(
-                    work[comm.rank()],
-                    [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
-                        writer.write(t, row, row_end, data, size);
-                        if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-                    },
-                    [&](size_t t, int64_t row, int64_t row_end) {
-                        auto it = done.find({t, row, row_end});
-                        return it != done.end() && writer.holds(it->second);
-                    });
-                writer.finish();
-                mark_rank_done(staging, comm.rank());
-            } catch (const std::exception& e) {
-                // The staging folder stays for --resume.
-                abort_all_ranks(comm, err, e.what(), staging);
-                throw;
-            }
-            stats = executor.stats();
-            crc_partials = executor.crcs().partial_records();
-            crc_mismatch = executor.crcs().mismatch();
-        }, staging);
-    }
-    // Every rank's CRC mismatch, and records split over ranks, are checked here, before the
-    // commit; output staged from damaged bytes is not worth a --resume, so it is discarded.
-    const auto crc_pieces = comm.allgather(crc_partials);
-    try {
-        collective_step(comm, [&] {
-            if (!crc_mismatch.empty()) throw Error(crc_mismatch);
-            const std::string note = comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
-            if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
-        });
-    } catch (const Error&) {
-        if (comm.rank() == 0) discard_staging(o.target_dir);
-        throw;
-    }
-    const double copy_seconds = seconds_since(copy_start);
-    const auto commit_start = Clock::now();
-    collective_step(comm, [&] {
-        if (comm.rank() != 0) return;
-        for (const auto& note : commit_staging(o.target_dir, o.force, in.config.dir, tensors, layout, generated_files(in)))
-            if (!o.quiet) out << "vmerge: " << note << "\n";
-    }, staging);
-    const double commit_seconds = seconds_since(commit_start);
+    const OutputLayout& layout = output->layout();
+    const double plan_seconds = written.plan_seconds, copy_seconds = written.copy_seconds,
+                 commit_seconds = written.commit_seconds;
+    const bool resumed = written.resumed;
+    const CopyStats& stats = written.stats;
 
     nlohmann::ordered_json mine = {
         {"rank", comm.rank()}, {"host", comm.host()}, {"scan_s", in.scan_seconds}, {"map_s", in.map_seconds},
