@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "output/output_format.h"
+#include "output/safetensors/safetensors_folder.h"
 
 namespace vmerge {
 
