@@ -15,6 +15,7 @@
 #include "mapping/output_rules.h"
 #include "formats/registry.h"
 #include "output/hdf5/zstd_codec.h"
+#include "output/registry.h"
 
 namespace vmerge {
 namespace po = boost::program_options;
@@ -155,13 +156,13 @@ void check_backend(const Options& o) {
 
 // --format: what merge writes (its names are checked in check_format).
 void add_format_option(po::options_description& group, Options& o) {
-    group.add_options()("format", po::value(&o.format)->default_value("safetensors"),
-                        "safetensors | hdf5 (one model.h5 archive, written with parallel HDF5; docs/hdf5.md)");
+    static const std::string help = output_format_help();
+    group.add_options()("format", po::value(&o.format)->default_value(output_formats().front().name), help.c_str());
 }
 
+// --format: its values come from the output format registry.
 void check_format(const Options& o) {
-    if (o.format != "safetensors" && o.format != "hdf5")
-        throw UsageError("--format " + o.format + ": expected safetensors or hdf5");
+    if (!find_output_format(o.format)) throw UsageError("--format " + o.format + ": expected " + output_format_choices());
 }
 
 void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {

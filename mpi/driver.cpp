@@ -13,6 +13,8 @@
 #include "check_commands.h"
 #include "collective_step.h"
 #include "core/error.h"
+#include "output/registry.h"
+#include "output_stage.h"
 #include "core/stopwatch.h"
 #include "exec/copy_executor.h"
 #include "hdf5_commands.h"
@@ -111,116 +113,11 @@ void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& 
     });
 }
 
-// What executing and committing the safetensors output gave this rank.
-struct WriteOutcome {
-    bool resumed = false;
-    CopyStats stats;
-    double copy_seconds = 0, commit_seconds = 0;
-};
-
-// Rank 0: a fresh staging folder, or the interrupted one --resume continues.
-bool open_staging(const Options& o, Comm& comm, const MergeInputs& in, const OutputLayout& layout, uint64_t budget,
-                  std::ostream& out) {
-    bool resumed = false;
-    collective_step(comm, [&] {
-        if (comm.rank() != 0) return;
-        const StagingState state = prepare_staging(o.target_dir, o.force, o.resume, layout,
-                                                   merge_identity(in, layout, comm, budget), input_folders(o, in));
-        resumed = state.resumed;
-        if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
-    });
-    return resumed;
-}
-
-// Execute: every rank copies its rows into the staging folder (skipping, with --resume, the
-// blocks an earlier run wrote); the CRC-32 partials and any mismatch come back for the check.
-CopyStats copy_rows(const Options& o, Comm& comm, const MergeInputs& in, const MergePlan& plan, uint64_t budget,
-                    std::string& crc_partials, std::string& crc_mismatch, std::ostream& out, std::ostream& err) {
-    const std::string staging = staging_path(o.target_dir);
-    const auto& tensors = in.mapping().tensors;
-    CopyStats stats;
-    std::unique_ptr<ProgressMonitor> progress;
-    const bool terminal = ::isatty(STDOUT_FILENO) != 0;
-    if (comm.rank() == 0 && !o.quiet && o.progress != 0)
-        progress = std::make_unique<ProgressMonitor>(staging, plan.layout.total_size, comm.size(),
-                                                     o.progress > 0 ? o.progress : (terminal ? 1 : 30),
-                                                     terminal && o.progress < 0, out);
-    collective_step(comm, [&] {
-        std::map<BlockKey, WrittenBlock> done;
-        if (o.resume) done = blocks_by_key(read_journals(staging));
-        JournalWriter journal(staging, comm.rank());
-        OutputWriter writer(staging, tensors, plan.layout, &journal);
-        CopyExecutor executor(in.mapping(), budget, in.quantize ? &*in.quantize : nullptr, compute_threads(comm));
-        executor.defer_crc_mismatches();
-        const int delay = block_delay_ms();
-        try {
-            executor.run(
-                plan.work[comm.rank()],
-                [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
-                    writer.write(t, row, row_end, data, size);
-                    if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-                },
-                [&](size_t t, int64_t row, int64_t row_end) {
-                    auto it = done.find({t, row, row_end});
-                    return it != done.end() && writer.holds(it->second);
-                });
-            writer.finish();
-            mark_rank_done(staging, comm.rank());
-        } catch (const std::exception& e) {
-            // The staging folder stays for --resume.
-            abort_all_ranks(comm, err, e.what(), staging);
-            throw;
-        }
-        stats = executor.stats();
-        crc_partials = executor.crcs().partial_records();
-        crc_mismatch = executor.crcs().mismatch();
-    }, staging);
-    return stats;
-}
-
-// Every rank's CRC mismatch, and records split over ranks, are checked here, before the
-// commit; output staged from damaged bytes is not worth a --resume, so it is discarded.
-void check_record_crcs(const Options& o, Comm& comm, const std::string& crc_partials, const std::string& crc_mismatch,
-                       std::ostream& out) {
-    const auto crc_pieces = comm.allgather(crc_partials);
-    try {
-        collective_step(comm, [&] {
-            if (!crc_mismatch.empty()) throw Error(crc_mismatch);
-            const std::string note = comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
-            if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
-        });
-    } catch (const Error&) {
-        if (comm.rank() == 0) discard_staging(o.target_dir);
-        throw;
-    }
-}
-
-// Execute and commit the safetensors folder: staging, every rank's rows, the CRC check, and
-// rank 0 moving the finished folder into place.
-WriteOutcome write_safetensors_folder(const Options& o, Comm& comm, const MergeInputs& in, const MergePlan& plan,
-                                      uint64_t budget, std::ostream& out, std::ostream& err) {
-    WriteOutcome w;
-    w.resumed = open_staging(o, comm, in, plan.layout, budget, out);
-    const auto copy_start = Clock::now();
-    std::string crc_partials, crc_mismatch;
-    w.stats = copy_rows(o, comm, in, plan, budget, crc_partials, crc_mismatch, out, err);
-    check_record_crcs(o, comm, crc_partials, crc_mismatch, out);
-    w.copy_seconds = seconds_since(copy_start);
-    const auto commit_start = Clock::now();
-    collective_step(comm, [&] {
-        if (comm.rank() != 0) return;
-        for (const auto& note : commit_staging(o.target_dir, o.force, in.config.dir, in.mapping().tensors, plan.layout,
-                                               generated_files(in)))
-            if (!o.quiet) out << "vmerge: " << note << "\n";
-    }, staging_path(o.target_dir));
-    w.commit_seconds = seconds_since(commit_start);
-    return w;
-}
 
 // Report: every rank's record to rank 0, which writes --log_json and prints the summary.
-void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const MergePlan& plan, const WriteOutcome& w,
-                  Clock::time_point start, uint64_t budget, std::ostream& out) {
-    const RankMergeRecord mine{comm.rank(), comm.host(), in.scan_seconds, in.map_seconds, plan.seconds,
+void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const OutputLayout& layout,
+                  const OutputResult& w, Clock::time_point start, uint64_t budget, std::ostream& out) {
+    const RankMergeRecord mine{comm.rank(), comm.host(), in.scan_seconds, in.map_seconds, w.plan_seconds,
                                w.copy_seconds, w.commit_seconds, w.stats, peak_rss_bytes()};
     const auto gathered = comm.allgather(rank_record_json(mine).dump());
     if (comm.rank() != 0) return;
@@ -231,8 +128,8 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Mer
     s.local_dir = o.local_dir;
     s.target_dir = o.target_dir;
     s.ranks = comm.size();
-    s.total_bytes = plan.layout.total_size;
-    s.files = plan.layout.files.size();
+    s.total_bytes = layout.total_size;
+    s.files = layout.files.size();
     s.max_memory = budget;
     s.tensors = tensors.size();
     s.adapter_tensors = std::count_if(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return t.adapter; });
@@ -245,11 +142,14 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Mer
     if (!o.quiet) print_merge_summary(s, out);
 }
 
-// The archive holds one model: an adapter is folded in or not merged at all.
-void refuse_hdf5_adapter(const Options& o, const MergeInputs& in) {
-    if (o.format == "hdf5" && in.lora.found && !o.merge_lora)
-        throw Error(o.local_dir + " holds a LoRA adapter: --format hdf5 writes no lora_adapter/ folder; pass "
-                                  "--merge_lora to fold it into the archived weights, or merge to safetensors");
+// What the merge gives its output format: the command line's options, the HF folder to copy
+// and the files the merge writes itself (config.json, adapter_config.json).
+OutputOptions merge_output_options(const Options& o, const Comm& comm, const MergeInputs& in, uint64_t budget) {
+    OutputOptions options = output_options(o, comm, budget);
+    options.resumable = true;
+    options.hf_dir = in.config.dir;
+    options.generated = generated_files(in);
+    return options;
 }
 
 // discover -> scan -> map (load_inputs), then plan -> execute -> commit, then the report.
@@ -261,22 +161,28 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
     if (is_archive_backend(o.backend)) {
         guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
-        return convert_hdf5_archive(o, comm, budget, out);
+        return convert_hdf5_archive(o, comm, budget, out, err);
     }
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
     guard_target(o, comm, input_folders(o, in), lock);
-    refuse_hdf5_adapter(o, in);
+    const auto output = make_output_format(o.format, merge_output_options(o, comm, in, budget));
+    output->check_adapter(o.local_dir, in.lora.found && !o.merge_lora);
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
-    if (o.format == "hdf5") {
-        const auto generated = generated_files(in);
-        return write_hdf5_archive(o, comm, std::move(in.mapped.mapping), in.config.dir, generated, budget,
-                                  compute_threads(comm), out, err);
+    const auto write_start = Clock::now();
+    OutputRun run;
+    run.quantize = in.quantize ? &*in.quantize : nullptr;
+    run.threads = compute_threads(comm);
+    run.identity = [&](const OutputLayout& planned) { return merge_identity(in, planned, comm, budget); };
+    run.inputs = input_folders(o, in);
+    const OutputResult written = write_output(*output, in.mapped.mapping, run, o, comm, out, err);
+    if (output->has_summary()) {  // a format that reports itself (the archive)
+        if (comm.rank() == 0 && !o.quiet)
+            for (const auto& line : output->summary(seconds_since(write_start), written.copy_seconds)) out << line << "\n";
+        return 0;
     }
-    const MergePlan plan = plan_merge(in.mapping().tensors, o, comm.size());
-    const WriteOutcome written = write_safetensors_folder(o, comm, in, plan, budget, out, err);
-    report_merge(o, comm, in, plan, written, start, budget, out);
+    report_merge(o, comm, in, output->layout(), written, start, budget, out);
     return 0;
 }
 

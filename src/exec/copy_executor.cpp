@@ -137,13 +137,14 @@ CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, co
     : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize),
       threads_(std::max(1, threads)), skip_crc_(std::getenv("VMERGE_BENCH_SKIP_CRC") != nullptr) {}
 
-const InputFile& CopyExecutor::open(const std::string& path) {
-    auto& slot = files_[path];
-    if (!slot) slot = std::make_unique<InputFile>(path);
+const SourceReader& CopyExecutor::open(const std::string& file) {
+    auto& slot = files_[file];
+    if (!slot) slot = opener_(file);
     return *slot;
 }
 
-void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip) {
+void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip,
+                       const TaskDone& task_done) {
     PipelinedSink writer(sink);
     std::vector<unsigned char> out;  // the block handed to the writer thread
     std::vector<unsigned char> scales, zeros;
@@ -254,6 +255,10 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
             out = writer.submit(task.tensor, row, end, std::move(out), std::pair{lora ? DType::F32 : t.source_dtype, t.dtype});
             stats_.bytes_written += rows * out_row;
         }
+        if (task_done) {
+            writer.drain();
+            task_done(task);
+        }
     }
     const auto seconds = writer.drain();
     stats_.sink_seconds = seconds.write;
@@ -279,7 +284,7 @@ const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
     return lora_factors_;
 }
 
-void CopyExecutor::read(const StorageRef& storage, const InputFile& file, uint64_t offset, unsigned char* out,
+void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out,
                         uint64_t length) {
     const auto start = Clock::now();
     file.read_exact(offset, out, length, "tensor data");
@@ -323,7 +328,7 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
         last_src += (src_start[d] + extent[d] - 1) * src.stride[d];
         first_dst += dst_start[d] * dst_strides[d];
     }
-    const InputFile& file = open(src.storage.file);
+    const SourceReader& file = open(src.storage.file);
     const uint64_t file_offset = src.storage.byte_offset + static_cast<uint64_t>(first_src) * esize;
     const uint64_t span = static_cast<uint64_t>(last_src - first_src + 1) * esize;
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "io/input_file.h"
+#include "exec/source_reader.h"
 #include "exec/lora_kernel.h"
 #include "mapping/quantization.h"
 #include "plan/rank_work.h"
@@ -47,7 +47,13 @@ public:
     // `skip` (optional) is asked before each block is assembled; true means an earlier run
     // already wrote it (resume), so its sources are not read at all.
     using SkipBlock = std::function<bool(size_t tensor, int64_t row_begin, int64_t row_end)>;
-    void run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip = {});
+    // `task_done` (optional) is called on this thread once every block of a task has been
+    // through the sink (a format that writes whole pieces collectively writes them there).
+    using TaskDone = std::function<void(const WriteTask& task)>;
+    void run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip = {},
+             const TaskDone& task_done = {});
+    // Sources are files read with pread unless another opener is given (before run).
+    void read_sources_with(SourceOpener opener) { opener_ = std::move(opener); }
     const CopyStats& stats() const { return stats_; }
     // The CRC-32 of every ZIP record byte read; records read whole are already checked (a
     // mismatch throws from run), records read in part are for complete_record_crcs.
@@ -56,11 +62,11 @@ public:
     void defer_crc_mismatches() { crcs_.defer_mismatches(); }
 
 private:
-    const InputFile& open(const std::string& path);
+    const SourceReader& open(const std::string& file);
     // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
     const LoraFactors& lora_factors(size_t delta);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
-    void read(const StorageRef& storage, const InputFile& file, uint64_t offset, unsigned char* out, uint64_t length);
+    void read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out, uint64_t length);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
                   const Shape& block_shape, const Shape& dst_start, unsigned char* block);
 
@@ -71,7 +77,8 @@ private:
     std::vector<float> floats_;
     std::vector<unsigned char> cast_;
     std::vector<int32_t> zero_points_;
-    std::map<std::string, std::unique_ptr<InputFile>> files_;
+    SourceOpener opener_ = open_source_file;
+    std::map<std::string, std::unique_ptr<SourceReader>> files_;
     std::vector<unsigned char> block_;
     std::vector<unsigned char> span_;
     std::optional<size_t> lora_factors_for_;

@@ -1,12 +1,15 @@
 #include "output/hdf5/archive_reader.h"
 
 #include <filesystem>
+#include <iomanip>
 #include <map>
+#include <sstream>
 
 #include "output/hdf5/archive_layout.h"
 #include "output/hdf5/h5z_zstd_filter.h"
 #include "output/hdf5/row_selection.h"
 #include "core/error.h"
+#include "core/human_units.h"
 #include "io/input_file.h"
 
 namespace vmerge {
@@ -184,6 +187,24 @@ std::vector<ArchiveDtypeStorage> archive_storage_by_dtype(const std::vector<Arch
     std::vector<ArchiveDtypeStorage> out;
     for (auto& [_, s] : by) out.push_back(s);
     return out;
+}
+
+std::string archive_ratio_text(uint64_t bytes, uint64_t stored) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(3) << (stored ? static_cast<double>(bytes) / static_cast<double>(stored) : 0.0);
+    return s.str();
+}
+
+std::vector<std::string> archive_storage_lines(const std::vector<ArchiveTensor>& tensors) {
+    std::vector<std::string> lines;
+    for (const auto& s : archive_storage_by_dtype(tensors)) {
+        std::ostringstream line;
+        line << std::left << std::setw(5) << safetensors_name(s.dtype) << std::right << " " << s.tensors << " tensors, "
+             << human_bytes(s.bytes) << " -> " << human_bytes(s.stored_bytes) << " stored (ratio "
+             << archive_ratio_text(s.bytes, s.stored_bytes) << ")";
+        lines.push_back(line.str());
+    }
+    return lines;
 }
 
 }  // namespace vmerge

@@ -54,4 +54,9 @@ struct ArchiveDtypeStorage {
 };
 std::vector<ArchiveDtypeStorage> archive_storage_by_dtype(const std::vector<ArchiveTensor>& tensors);
 
+// "1.234": bytes / stored, three decimals (0 when nothing is stored).
+std::string archive_ratio_text(uint64_t bytes, uint64_t stored);
+// One line per dtype: "bf16  12 tensors, 1.0 MiB -> 700 KiB stored (ratio 1.463)".
+std::vector<std::string> archive_storage_lines(const std::vector<ArchiveTensor>& tensors);
+
 }  // namespace vmerge

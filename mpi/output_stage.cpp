@@ -1,0 +1,139 @@
+#include "output_stage.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include <unistd.h>
+
+#include "collective_step.h"
+#include "core/bounded_number.h"
+#include "core/error.h"
+#include "core/stopwatch.h"
+#include "io/record_crc.h"
+#include "report/progress_monitor.h"
+
+namespace vmerge {
+namespace {
+
+// Test hook: VMERGE_TEST_BLOCK_DELAY_MS slows every written block down, so tests can kill a
+// rank or interrupt a merge while it is writing.
+int block_delay_ms() {
+    const char* text = std::getenv("VMERGE_TEST_BLOCK_DELAY_MS");
+    return text ? static_cast<int>(parse_int_within(text, 0, 600000).value_or(0)) : 0;
+}
+
+// This rank's share: the executor over the format's tasks, into the format's sink.
+void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const OutputRun& run, Comm& comm,
+                     std::ostream& err, OutputResult& result, std::string& crc_partials, std::string& crc_mismatch) {
+    const std::string staging = staging_path(output.options().target);
+    const bool resumable = output.options().resumable;
+    // A resumable output opens outside the failure handling below: a staging folder it cannot
+    // open is left as it is, and reported by every rank together.
+    if (resumable) output.open();
+    try {
+        if (!resumable) output.open();
+        CopyExecutor executor(mapping, output.executor_memory(), run.quantize, run.threads);
+        if (run.sources) executor.read_sources_with(run.sources);
+        if (resumable) executor.defer_crc_mismatches();
+        const int delay = block_delay_ms();
+        executor.run(
+            output.tasks(),
+            [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
+                output.write(t, row, row_end, data, size);
+                if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+            },
+            [&](size_t t, int64_t row, int64_t row_end) { return output.holds(t, row, row_end); },
+            [&](const WriteTask& task) { output.task_done(task); });
+        output.finish();
+        if (resumable) mark_rank_done(staging, comm.rank());
+        result.stats = executor.stats();
+        crc_partials = executor.crcs().partial_records();
+        crc_mismatch = executor.crcs().mismatch();
+    } catch (const std::exception& e) {
+        // The others may wait in a collective call this rank will never join, or copy on for
+        // nothing; a resumable staging folder stays for --resume.
+        if (resumable || output.collective()) abort_all_ranks(comm, err, e.what(), resumable ? staging : "");
+        output.abandon();
+        throw;
+    }
+}
+
+}  // namespace
+
+OutputOptions output_options(const Options& o, const Comm& comm, uint64_t max_memory) {
+    OutputOptions options;
+    options.target = o.target_dir;
+    options.force = o.force;
+    options.resume = o.resume;
+    options.max_shard_size = o.max_shard_size;
+    options.zstd_level = o.zstd_level;
+    options.chunk_bytes = o.hdf5_chunk_size;
+    options.max_memory = max_memory;
+    options.rank = comm.rank();
+    options.ranks = comm.size();
+    return options;
+}
+
+OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const OutputRun& run, const Options& o,
+                          Comm& comm, std::ostream& out, std::ostream& err) {
+    OutputResult result;
+    const std::string staging = staging_path(o.target_dir);
+    const std::string hint = output.options().resumable ? staging : "";
+    const auto plan_start = Clock::now();
+    collective_step(comm, [&] { output.check(mapping); });
+    output.plan(mapping);
+    const OutputLayout& layout = output.layout();
+    result.plan_seconds = seconds_since(plan_start);
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        const StagingState state = output.prepare(run.identity(layout), run.inputs);
+        result.resumed = state.resumed;
+        if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
+    });
+    collective_step(comm, [&] {
+        const auto notes = output.gather_files();
+        if (comm.rank() == 0 && !o.quiet)
+            for (const auto& note : notes) out << "vmerge: " << note << "\n";
+    });
+    std::string crc_partials, crc_mismatch;
+    const auto copy_start = Clock::now();
+    {
+        std::unique_ptr<ProgressMonitor> progress;
+        const bool terminal = ::isatty(STDOUT_FILENO) != 0;
+        if (output.options().resumable && comm.rank() == 0 && !o.quiet && o.progress != 0)
+            progress = std::make_unique<ProgressMonitor>(staging, layout.total_size, comm.size(),
+                                                         o.progress > 0 ? o.progress : (terminal ? 1 : 30),
+                                                         terminal && o.progress < 0, out);
+        collective_step(comm, [&] { copy_rank_share(output, mapping, run, comm, err, result, crc_partials, crc_mismatch); },
+                        hint);
+    }
+    if (output.options().resumable) {
+        // Every rank's CRC mismatch, and records split over ranks, are checked here, before the
+        // commit; output staged from damaged bytes is not worth a --resume, so it is discarded.
+        const auto crc_pieces = comm.allgather(crc_partials);
+        try {
+            collective_step(comm, [&] {
+                if (!crc_mismatch.empty()) throw Error(crc_mismatch);
+                const std::string note =
+                    comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
+                if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
+            });
+        } catch (const Error&) {
+            if (comm.rank() == 0) discard_staging(o.target_dir);
+            throw;
+        }
+    }
+    result.copy_seconds = seconds_since(copy_start);
+    const auto commit_start = Clock::now();
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        for (const auto& note : output.commit())
+            if (!o.quiet) out << "vmerge: " << note << "\n";
+    }, hint);
+    result.commit_seconds = seconds_since(commit_start);
+    return result;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,57 @@
+#include "output/registry.h"
+
+#include "core/error.h"
+#include "output/hdf5/hdf5_output.h"
+#include "output/safetensors/safetensors_output.h"
+
+namespace vmerge {
+namespace {
+
+template <typename Format>
+std::unique_ptr<OutputFormat> make(OutputOptions options) {
+    return std::make_unique<Format>(std::move(options));
+}
+
+}  // namespace
+
+const std::vector<OutputFormatInfo>& output_formats() {
+    static const std::vector<OutputFormatInfo> formats = {
+        {"safetensors", "", make<SafetensorsOutput>},
+        {"hdf5", "one model.h5 archive, written with parallel HDF5; docs/hdf5.md", make<Hdf5Output>},
+    };
+    return formats;
+}
+
+const OutputFormatInfo* find_output_format(const std::string& name) {
+    for (const auto& f : output_formats())
+        if (f.name == name) return &f;
+    return nullptr;
+}
+
+std::unique_ptr<OutputFormat> make_output_format(const std::string& name, OutputOptions options) {
+    const OutputFormatInfo* format = find_output_format(name);
+    if (!format) throw Error("--format " + name + ": expected " + output_format_choices());
+    return format->make(std::move(options));
+}
+
+std::string output_format_help() {
+    std::string help;
+    for (const auto& f : output_formats()) {
+        if (!help.empty()) help += " | ";
+        help += f.name;
+        if (!f.help.empty()) help += " (" + f.help + ")";
+    }
+    return help;
+}
+
+std::string output_format_choices() {
+    const auto& formats = output_formats();
+    std::string choices;
+    for (size_t i = 0; i < formats.size(); ++i) {
+        if (i) choices += i + 1 == formats.size() ? " or " : ", ";
+        choices += formats[i].name;
+    }
+    return choices;
+}
+
+}  // namespace vmerge

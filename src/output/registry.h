@@ -1,0 +1,34 @@
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "output/output_format.h"
+
+namespace vmerge {
+
+// One output format a merge can write (--format): its name and what it is, for --help.
+struct OutputFormatInfo {
+    std::string name;
+    std::string help;  // "" when the name says it all
+    std::function<std::unique_ptr<OutputFormat>(OutputOptions)> make;
+};
+
+// Every output format, the default first. Adding a format: src/output/<new>/ and one line in
+// registry.cpp (docs/design-outputs.md).
+const std::vector<OutputFormatInfo>& output_formats();
+
+// The format named `name`, or nullptr.
+const OutputFormatInfo* find_output_format(const std::string& name);
+
+// The writer of format `name` for one merge; Error when there is no such format.
+std::unique_ptr<OutputFormat> make_output_format(const std::string& name, OutputOptions options);
+
+// "safetensors | hdf5 (one model.h5 archive, ...)": the --format help.
+std::string output_format_help();
+
+// "safetensors or hdf5": the choices, for the error on an unknown --format.
+std::string output_format_choices();
+
+}  // namespace vmerge

@@ -1,0 +1,50 @@
+#include "output/safetensors/safetensors_output.h"
+
+namespace vmerge {
+
+void SafetensorsOutput::plan(TensorMapping& mapping) {
+    tensors_ = &mapping.tensors;
+    layout_ = plan_output_layout(mapping.tensors, options_.max_shard_size);
+    work_ = plan_rank_work(mapping.tensors, layout_, options_.ranks).at(options_.rank);
+}
+
+StagingState SafetensorsOutput::prepare(const ResumeIdentity& identity, const std::vector<InputFolder>& inputs) {
+    return prepare_staging(options_.target, options_.force, options_.resume, layout_, identity, inputs);
+}
+
+void SafetensorsOutput::open() {
+    const std::string staging = staging_path(options_.target);
+    if (options_.resume) done_ = blocks_by_key(read_journals(staging));
+    journal_ = std::make_unique<JournalWriter>(staging, options_.rank);
+    writer_ = std::make_unique<OutputWriter>(staging, *tensors_, layout_, journal_.get());
+}
+
+void SafetensorsOutput::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
+                              size_t size) {
+    writer_->write(tensor, row_begin, row_end, data, size);
+}
+
+bool SafetensorsOutput::holds(size_t tensor, int64_t row_begin, int64_t row_end) {
+    auto it = done_.find({tensor, row_begin, row_end});
+    return it != done_.end() && writer_->holds(it->second);
+}
+
+void SafetensorsOutput::finish() { writer_->finish(); }
+
+void SafetensorsOutput::abandon() {
+    writer_.reset();
+    journal_.reset();
+    // Without --resume in prospect (an archive converted back), nothing staged is kept.
+    if (!options_.resumable) discard_staging(options_.target);
+}
+
+std::vector<std::string> SafetensorsOutput::commit() {
+    try {
+        return commit_staging(options_.target, options_.force, options_.hf_dir, *tensors_, layout_, options_.generated);
+    } catch (...) {
+        if (!options_.resumable) discard_staging(options_.target);
+        throw;
+    }
+}
+
+}  // namespace vmerge

@@ -1,0 +1,196 @@
+// Unit tests for the output stage: the registry of output formats (--format's choices and help),
+// the write stage's calls into a format (a fake one, one-rank Comm), an archive written by
+// Hdf5Output through that stage, and an archive read back through the copy executor (archive ->
+// HF conversion's source).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "exec/copy_executor.h"
+#include "output/hdf5/archive_layout.h"
+#include "output/hdf5/archive_reader.h"
+#include "output/hdf5/archive_source.h"
+#include "output/hdf5/archive_writer.h"
+#include "output/registry.h"
+#include "output_stage.h"
+#include "single_rank_comm.h"
+#include "test_support.h"
+
+namespace vmerge {
+namespace {
+
+TEST(OutputFormats, RegistryListsSafetensorsFirstThenHdf5) {
+    ASSERT_EQ(output_formats().size(), 2u);
+    EXPECT_EQ(output_formats()[0].name, "safetensors");
+    EXPECT_EQ(output_formats()[1].name, "hdf5");
+    EXPECT_NE(find_output_format("hdf5"), nullptr);
+    EXPECT_EQ(find_output_format("gguf"), nullptr);
+    EXPECT_EQ(output_format_choices(), "safetensors or hdf5");
+    EXPECT_EQ(output_format_help(),
+              "safetensors | hdf5 (one model.h5 archive, written with parallel HDF5; docs/hdf5.md)");
+}
+
+// Bytes in memory as the executor's source.
+class BytesSource final : public SourceReader {
+public:
+    explicit BytesSource(std::vector<unsigned char> bytes) : bytes_(std::move(bytes)) {}
+    void read_exact(uint64_t offset, void* out, uint64_t length, const char*) const override {
+        std::memcpy(out, bytes_.data() + offset, length);
+    }
+
+private:
+    std::vector<unsigned char> bytes_;
+};
+
+// One F32 tensor "w" of `rows` x 2, copied from a source of bytes 0, 1, 2, ...
+TensorMapping one_tensor_mapping(int64_t rows) {
+    TensorMapping mapping;
+    TensorRef source;
+    source.dtype = DType::F32;
+    source.shape = {rows, 2};
+    source.stride = contiguous_strides(source.shape);
+    source.storage.file = "bytes";
+    mapping.sources.push_back(source);
+    OutputTensor t = testing::tensor("model.w.weight", DType::F32, {rows, 2});
+    t.copies.push_back({0, {0, 0}, {0, 0}, {rows, 2}});
+    mapping.tensors.push_back(t);
+    return mapping;
+}
+
+SourceOpener bytes_opener(size_t n) {
+    return [n](const std::string&) -> std::unique_ptr<SourceReader> {
+        std::vector<unsigned char> bytes(n);
+        for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<unsigned char>(i);
+        return std::make_unique<BytesSource>(std::move(bytes));
+    };
+}
+
+// Records what the write stage asks of it.
+class RecordingFormat final : public OutputFormat {
+public:
+    explicit RecordingFormat(OutputOptions options) : OutputFormat(std::move(options)) {}
+    mutable std::vector<std::string> calls;  // check() is const
+    std::vector<unsigned char> written;
+
+    void check(const TensorMapping&) const override { calls.push_back("check"); }
+    void plan(TensorMapping& mapping) override {
+        calls.push_back("plan");
+        layout_.total_size = mapping.tensors[0].nbytes();
+        written.resize(layout_.total_size);
+    }
+    const OutputLayout& layout() const override { return layout_; }
+    StagingState prepare(const ResumeIdentity&, const std::vector<InputFolder>&) override {
+        calls.push_back("prepare");
+        return {};
+    }
+    std::vector<std::string> gather_files() override {
+        calls.push_back("gather_files");
+        return {"a note"};
+    }
+    void open() override { calls.push_back("open"); }
+    std::vector<WriteTask> tasks() const override { return {{0, 0, 2}, {0, 2, 4}}; }
+    void write(size_t, int64_t row, int64_t, const unsigned char* data, size_t size) override {
+        std::memcpy(written.data() + row * 8, data, size);
+    }
+    void task_done(const WriteTask& task) override { calls.push_back("task_done " + std::to_string(task.row_end)); }
+    void finish() override { calls.push_back("finish"); }
+    void abandon() override { calls.push_back("abandon"); }
+    std::vector<std::string> commit() override {
+        calls.push_back("commit");
+        return {};
+    }
+
+private:
+    OutputLayout layout_;
+};
+
+TEST(OutputStage, CallsTheFormatInItsOrder) {
+    SingleRankComm comm;
+    Options o;
+    o.target_dir = "unused";
+    RecordingFormat format(output_options(o, comm, 1 << 20));
+    TensorMapping mapping = one_tensor_mapping(4);
+    OutputRun run;
+    run.sources = bytes_opener(32);
+    run.identity = [](const OutputLayout&) { return ResumeIdentity{}; };
+    std::ostringstream out, err;
+    write_output(format, mapping, run, o, comm, out, err);
+    EXPECT_EQ(format.calls, (std::vector<std::string>{"check", "plan", "prepare", "gather_files", "open", "task_done 2",
+                                                      "task_done 4", "finish", "commit"}));
+    EXPECT_EQ(out.str(), "vmerge: a note\n");
+    std::vector<unsigned char> expected(32);
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<unsigned char>(i);
+    EXPECT_EQ(format.written, expected);
+}
+
+// --format hdf5 through the write stage, one process (sec2): the archive holds the rows and the
+// generated files, and the staging folder is renamed into place.
+TEST(OutputStage, Hdf5OutputWritesTheArchive) {
+    testing::TempDir dir;
+    SingleRankComm comm;
+    Options o;
+    o.target_dir = dir.path() + "/out";
+    o.zstd_level = 3;
+    o.hdf5_chunk_size = 16;  // two rows per chunk
+    OutputOptions options = output_options(o, comm, 1 << 20);
+    options.generated = {{"config.json", "{}\n"}};
+    const auto format = make_output_format("hdf5", std::move(options));
+    EXPECT_FALSE(format->options().resumable);
+    TensorMapping mapping = one_tensor_mapping(5);
+    OutputRun run;
+    run.sources = bytes_opener(40);
+    run.identity = [](const OutputLayout&) { return ResumeIdentity{}; };
+    std::ostringstream out, err;
+    write_output(*format, mapping, run, o, comm, out, err);
+    EXPECT_EQ(mapping.tensors[0].row_align, 2);  // chunks of 2 rows, one writer each
+    EXPECT_FALSE(std::filesystem::exists(staging_path(o.target_dir)));
+    ArchiveReader reader(o.target_dir + "/" + kArchiveFileName);
+    ASSERT_EQ(reader.tensors().size(), 1u);
+    EXPECT_EQ(reader.tensors()[0].chunk_rows, 2);
+    std::vector<unsigned char> back(40), expected(40);
+    for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<unsigned char>(i);
+    reader.read_rows(0, 0, 5, back.data());
+    EXPECT_EQ(back, expected);
+    EXPECT_EQ(reader.files(), (std::vector<std::pair<std::string, std::string>>{{"config.json", "{}\n"}}));
+}
+
+// Writes an archive (compressed in chunks of 2 rows, and contiguous), then reads it back with
+// the executor through archive_source_opener: the bytes come back as written.
+TEST(OutputFormats, ArchiveIsASourceOfTheExecutor) {
+    testing::TempDir dir;
+    const std::string path = dir.path() + "/" + kArchiveFileName;
+    std::vector<OutputTensor> tensors = {testing::tensor("model.a.weight", DType::BF16, {7, 3}),
+                                         testing::tensor("model.b.bias", DType::F32, {5})};
+    std::vector<std::vector<unsigned char>> data;
+    for (const auto& t : tensors) {
+        data.emplace_back(t.nbytes());
+        for (size_t i = 0; i < data.back().size(); ++i) data.back()[i] = static_cast<unsigned char>(i * 7 + data.size());
+    }
+    {
+        ArchiveWriter writer(path, tensors, {2, 0}, 3);
+        for (size_t t = 0; t < tensors.size(); ++t) writer.write_rows(t, 0, tensors[t].shape[0], data[t].data());
+        writer.write_index({tensors[0].nbytes() + tensors[1].nbytes(), {tensors[0].name, tensors[1].name}, "zstd:3"});
+        writer.close();
+    }
+    ArchiveReader reader(path);
+    const TensorMapping mapping = archive_source_mapping(reader.tensors());
+    ASSERT_EQ(mapping.tensors.size(), 2u);
+    EXPECT_EQ(mapping.tensors[0].row_align, 2);  // whole chunks per block
+    EXPECT_EQ(mapping.tensors[1].row_align, 1);
+    CopyExecutor executor(mapping, 1 << 20);
+    executor.read_sources_with(archive_source_opener(reader));
+    std::vector<std::vector<unsigned char>> back = {std::vector<unsigned char>(data[0].size()),
+                                                    std::vector<unsigned char>(data[1].size())};
+    executor.run({{0, 0, 3}, {0, 3, 7}, {1, 0, 5}},
+                 [&](size_t t, int64_t row, int64_t, const unsigned char* bytes, size_t size) {
+                     std::memcpy(back[t].data() + row * static_cast<int64_t>(row_bytes(tensors[t])), bytes, size);
+                 });
+    EXPECT_EQ(back, data);
+}
+
+}  // namespace
+}  // namespace vmerge
