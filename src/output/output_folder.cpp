@@ -163,7 +163,9 @@ void publish_staging(const std::string& target, bool force, const std::map<std::
     // The journal is not part of the output, but must outlive a failed rename for --resume.
     const std::string aside = detached_journal(target);
     std::error_code ec;
-    fs::remove_all(aside, ec);
+    if (fs::exists(fs::symlink_status(aside, ec)))
+        throw Error(aside + ": exists, and the journal must wait there during the final rename; it was not made by "
+                            "this merge, so move it away and rerun with --resume");
     fs::rename(journal_dir(staging), aside, ec);
     if (ec) throw Error(journal_dir(staging) + ": cannot move the journal out of the staging folder: " + ec.message());
     try {
