@@ -66,6 +66,12 @@ echo "ok   resumed: kept $kept, output bit-exact to the uninterrupted merge"
 # A resume under another plan is refused.
 VMERGE_TEST_BLOCK_DELAY_MS=1000 timeout 3 "$mpiexec" --oversubscribe -np 2 "$vmerge" merge "${args[@]}" \
     --target_dir "$work/other" >/dev/null 2>&1
+# mpirun can return before its ranks have finished dying; until they have, their lock rightly
+# says a merge is running, so wait for them (at most 20 s).
+for _ in $(seq 1 200); do
+    pgrep -f "vmerge-mpi merge .*--target_dir $work/other" >/dev/null || break
+    sleep 0.1
+done
 [[ -d $work/.other.vmerge-staging && ! -e $work/other ]] || fail "the interrupted merge did not leave a staging folder"
 "$vmerge" merge --local_dir "$example" --target_dir "$work/other" --resume --max-shard-size 2MB >"$work/other.log" 2>&1 &&
     fail "resumed a staging folder of a different plan"
