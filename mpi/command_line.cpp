@@ -80,12 +80,16 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
             o.zstd_level = static_cast<int>(*value);
         }
     }
-    if (compress_given && o.format != "hdf5") throw UsageError("--compress applies to --format hdf5");
-    if (o.format == "hdf5" && o.command == "merge" && (o.quantize || o.resume))
-        throw UsageError(std::string("--format hdf5 does not combine with ") + (o.quantize ? "--quantize" : "--resume"));
+    const OutputFormatInfo& format = *find_output_format(o.format);
+    if (compress_given && !format.compression)
+        throw UsageError("--compress applies to --format " + output_formats_with(&OutputFormatInfo::compression));
+    if (o.command == "merge" && ((o.quantize && !format.quantized) || (o.resume && !format.resumable)))
+        throw UsageError("--format " + o.format + " does not combine with " + (o.quantize && !format.quantized ? "--quantize" : "--resume"));
     const bool archive_input = is_archive_backend(o.backend);
-    if (o.format == "hdf5" && archive_input)
-        throw UsageError("--backend " + o.backend + " reads an archive; its output is a safetensors folder (drop --format hdf5)");
+    const std::string& folder_format = output_formats().front().name;
+    if (archive_input && o.format != folder_format)
+        throw UsageError("--backend " + o.backend + " reads an archive; its output is a " + folder_format +
+                         " folder (drop --format " + o.format + ")");
     if (archive_input && o.command != "merge" && o.command != "inspect")
         throw UsageError("--backend " + o.backend + " works with merge (archive -> Hugging Face folder) and inspect");
     // An archive converts back as stored: bit for bit what was merged into it.
