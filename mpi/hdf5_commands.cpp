@@ -48,7 +48,7 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
     if (comm.rank() != 0 || o.quiet) return 0;
     const OutputLayout& layout = output->layout();
     out << "vmerge: converted " << mapping.tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
-        << path << " into " << o.target_dir << " (" << layout.files.size() << " file"
+        << path << " into " << o.output.target << " (" << layout.files.size() << " file"
         << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank" << (comm.size() > 1 ? "s" : "")
         << " in " << std::fixed << std::setprecision(2) << seconds_since(start) << " s\n";
     return 0;
