@@ -30,6 +30,7 @@ struct Options {
     std::optional<int> tp_size;
     std::optional<int> pp_size;
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
+    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
     bool allow_unmapped = false;
     bool resume = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
