@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/human_units.h"
 #include "formats/deepspeed/deepspeed_scan.h"
 #include "formats/deepspeed/flat_partition.h"
 
@@ -313,8 +314,8 @@ TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<Scan
     facts["ds_version"] = z.model.ds_version;
     notes.push_back("ZeRO-" + std::to_string(z.stage) + ", tag " + c.tag + ", world size " + std::to_string(z.world) + ", " +
                     std::to_string(z.model.param_shapes.size()) + (z.stage == 3 ? " sub-groups" : " param groups") +
-                    ", " + std::to_string(padding) + " padding elements; fp32 masters " + std::to_string(masters) +
-                    " bytes read, optimizer state " + std::to_string(skipped) + " bytes never read");
+                    ", " + std::to_string(padding) + " padding elements; fp32 masters " + human_bytes(masters) +
+                    " read, optimizer state " + human_bytes(skipped) + " never read");
     return std::move(z.mapping);
 }
 
