@@ -38,3 +38,9 @@ for case in $cases; do
     rm -rf "$target".np*
     echo "ok $case: 1, 2, 3 ranks bit for bit"
 done
+# The tag folder itself as --local_dir (config.json found beside `latest`, one level up), and
+# --tag picking the folder a broken `latest` does not name.
+"$vmerge" test --local_dir "$fixtures/zero3_frozen_tied/checkpoint-5/global_step5/" --test_hf_dir "$fixtures/zero3_frozen_tied.reference"
+"$vmerge" test --local_dir "$fixtures/bad_missing_tag" --tag pytorch_model --hf_config "$fixtures/zero1_fp16_fp32.hf" \
+    --dtype fp32 --test_hf_dir "$fixtures/zero1_fp16_fp32.reference"
+echo "ok: a tag folder as --local_dir, --tag"

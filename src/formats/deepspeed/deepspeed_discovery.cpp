@@ -85,9 +85,10 @@ DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::option
         throw Error((d / "latest_universal").string() + ": a DeepSpeed universal checkpoint; universal checkpoints are "
                                                          "not supported (merge the ZeRO checkpoint it was made from)");
     } else if (has_optim_files(d)) {
-        const fs::path folder = fs::absolute(d).lexically_normal();  // the tag folder itself was given
-        c.tag = (folder.filename().empty() ? folder.parent_path() : folder).filename().string();
-        c.save_dir = d.parent_path().string();
+        fs::path folder = fs::absolute(d).lexically_normal();  // the tag folder itself was given
+        if (folder.filename().empty()) folder = folder.parent_path();
+        c.tag = folder.filename().string();
+        c.save_dir = folder.parent_path().string();
         c.tag_dir = dir;
     } else {
         throw Error(dir + ": no DeepSpeed 'latest' file and no *_optim_states.pt");
