@@ -12,6 +12,8 @@
 #include "formats/simulated/simulated_checkpoint.h"
 #include "io/checksum.h"
 #include "io/input_file.h"
+#include "io/read_once.h"
+#include "io/small_file.h"
 #include "io/record_crc.h"
 #include "mapping/output_rules.h"
 #include "rank_resources.h"
@@ -58,10 +60,30 @@ std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
     return read_on_rank_zero(comm, [&] { return read_hf_config_text(dir); });
 }
 
-// Discover: which backend, which files to scan.
+// Discover: which backend, which files to scan. Rank 0 detects first and hands the files it
+// read to the others (read_once.h), which then detect from them without opening any.
 DetectedCheckpoint discover(const Options& o, Comm& comm) {
     DetectedCheckpoint checkpoint;
-    collective_step(comm, [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration, o.tag); });
+    auto detect = [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration, o.tag); };
+    std::string reads;
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        start_recording_reads();
+        try {
+            detect();
+        } catch (...) {
+            stop_recording_reads();
+            throw;
+        }
+        reads = serialize_small_files(stop_recording_reads());
+    });
+    if (comm.size() == 1) return checkpoint;
+    comm.broadcast(reads, 0);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) return;
+        const ReplayedReads replayed(deserialize_small_files(reads));
+        detect();
+    });
     return checkpoint;
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/input_file.h"
+#include "io/read_once.h"
 #include "pickle/pickle.h"
 
 namespace vmerge {
@@ -93,10 +94,13 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
     namespace fs = std::filesystem;
     const std::string path = dir + "/.metadata";
     if (!fs::exists(path)) throw Error(path + ": missing (not a torch.distributed.checkpoint folder)");
-    InputFile file(path);
-    if (file.size() > (1ull << 31)) throw Error(path + ": " + std::to_string(file.size()) + " bytes is too large for metadata");
-    std::string bytes(file.size(), '\0');
-    file.read_exact(0, bytes.data(), bytes.size(), "DCP metadata");
+    const std::string bytes = read_once(path, [&] {
+        InputFile file(path);
+        if (file.size() > (1ull << 31)) throw Error(path + ": " + std::to_string(file.size()) + " bytes is too large for metadata");
+        std::string text(file.size(), '\0');
+        file.read_exact(0, text.data(), text.size(), "DCP metadata");
+        return text;
+    });
     pickle::Limits limits;
     limits.max_values = 1ull << 28;
     const pickle::ValuePtr root = pickle::load(bytes, path, limits);
