@@ -37,7 +37,6 @@ public:
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
         m.mapping = map_deepspeed(d.deepspeed, scans, ledger, m.facts, m.notes);
-        drop_non_weight_buffers(m.mapping, ledger, m.notes);
     }
 
     bool names_own_tensors() const override { return true; }

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/human_units.h"
+#include "formats/checkpoint.h"
 #include "formats/deepspeed/deepspeed_scan.h"
 #include "formats/deepspeed/flat_partition.h"
 
@@ -294,6 +295,8 @@ TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<Scan
     read_stage_and_world(z);
     index_files(z);
     assemble(z, notes);
+    // Before the rest is dropped as training copies, so a persistent rotary buffer keeps its own reason.
+    drop_non_weight_buffers(z.mapping, ledger, notes);
     const uint64_t skipped = drop_unwritten(z, ledger);
     uint64_t masters = 0, padding = 0;
     for (const auto& g : z.model.param_shapes)

@@ -13,7 +13,8 @@ namespace vmerge {
 // parameters from the fp32 master partitions (box copies out of the flats, moments never
 // read), frozen ones from their fragments, buffers from rank 0's module, aliases as
 // shared_params says. `scans` are the optimizer files (rank order), then the model files.
-// What is not written is dropped in `ledger`: the bit16 module copies, the optimizer state.
+// What is not written is dropped in `ledger`: rotary / _extra_state buffers, the bit16 module
+// copies, the optimizer state.
 // `facts` gets stage, world size, groups, padding and the bytes read and skipped.
 TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans, SourceLedger& ledger,
                             nlohmann::ordered_json& facts, std::vector<std::string>& notes);
