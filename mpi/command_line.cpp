@@ -232,6 +232,9 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
          "64 MiB to 4 GiB; inspect prints it)")
         ("progress", po::value(&o.progress)->default_value(-1),
          "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
+        ("page_cache", po::value(&o.page_cache)->default_value("auto"),
+         "auto | keep | evict: keep what the merge reads and writes in the page cache (auto: when this node's "
+         "share fits in its available memory; inspect says which)")
         ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
         ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
         ("low_cpu_mem_usage", po::bool_switch(&raw.low_cpu_mem_usage),
@@ -375,6 +378,8 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     check_value_flags(o, raw, vm);
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);
+    if (o.page_cache != "auto" && o.page_cache != "keep" && o.page_cache != "evict")
+        throw UsageError("--page_cache " + o.page_cache + ": expected auto, keep or evict");
     parse_archive_options(o, raw.compress, !vm["compress"].defaulted());
     // HDF5's chunk limit is 4 GiB.
     o.output.chunk_bytes = parse_byte_size(raw.hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);

@@ -37,6 +37,7 @@ struct Options {
     bool quiet = false;
     int progress = -1;            // seconds between progress lines; -1: auto, 0: off
     std::string log_json;         // per-rank timings for tuning
+    std::string page_cache = "auto";  // auto | keep | evict (io/page_cache.h)
     // test, inspect.
     std::string test_hf_dir;
     double atol = 0.0;

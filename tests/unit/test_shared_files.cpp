@@ -22,15 +22,7 @@ namespace {
 
 using testing::TempDir;
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
+using testing::error_of;
 TEST(SharedFiles, BroadcastConfigEqualsTheDirectRead) {
     TempDir dir;
     dir.touch("config.json", R"({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "tie_word_embeddings": true})");
