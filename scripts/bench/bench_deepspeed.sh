@@ -26,7 +26,7 @@ fresh_log "$BENCH_DIR/logs" "$OUT" "$PYOUT"
 
 reuse_or_generate "$BENCH_DIR/zero3.params" "size_gb=$SIZE_GB world=$WORLD" "$CKPT" \
     "$PY" scripts/bench/make_bench_deepspeed.py "$CKPT" "$SIZE_GB" "$WORLD"
-IN_BYTES=$(find "$CKPT" -name '*_states.pt' -printf '%s\n' | awk '{s+=$1} END {printf "%d", s}')
+IN_BYTES=$(find "$CKPT" -name '*_states.pt' -printf '%s\n' | awk '{s+=$1} END {printf "%.0f", s}')  # %d stops at 2^31-1 in mawk
 make_rankwrap
 
 wait_for_idle
