@@ -22,6 +22,7 @@ struct Options {
     std::string local_dir;
     std::string hf_config;        // default <local_dir>/huggingface
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
+    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
     std::string dtype = "auto";
     MapOptions map;
     // Quantize (--quantize) and LoRA.
