@@ -154,6 +154,7 @@ OutputOptions merge_output_options(const Options& o, const Comm& comm, const Mer
     options.resumable = true;
     options.page_cache = page_cache_choice(o, comm, in.mapping()).policy;
     options.hf_dir = in.config.dir;
+    if (in.config.dir == in.checkpoint.default_hf_dir) options.hf_training_files = in.checkpoint.training_files;
     options.generated = generated_files(in);
     return options;
 }

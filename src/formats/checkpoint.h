@@ -32,6 +32,9 @@ struct DetectedCheckpoint {
     std::string description;  // for people: "verl FSDP", "Megatron-LM legacy (iteration 20)", ...
     std::string weights_dir;
     std::string default_hf_dir;
+    // Files in default_hf_dir that belong to training, not to the model (names, or "dir/"
+    // prefixes): never copied into the output.
+    std::vector<std::string> training_files;
     std::vector<std::string> notes;
     std::vector<ScanJob> jobs;
     FsdpCheckpoint fsdp;
