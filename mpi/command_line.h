@@ -34,6 +34,7 @@ struct Options {
     bool resume = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
     bool quantize = false;
+    std::string quantize_scheme = "int";  // --quantize[=int|fp8|fp8-dynamic]
     int bits = 4;
     int64_t group_size = 128;
     bool asymmetric = false;

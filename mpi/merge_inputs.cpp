@@ -25,6 +25,7 @@ namespace {
 std::optional<QuantizeSpec> quantize_spec(const Options& o) {
     if (!o.quantize) return std::nullopt;
     QuantizeSpec spec;
+    spec.scheme = parse_quant_scheme(o.quantize_scheme).value_or(QuantScheme::Int);
     spec.bits = o.bits;
     spec.group_size = o.group_size;
     spec.symmetric = !o.asymmetric;
@@ -38,6 +39,8 @@ void plan_quantized_output(MergeInputs& in, const Options& o) {
     in.quantize = quantize_spec(o);
     if (in.quantize) in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
     for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
+    // Printed once by merge and inspect (rank 0), each naming the loader rule.
+    for (const auto& warning : in.quantization.shape_warnings) in.mapped.notes.push_back(warning);
     in.output_config = plan_output_config(
         in.config, in.mapped.mapping, o.tie_word_embedding,
         in.quantize ? quantization_config(*in.quantize, in.quantization.ignored_modules) : nlohmann::ordered_json());

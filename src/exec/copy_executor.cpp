@@ -13,6 +13,7 @@
 
 #include "exec/dtype_cast.h"
 #include "core/error.h"
+#include "exec/fp8_quantize.h"
 #include "exec/lora_kernel.h"
 #include "core/stopwatch.h"
 
@@ -131,6 +132,31 @@ private:
     std::thread thread_;
 };
 
+// Quantizes `rows` rows of `t` from `row` on (`x`: their values in the model dtype, as fp32)
+// with the planned scheme into the weight bytes `out` and the scale rows `scales`.
+void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const OutputTensor& scale, const float* x,
+                    int64_t row, size_t rows, std::vector<unsigned char>& out, std::vector<unsigned char>& scales,
+                    std::vector<int32_t>& zero_points, QuantError& error) {
+    const int64_t cols = t.source_shape[1];
+    const int64_t n = static_cast<int64_t>(rows);
+    const size_t scale_rows = static_cast<size_t>((n + t.scale_row_block - 1) / t.scale_row_block);
+    out.resize(rows * row_bytes(t));
+    scales.resize(scale_rows * row_bytes(scale));
+    switch (spec.scheme) {
+        case QuantScheme::Fp8Block:
+            quantize_fp8_blocks(x, n, cols, out.data(), reinterpret_cast<float*>(scales.data()), error, t.name, row);
+            return;
+        case QuantScheme::Fp8Dynamic:
+            quantize_fp8_channels(x, n, cols, scale.dtype, out.data(), scales.data(), error, t.name, row);
+            return;
+        case QuantScheme::Int:
+            zero_points.resize(rows * static_cast<size_t>(scale.shape[1]));
+            quantize_rows(x, n, cols, spec, scale.dtype, reinterpret_cast<uint32_t*>(out.data()), scales.data(),
+                          zero_points.data(), error);
+            return;
+    }
+}
+
 }  // namespace
 
 CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize, int threads)
@@ -177,7 +203,8 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
             // Every block a quantized block writes: itself, its scales, its packed zero points.
             std::vector<std::tuple<size_t, int64_t, int64_t>> parts{{task.tensor, row, end}};
             if (quantized) {
-                parts.emplace_back(t.scale_tensor, row, end);
+                const int64_t per_scale_row = std::max<int64_t>(1, t.scale_row_block);
+                parts.emplace_back(t.scale_tensor, row / per_scale_row, (end + per_scale_row - 1) / per_scale_row);
                 if (t.zero_point_tensor)
                     parts.emplace_back(*t.zero_point_tensor, row / align, (end + align - 1) / align);
             }
@@ -203,33 +230,29 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
                 const int64_t groups = scale.shape[1];
                 // Quantize the weight as the unquantized merge would write it (the model dtype),
-                // as quantizing that model with compressed-tensors would.
+                // as quantizing that model with compressed-tensors or DeepGEMM would.
+                const DType model = t.quantize_from;
                 floats_.resize(rows * static_cast<size_t>(cols));
                 const size_t count = floats_.size();
                 if (lora) {
                     // The merged weight, rounded to the model dtype, is what gets quantized.
                     cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
                     add_lora_delta(floats_.data(), row, end, *lora, threads_);
-                    cast_.resize(count * element_size(scale.dtype));
-                    cast_elements(floats_.data(), DType::F32, cast_.data(), scale.dtype, count);
-                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
-                } else if (scale.dtype != t.source_dtype) {
-                    cast_.resize(count * element_size(scale.dtype));
-                    cast_elements(block_.data(), t.source_dtype, cast_.data(), scale.dtype, count);
-                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
+                    cast_.resize(count * element_size(model));
+                    cast_elements(floats_.data(), DType::F32, cast_.data(), model, count);
+                    cast_elements(cast_.data(), model, floats_.data(), DType::F32, count);
+                } else if (model != t.source_dtype) {
+                    cast_.resize(count * element_size(model));
+                    cast_elements(block_.data(), t.source_dtype, cast_.data(), model, count);
+                    cast_elements(cast_.data(), model, floats_.data(), DType::F32, count);
                 } else {
                     cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
                 }
-                out.resize(rows * out_row);
-                scales.resize(rows * row_bytes(scale));
-                zero_points_.resize(rows * static_cast<size_t>(groups));
-                quantize_rows(floats_.data(), static_cast<int64_t>(rows), cols, *quantize_, scale.dtype,
-                              reinterpret_cast<uint32_t*>(out.data()), scales.data(), zero_points_.data(),
-                              *quant_error);
+                quantize_block(*quantize_, t, scale, floats_.data(), row, rows, out, scales, zero_points_, *quant_error);
                 stats_.cast_seconds += seconds_since(start);
                 out = writer.submit(task.tensor, row, end, std::move(out));
                 const size_t scale_bytes = scales.size();
-                scales = writer.submit(t.scale_tensor, row, end, std::move(scales));
+                scales = writer.submit(t.scale_tensor, std::get<1>(parts[1]), std::get<2>(parts[1]), std::move(scales));
                 stats_.bytes_written += rows * out_row + scale_bytes;
                 if (t.zero_point_tensor) {
                     const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);
