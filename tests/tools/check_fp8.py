@@ -24,7 +24,8 @@ Rules checked
     where E is float8_e4m3fn rounding: the nearest value of the e4m3fn grid (codes 0..0x7E, and
     0x7F counted as 480, which is NaN), ties to the even code, sign copied. No code is 0x7F/0xFF.
   * Every other REF tensor is in QDIR unchanged (dtype, shape, bytes); nothing else is in QDIR.
-  * config.json == REF's plus exactly `quantization_config`:
+  * config.json == REF's (its torch_dtype/dtype naming the dtype of QDIR's unquantized float
+    tensors) plus exactly `quantization_config`:
       fp8: {quant_method "fp8", fmt "e4m3", activation_scheme "dynamic", weight_block_size [128, 128],
             modules_to_not_convert L, ignored_layers L}
       fp8-dynamic: compressed-tensors float-quantized with the FP8_DYNAMIC group (§3.3) and ignore L
@@ -195,11 +196,18 @@ def jsame(a, b):
     return a == b
 
 
-def check_config(qdir, refdir, scheme, required, probs):
+TORCH_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+
+
+def check_config(qdir, refdir, scheme, required, weights_dtype, probs):
     with open(os.path.join(qdir, "config.json"), encoding="utf-8") as f:
         got = json.load(f)
     with open(os.path.join(refdir, "config.json"), encoding="utf-8") as f:
         ref = json.load(f)
+    # The dtype keys REF states become the dtype the unquantized weights are written in.
+    for key in ("torch_dtype", "dtype"):
+        if key in ref and weights_dtype in TORCH_NAMES:
+            ref[key] = TORCH_NAMES[weights_dtype]
     qc = got.pop("quantization_config", None)
     if not jsame(got, ref):
         probs.add("config.json differs from REF's outside quantization_config")
@@ -292,7 +300,8 @@ def check(qdir, refdir, scheme, ignore, ignore_patterns):
     required = {"lm_head"} | {module_of(n) for n, (dt, shape, _) in out.items()
                               if n.endswith(".weight") and len(shape) == 2 and dt != "F8_E4M3"
                               and "norm" not in n and "embed" not in n}
-    check_config(qdir, refdir, scheme, required, probs)
+    plain = {dt for n, (dt, _, _) in out.items() if dt in TORCH_NAMES and not n.endswith((".weight_scale_inv", ".weight_scale"))}
+    check_config(qdir, refdir, scheme, required, plain.pop() if len(plain) == 1 else None, probs)
     check_files(qdir, refdir, probs)
     if errors:
         flat = np.concatenate([e.ravel() for e in errors])
