@@ -45,7 +45,7 @@ struct MergePlan {
 MergePlan plan_merge(const std::vector<OutputTensor>& tensors, const Options& o, int ranks) {
     const auto start = Clock::now();
     MergePlan plan;
-    plan.layout = plan_output_layout(tensors, o.max_shard_size);
+    plan.layout = plan_output_layout(tensors, o.output.max_shard_size);
     plan.work = plan_rank_work(tensors, plan.layout, ranks);
     plan.seconds = seconds_since(start);
     return plan;
@@ -84,7 +84,7 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
                                                      in.quantization.bytes_before, in.quantization.bytes_after,
                                                      in.quantization.ignored_modules, in.quantization.shape_warnings};
     if (in.lora.found)
-        r.lora = InspectReport::Lora{o.merge_lora, in.lora.modules, in.lora.ranks, in.lora.alpha, in.lora.alpha_source};
+        r.lora = InspectReport::Lora{o.merge_lora(), in.lora.modules, in.lora.ranks, in.lora.alpha, in.lora.alpha_source};
     r.plan_seconds = plan.seconds;
     return r;
 }
@@ -110,8 +110,8 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
 void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& inputs, std::optional<TargetLock>& lock) {
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
-        check_target(o.target_dir, o.force, inputs);
-        lock.emplace(o.target_dir);
+        check_target(o.output.target, o.output.force, inputs);
+        lock.emplace(o.output.target);
     });
 }
 
@@ -128,7 +128,7 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Out
     for (const auto& g : gathered) s.per_rank.push_back(nlohmann::ordered_json::parse(g));
     s.wall_seconds = seconds_since(start);
     s.local_dir = o.local_dir;
-    s.target_dir = o.target_dir;
+    s.target_dir = o.output.target;
     s.ranks = comm.size();
     s.total_bytes = layout.total_size;
     s.files = layout.files.size();
@@ -169,7 +169,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     MergeInputs in = load_inputs(o, comm);
     guard_target(o, comm, input_folders(o, in), lock);
     const auto output = make_output_format(o.format, merge_output_options(o, comm, in, budget));
-    output->check_adapter(o.local_dir, in.lora.found && !o.merge_lora);
+    output->check_adapter(o.local_dir, in.lora.found && !o.merge_lora());
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
     const auto write_start = Clock::now();

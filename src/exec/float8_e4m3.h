@@ -1,4 +1,6 @@
 #pragma once
+#include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace vmerge {
@@ -8,12 +10,38 @@ namespace vmerge {
 // (fp8-formats.md §1): round to nearest, ties to the even mantissa, in the normal and the
 // subnormal range alike, and NOT saturating: |v| >= 480, ±Inf and NaN give the NaN code, and so
 // do values in (464, 480), which round up onto it. The sign bit is always copied.
-uint8_t e4m3fn_from_float(float value);
+// Inline: the quantizers call it once per weight.
+inline uint8_t e4m3fn_from_float(float value) {
+    constexpr uint32_t first_unrepresentable = 0x43F00000u;  // 480.0f: rounds onto the NaN code
+    constexpr uint32_t smallest_normal = 0x3C800000u;        // 2^-6
+    // Adding 2^14 in binary32 leaves a spacing of 2^-9 (the e4m3 subnormal step) in the low
+    // mantissa bits, so the hardware addition does the nearest-even rounding of a subnormal.
+    constexpr uint32_t subnormal_magic = 0x46800000u;        // 2^14
+    uint32_t bits = std::bit_cast<uint32_t>(value);
+    const uint32_t sign = bits & 0x80000000u;
+    bits ^= sign;
+    uint8_t code;
+    if (bits >= first_unrepresentable) {  // also ±Inf and every NaN
+        code = 0x7F;
+    } else if (bits < smallest_normal) {
+        const float sum = std::bit_cast<float>(bits) + std::bit_cast<float>(subnormal_magic);
+        code = static_cast<uint8_t>(std::bit_cast<uint32_t>(sum) - subnormal_magic);
+    } else {
+        // Rebias the exponent (127 -> 7) and round the 20 dropped mantissa bits to nearest even.
+        const uint32_t odd = (bits >> 20) & 1u;
+        bits += (static_cast<uint32_t>(7 - 127) << 23) + 0x7FFFFu + odd;
+        code = static_cast<uint8_t>(bits >> 20);
+    }
+    return static_cast<uint8_t>(code | (sign >> 24));
+}
 
 // What every quantizer writes: the value clamped to [-448, 448] first, so that no finite value
 // ever becomes the NaN code (values above 448 that round to 448 anyway give the same byte).
 // NaN stays NaN (callers refuse non-finite weights before they get here).
-uint8_t e4m3fn_from_float_clamped(float value);
+inline uint8_t e4m3fn_from_float_clamped(float value) {
+    if (std::isnan(value)) return e4m3fn_from_float(value);
+    return e4m3fn_from_float(std::fmax(-448.0f, std::fmin(448.0f, value)));
+}
 
 float e4m3fn_to_float(uint8_t code);
 

@@ -32,22 +32,22 @@ TEST(QuantizeSchemeFlags, AloneIsTheIntScheme) {
     const auto o = parse_merge({"--quantize", "--bits", "8"});
     ASSERT_TRUE(o);
     EXPECT_TRUE(o->quantize);
-    EXPECT_EQ(o->quantize_scheme, "int");
-    EXPECT_EQ(o->bits, 8);
+    EXPECT_EQ(o->quantize_spec.scheme, QuantScheme::Int);
+    EXPECT_EQ(o->quantize_spec.bits, 8);
     const auto last = parse_merge({"--quantize"});
     ASSERT_TRUE(last);
-    EXPECT_EQ(last->quantize_scheme, "int");
+    EXPECT_EQ(last->quantize_spec.scheme, QuantScheme::Int);
     EXPECT_FALSE(parse_merge({})->quantize);
 }
 
 TEST(QuantizeSchemeFlags, SchemeWithEqualsOrSpace) {
-    EXPECT_EQ(parse_merge({"--quantize=fp8"})->quantize_scheme, "fp8");
-    EXPECT_EQ(parse_merge({"--quantize", "fp8"})->quantize_scheme, "fp8");
-    EXPECT_EQ(parse_merge({"--quantize", "fp8-dynamic", "--quantize_ignore", "x"})->quantize_scheme, "fp8-dynamic");
-    EXPECT_EQ(parse_merge({"--quantize=fp8_dynamic"})->quantize_scheme, "fp8-dynamic");
-    EXPECT_EQ(parse_merge({"--quantize=int", "--bits", "8"})->quantize_scheme, "int");
+    EXPECT_EQ(parse_merge({"--quantize=fp8"})->quantize_spec.scheme, QuantScheme::Fp8Block);
+    EXPECT_EQ(parse_merge({"--quantize", "fp8"})->quantize_spec.scheme, QuantScheme::Fp8Block);
+    EXPECT_EQ(parse_merge({"--quantize", "fp8-dynamic", "--quantize_ignore", "x"})->quantize_spec.scheme, QuantScheme::Fp8Dynamic);
+    EXPECT_EQ(parse_merge({"--quantize=fp8_dynamic"})->quantize_spec.scheme, QuantScheme::Fp8Dynamic);
+    EXPECT_EQ(parse_merge({"--quantize=int", "--bits", "8"})->quantize_spec.scheme, QuantScheme::Int);
     const auto o = parse_merge({"--quantize", "fp8", "--quantize_ignore", "model.layers.0.mlp.down_proj"});
-    EXPECT_EQ(o->quantize_ignore, std::vector<std::string>{"model.layers.0.mlp.down_proj"});
+    EXPECT_EQ(o->quantize_spec.ignore, std::vector<std::string>{"model.layers.0.mlp.down_proj"});
 }
 
 TEST(QuantizeSchemeFlags, IntFlagsWithFp8AreUsageErrors) {
