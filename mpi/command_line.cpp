@@ -149,6 +149,7 @@ struct OptionTable {
     po::options_description run{"Running"};
     po::options_description testing{"test"};
     po::options_description inspecting{"inspect"};
+    po::options_description watching{"watch (every merge option applies to each step)"};
 };
 
 // --backend: which reader; its values, help and check come from the backend registry.
@@ -234,6 +235,9 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
          "64 MiB to 4 GiB; inspect prints it)")
         ("progress", po::value(&o.progress)->default_value(-1),
          "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
+        ("page_cache", po::value(&o.page_cache)->default_value("auto"),
+         "auto | keep | evict: keep what the merge reads and writes in the page cache (auto: when this node's "
+         "share fits in its available memory; inspect says which)")
         ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
         ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
         ("low_cpu_mem_usage", po::bool_switch(&raw.low_cpu_mem_usage),
@@ -251,18 +255,31 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
          "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
 }
 
+void add_watch_options(OptionTable& t, Options& o) {
+    t.watching.add_options()
+        ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps)")
+        ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/")
+        ("role", po::value(&o.watch.rules.role)->default_value("actor"), "verl: the role folder of each step (actor, critic)")
+        ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
+        ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
+        ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")
+        ("settle", po::value(&o.watch.rules.settle_seconds)->default_value(60),
+         "FSDP steps without a completion marker: rank files unchanged this many seconds");
+}
+
 OptionTable option_table(Options& o, RawFlags& raw) {
     OptionTable t;
     add_input_options(t, o, raw);
     add_output_options(t, o, raw);
     add_quantize_and_lora_options(t, o, raw);
     add_run_options(t, o, raw);
+    add_watch_options(t, o);
     return t;
 }
 
 po::options_description visible_options(const OptionTable& t) {
     po::options_description visible;
-    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting);
+    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting).add(t.watching);
     return visible;
 }
 
@@ -272,11 +289,13 @@ void print_help(const OptionTable& t, const std::string& command) {
                  "  test     merge without writing and compare with --test_hf_dir\n"
                  "  inspect  print what was detected and the plan for --np N ranks\n"
                  "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n"
+                 "  watch    merge every finished checkpoint of a training run (--root) into --target_root, as it appears\n"
               << "\n";
     if (command == "merge") std::cout << t.input << t.output << t.lora << t.quantizing << t.run;
     else if (command == "test") std::cout << t.input << t.lora << t.testing << t.run;
     else if (command == "inspect") std::cout << t.input << t.inspecting << t.lora << t.quantizing << t.run;
     else if (command == "verify") std::cout << "verify: --target_dir DIR\n";
+    else if (command == "watch") std::cout << t.watching << t.input << t.output << t.lora << t.quantizing << t.run;
     else std::cout << visible_options(t);
     std::cout << "\n";
 }
@@ -368,6 +387,15 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (vm.count("tp_size")) o.map.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
     if (vm.count("pp_size")) o.map.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
     if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
+    if (o.command == "watch") {
+        if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
+        bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);
+        bounded_flag("--keep_last", o.watch.keep_last, 0, 1 << 20);
+        bounded_flag("--settle", o.watch.rules.settle_seconds, 0, 7 * 86400);
+        if (!o.local_dir.empty() || !o.output.target.empty())
+            throw UsageError("watch takes --root and --target_root (each step's --local_dir and --target_dir come from them)");
+        return;
+    }
     if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
         throw UsageError(o.command + " needs --local_dir");
     if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
@@ -387,13 +415,16 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (vm.count("help") || o.command.empty()) {
         if (print_help_text) print_help(table, o.command);
         if (vm.count("help")) return std::nullopt;
-        throw UsageError("no command given (merge, test, inspect or verify)");
+        throw UsageError("no command given (merge, test, inspect, verify or watch)");
     }
-    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
-        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
+    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify" &&
+        o.command != "watch")
+        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect, verify or watch)");
     check_value_flags(o, raw, vm);
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);
+    if (o.page_cache != "auto" && o.page_cache != "keep" && o.page_cache != "evict")
+        throw UsageError("--page_cache " + o.page_cache + ": expected auto, keep or evict");
     parse_archive_options(o, raw.compress, !vm["compress"].defaulted());
     // HDF5's chunk limit is 4 GiB.
     o.output.chunk_bytes = parse_byte_size(raw.hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);

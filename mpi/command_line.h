@@ -8,6 +8,7 @@
 #include "mapping/lora_adapter.h"
 #include "mapping/quantization.h"
 #include "output/output_format.h"
+#include "watch/run_folder.h"
 
 namespace vmerge {
 
@@ -15,7 +16,7 @@ namespace vmerge {
 // own options struct directly: MapOptions (formats), QuantizeSpec (mapping), LoraOptions
 // (mapping) and OutputOptions (output); the driver adds what only it knows (rank, budget).
 struct Options {
-    std::string command;          // merge | test | inspect | verify
+    std::string command;          // merge | test | inspect | verify | watch
     // Discover.
     std::string backend = "auto";
     std::string local_dir;
@@ -36,6 +37,7 @@ struct Options {
     bool quiet = false;
     int progress = -1;            // seconds between progress lines; -1: auto, 0: off
     std::string log_json;         // per-rank timings for tuning
+    std::string page_cache = "auto";  // auto | keep | evict (io/page_cache.h)
     // test, inspect.
     std::string test_hf_dir;
     double atol = 0.0;
@@ -43,6 +45,7 @@ struct Options {
     int np = 0;                   // inspect: plan for this many ranks (0 = the running size)
     bool json = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
+    WatchOptions watch;  // the watch command
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };
 

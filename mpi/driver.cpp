@@ -12,6 +12,7 @@
 
 #include "check_commands.h"
 #include "collective_step.h"
+#include "watch_command.h"
 #include "core/error.h"
 #include "output/registry.h"
 #include "output_stage.h"
@@ -53,7 +54,8 @@ MergePlan plan_merge(const std::vector<OutputTensor>& tensors, const Options& o,
 
 // ---- inspect ---------------------------------------------------------------------------
 
-InspectReport inspect_report(const Options& o, const MergeInputs& in, const MergePlan& plan, int ranks, uint64_t budget) {
+InspectReport inspect_report(const Options& o, const MergeInputs& in, const MergePlan& plan, int ranks, uint64_t budget,
+                             const Comm& comm) {
     InspectReport r;
     r.facts = in.mapped.facts;
     r.backend = in.checkpoint.backend;
@@ -77,6 +79,9 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     add_tensors_and_plan(r, in.mapping().tensors, plan.layout, plan.work);
     r.max_memory = budget;
     r.max_memory_automatic = o.max_memory == 0;
+    const PageCacheChoice cache = page_cache_choice(o, comm, in.mapping());
+    r.page_cache = page_cache_name(cache.policy);
+    r.page_cache_reason = cache.reason;
     if (in.quantize)
         r.quantization = InspectReport::Quantization{quant_scheme_name(in.quantize->scheme),
                                                      quantization_description(*in.quantize),
@@ -96,7 +101,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     if (comm.rank() != 0) return 0;
     const int ranks = o.np > 0 ? o.np : comm.size();
     const uint64_t budget = max_memory(o, comm);
-    InspectReport report = inspect_report(o, in, plan_merge(in.mapping().tensors, o, ranks), ranks, budget);
+    InspectReport report = inspect_report(o, in, plan_merge(in.mapping().tensors, o, ranks), ranks, budget, comm);
     report.total_seconds = seconds_since(start);
     if (o.json) out << inspect_json(report).dump(2) << "\n";
     else print_inspect_text(report, out);
@@ -149,6 +154,7 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Out
 OutputOptions merge_output_options(const Options& o, const Comm& comm, const MergeInputs& in, uint64_t budget) {
     OutputOptions options = output_options(o, comm, budget);
     options.resumable = true;
+    options.page_cache = page_cache_choice(o, comm, in.mapping()).policy;
     options.hf_dir = in.config.dir;
     options.generated = generated_files(in);
     return options;
@@ -196,6 +202,10 @@ int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& e
         if (o.command == "merge") return run_merge(o, comm, out, err);
         if (o.command == "test") return run_test(o, comm, out);
         if (o.command == "verify") return run_verify(o, comm, out);
+        if (o.command == "watch")
+            return run_watch(o, comm, out, err, [&](const Options& step) {
+                if (run_merge(step, comm, out, err) != 0) throw Error("the merge failed");
+            });
         throw Error("unknown command " + o.command);
     } catch (const std::exception& e) {
         if (comm.rank() == 0) err << "vmerge-mpi: error: " << e.what() << "\n";

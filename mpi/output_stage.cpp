@@ -37,6 +37,7 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         CopyExecutor executor(mapping, output.executor_memory(), run.quantize, run.threads);
         if (run.sources) executor.read_sources_with(run.sources);
         if (resumable) executor.defer_crc_mismatches();
+        executor.evict_reads(output.options().page_cache == PageCachePolicy::Evict);
         const int delay = block_delay_ms();
         executor.run(
             output.tasks(),

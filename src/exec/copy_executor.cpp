@@ -396,7 +396,7 @@ void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uin
     const auto crc_start = Clock::now();
     if (!skip_crc_) crcs_.add(storage, offset - storage.byte_offset, out, length);
     stats_.crc_seconds += seconds_since(crc_start);
-    if (length >= (1u << 20)) file.drop_cache(offset, length);
+    if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.bytes_read += length;
     ++stats_.reads;
 }

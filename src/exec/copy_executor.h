@@ -62,6 +62,8 @@ public:
     const RecordCrcLedger& crcs() const { return crcs_; }
     // A CRC mismatch is kept in crcs().mismatch() instead of stopping run (RecordCrcLedger).
     void defer_crc_mismatches() { crcs_.defer_mismatches(); }
+    // Drop what was read from the page cache behind the reads (PageCachePolicy::Evict).
+    void evict_reads(bool evict) { evict_reads_ = evict; }
 
 private:
     const SourceReader& open(const std::string& file);
@@ -95,6 +97,7 @@ private:
     LoraFactors lora_factors_;
     CopyStats stats_;
     RecordCrcLedger crcs_;
+    bool evict_reads_ = false;
     bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
 };
 

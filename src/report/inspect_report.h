@@ -54,6 +54,8 @@ struct InspectReport {
     std::vector<RankShare> per_rank;
     uint64_t max_memory = 0;
     bool max_memory_automatic = true;
+    std::string page_cache;         // keep | evict
+    std::string page_cache_reason;  // why (PageCacheChoice::reason)
     struct Quantization {
         std::string scheme;       // int | fp8 | fp8-dynamic
         std::string description;  // quantization_description
