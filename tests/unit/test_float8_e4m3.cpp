@@ -71,6 +71,24 @@ TEST(Float8E4M3, ClampedNeverGivesNaNForFiniteInput) {
     }
 }
 
+TEST(Float8E4M3, BranchFreeVariantsEqualTheReference) {
+    for (uint32_t b = 0; b < 65536; ++b) {
+        const float v = bf16_value(static_cast<uint16_t>(b));
+        if (!std::isfinite(v)) continue;
+        ASSERT_EQ(e4m3fn_from_finite_clamped(v), e4m3fn_from_float_clamped(v)) << "bf16 0x" << std::hex << b;
+    }
+    for (uint32_t b = 0; b < 0x7F800000u; b += 4093) {  // binary32 magnitudes, both signs
+        for (const uint32_t sign : {0u, 0x80000000u}) {
+            const float v = std::bit_cast<float>(b | sign);
+            ASSERT_EQ(e4m3fn_from_finite_clamped(v), e4m3fn_from_float_clamped(v)) << std::hex << (b | sign);
+        }
+    }
+    for (int c = 0; c < 256; ++c) {
+        if ((c & 0x7F) == 0x7F) continue;
+        EXPECT_EQ(e4m3fn_finite_to_float(static_cast<uint8_t>(c)), e4m3fn_to_float(static_cast<uint8_t>(c))) << c;
+    }
+}
+
 TEST(Float8E4M3, WorkedValuesAndTies) {
     EXPECT_EQ(e4m3fn_from_float(1.0f), 0x38);
     EXPECT_EQ(e4m3fn_from_float(1.125f), 0x39);
