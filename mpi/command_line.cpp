@@ -133,6 +133,7 @@ struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
     std::string quantize;  // the --quantize scheme ("int" when given alone)
+    std::string tag;
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
          use_rslora = false;
@@ -180,6 +181,7 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
         ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest")
+        ("tag", po::value(&raw.tag), "DeepSpeed: merge this tag folder instead of the one `latest` names")
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
@@ -387,6 +389,7 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (vm.count("tp_size")) o.map.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
     if (vm.count("pp_size")) o.map.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
     if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
+    if (vm.count("tag")) o.tag = raw.tag;
     if (o.command == "watch") {
         if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
         bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);

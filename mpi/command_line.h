@@ -22,6 +22,7 @@ struct Options {
     std::string local_dir;
     std::string hf_config;        // default <local_dir>/huggingface
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
+    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
     std::string dtype = "auto";
     MapOptions map;
     // Quantize (--quantize) and LoRA.
@@ -30,7 +31,12 @@ struct Options {
     LoraOptions lora;
     // Write.
     std::string format = "safetensors";  // merge output: safetensors | hdf5
-    OutputOptions output{.max_shard_size = 5'000'000'000, .chunk_bytes = 4ull << 20};
+    OutputOptions output = [] {
+        OutputOptions defaults;
+        defaults.max_shard_size = 5'000'000'000;  // --max_shard_size 5GB
+        defaults.chunk_bytes = 4ull << 20;       // --hdf5_chunk_size 4MiB
+        return defaults;
+    }();
     // Run.
     uint64_t max_memory = 0;      // 0: auto, see default_max_memory
     bool low_cpu_mem_usage = false;  // verl's flag: a small automatic budget
