@@ -13,6 +13,7 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "mapping/output_rules.h"
+#include "mapping/quantization.h"
 #include "formats/registry.h"
 #include "output/hdf5/zstd_codec.h"
 #include "output/registry.h"
@@ -131,6 +132,7 @@ namespace {
 struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
+    std::string quantize;  // the --quantize scheme ("int" when given alone)
     std::string tag;
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
@@ -143,7 +145,7 @@ struct RawFlags {
 struct OptionTable {
     po::options_description input{"Checkpoint and model"};
     po::options_description output{"Output"};
-    po::options_description quantizing{"Quantized output (compressed-tensors pack-quantized, for vLLM)"};
+    po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_DYNAMIC; for vLLM)"};
     po::options_description lora{"LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)"};
     po::options_description run{"Running"};
     po::options_description testing{"test"};
@@ -204,7 +206,9 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
 
 void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.quantizing.add_options()
-        ("quantize", po::bool_switch(&o.quantize), "write Linear weights quantized (round to nearest), weights only")
+        ("quantize", po::value(&raw.quantize)->implicit_value("int"),
+         "write Linear weights quantized, weights only: int (alone: compressed-tensors pack-quantized, --bits), "
+         "fp8 (block FP8, DeepSeek/Qwen layout) or fp8-dynamic (compressed-tensors FP8_DYNAMIC); docs/quantization.md")
         ("bits", po::value(&o.quantize_spec.bits)->default_value(4), "4 or 8")
         ("group_size", po::value(&o.quantize_spec.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
         ("symmetric", po::bool_switch(&raw.symmetric), "symmetric quantization, no zero point (the default)")
@@ -308,6 +312,9 @@ std::vector<std::string> normalized_args(int argc, const char* const* argv) {
             for (size_t k = 2; k < end; ++k)
                 if (a[k] == '-') a[k] = '_';
         }
+        // `--quantize fp8`: the scheme may follow as its own word (`--quantize` alone is the
+        // int scheme, so only a scheme name is taken as its value).
+        if (a == "--quantize" && i + 1 < argc && parse_quant_scheme(argv[i + 1])) a += std::string("=") + argv[++i];
         args.push_back(a);
     }
     return args;
@@ -331,6 +338,20 @@ po::variables_map parse_args(const std::vector<std::string>& args, const OptionT
     return vm;
 }
 
+// --quantize[=SCHEME]; the int scheme's flags are refused with an FP8 one (they would be ignored).
+void check_quantize_scheme(Options& o, const RawFlags& raw, const po::variables_map& vm) {
+    o.quantize = vm.count("quantize") > 0;
+    if (!o.quantize) return;
+    const auto scheme = parse_quant_scheme(raw.quantize);
+    if (!scheme) throw UsageError("--quantize " + raw.quantize + ": expected int, fp8 or fp8-dynamic");
+    o.quantize_spec.scheme = *scheme;
+    if (*scheme == QuantScheme::Int) return;
+    for (const char* flag : {"bits", "group_size", "symmetric", "asymmetric", "allow_unsupported_quantization"})
+        if (vm.count(flag) && !vm[flag].defaulted())
+            throw UsageError("--" + std::string(flag) + " applies to --quantize=int; --quantize=" + quant_scheme_name(*scheme) +
+                             " writes 8-bit floats with its own scales (docs/quantization.md)");
+}
+
 // The dtype, quantization and LoRA flags, in the order their errors are reported.
 void check_value_flags(Options& o, const RawFlags& raw, const po::variables_map& vm) {
     try {
@@ -338,6 +359,7 @@ void check_value_flags(Options& o, const RawFlags& raw, const po::variables_map&
     } catch (const Error& e) {
         throw UsageError(e.what());
     }
+    check_quantize_scheme(o, raw, vm);
     if (raw.symmetric && raw.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
     if (o.quantize_spec.bits != 4 && o.quantize_spec.bits != 8) throw UsageError("--bits " + std::to_string(o.quantize_spec.bits) + ": expected 4 or 8");
     check_number_flags(o);

@@ -83,9 +83,11 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     r.page_cache = page_cache_name(cache.policy);
     r.page_cache_reason = cache.reason;
     if (in.quantize)
-        r.quantization = InspectReport::Quantization{in.quantize->bits, in.quantize->group_size, in.quantize->symmetric,
+        r.quantization = InspectReport::Quantization{quant_scheme_name(in.quantize->scheme),
+                                                     quantization_description(*in.quantize),
+                                                     in.quantize->bits, in.quantize->group_size, in.quantize->symmetric,
                                                      in.quantization.bytes_before, in.quantization.bytes_after,
-                                                     in.quantization.ignored_modules};
+                                                     in.quantization.ignored_modules, in.quantization.shape_warnings};
     if (in.lora.found)
         r.lora = InspectReport::Lora{o.merge_lora(), in.lora.modules, in.lora.ranks, in.lora.alpha, in.lora.alpha_source};
     r.plan_seconds = plan.seconds;

@@ -29,6 +29,8 @@ void plan_quantized_output(MergeInputs& in, const Options& o) {
     if (o.quantize) in.quantize = o.quantize_spec;
     if (in.quantize) in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
     for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
+    // Printed once by merge and inspect (rank 0), each naming the loader rule.
+    for (const auto& warning : in.quantization.shape_warnings) in.mapped.notes.push_back(warning);
     in.output_config = plan_output_config(
         in.config, in.mapped.mapping, o.map.tie_word_embedding,
         in.quantize ? quantization_config(*in.quantize, in.quantization.ignored_modules) : nlohmann::ordered_json());
