@@ -127,8 +127,10 @@ namespace {
 struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
-    int tp = 0, pp = 0, batch_size = 0, iteration = 0;
+    int tp = 0, pp = 0, batch_size = 0, iteration = 0, step = 0;
     bool low_cpu_mem_usage = false, symmetric = false, extract_lora = false;
+    bool trust_remote_code = false, use_cpu_initialization = false;
+    std::string hf_model_path;
     double lora_alpha = 0;
 };
 
@@ -172,6 +174,19 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
         ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest")
+        ("step", po::value(&raw.step),
+         "verl run folder (--local_dir with global_step_N/): merge step N instead of the one "
+         "latest_checkpointed_iteration.txt names")
+        ("role", po::value(&o.role),
+         "verl step folder holding actor/ and critic/: the role to merge (actor, critic)")
+        ("allow_incomplete", po::bool_switch(&o.allow_incomplete),
+         "read a verl layout v2 save that has no ckpt_contents.json (verl writes it last: the save did not finish)")
+        ("hf_model_path", po::value(&raw.hf_model_path),
+         "verl's legacy merger spelling of --hf_config")
+        ("trust_remote_code", po::bool_switch(&raw.trust_remote_code),
+         "accepted for verl compatibility; changes nothing (vmerge runs no model code)")
+        ("use_cpu_initialization", po::bool_switch(&raw.use_cpu_initialization),
+         "accepted for verl compatibility; changes nothing (vmerge builds no model)")
         ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
@@ -185,7 +200,11 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
         ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("force", po::bool_switch(&o.force), "replace an existing target folder")
-        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder");
+        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder")
+        ("hf_upload_path", po::value(&o.hf_upload_path),
+         "after the merge is committed and verified, upload the target to this Hugging Face repo with `hf upload` "
+         "(or `huggingface-cli upload`) found on PATH; refused before merging when neither is there")
+        ("private", po::bool_switch(&o.hf_upload_private), "--hf_upload_path: create the repo as private");
     add_format_option(t.output, o);
     t.output.add_options()
         ("compress", po::value(&raw.compress)->default_value("none"),
@@ -338,6 +357,16 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (vm.count("tp_size")) o.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
     if (vm.count("pp_size")) o.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
     if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
+    if (vm.count("step")) o.step = bounded_flag("--step", raw.step, 0, kMaxIteration);
+    if (!raw.hf_model_path.empty()) {
+        if (!o.hf_config.empty() && o.hf_config != raw.hf_model_path)
+            throw UsageError("--hf_model_path and --hf_config name two folders (" + raw.hf_model_path + ", " +
+                             o.hf_config + "): --hf_model_path is verl's older spelling of --hf_config, give one");
+        o.hf_config = raw.hf_model_path;
+    }
+    if (o.hf_upload_private && o.hf_upload_path.empty()) throw UsageError("--private applies to --hf_upload_path");
+    if (!o.hf_upload_path.empty() && o.command != "merge")
+        throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
     if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
         throw UsageError(o.command + " needs --local_dir");
     if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
@@ -365,6 +394,8 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);
     parse_archive_options(o, raw.compress, !vm["compress"].defaulted());
+    if (!o.hf_upload_path.empty() && o.format != "safetensors")
+        throw UsageError("--hf_upload_path uploads a Hugging Face folder: it combines with --format safetensors only");
     // HDF5's chunk limit is 4 GiB.
     o.hdf5_chunk_size = parse_byte_size(raw.hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);
     return o;

@@ -30,6 +30,11 @@ struct Options {
     std::optional<int> tp_size;
     std::optional<int> pp_size;
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
+    std::optional<int> step;       // verl run folder: another step than the tracker's
+    std::string role;              // verl step folder with several roles: actor | critic
+    bool allow_incomplete = false;  // read a verl v2 save without its ckpt_contents.json
+    std::string hf_upload_path;    // after the merge: upload the target to this Hub repo
+    bool hf_upload_private = false;
     bool allow_unmapped = false;
     bool resume = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "collective_step.h"
+#include "core/error.h"
 #include "core/stopwatch.h"
 #include "exec/dtype_cast.h"
 #include "exec/tied_embedding.h"
@@ -58,12 +59,12 @@ void apply_lora_choice(MergeInputs& in, const Options& o, std::optional<LoraMeta
     lora.mode = o.merge_lora ? LoraMode::Merge : LoraMode::Extract;
     lora.alpha = o.lora_alpha;
     if (o.use_rslora) lora.use_rslora = true;
-    lora.checkpoint_dir = o.local_dir;
+    lora.checkpoint_dir = in.checkpoint.dir;
     lora.metadata = std::move(metadata);
     lora.task_type = o.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
     // The extracted adapter sits inside the folder that holds its base model.
     if (!o.target_dir.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.target_dir).lexically_normal().string();
-    in.lora = apply_lora(in.mapped.mapping, lora, o.local_dir);
+    in.lora = apply_lora(in.mapped.mapping, lora, in.checkpoint.dir);
     for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
 }
 
@@ -75,7 +76,11 @@ std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
 // Discover: which backend, which files to scan.
 DetectedCheckpoint discover(const Options& o, Comm& comm) {
     DetectedCheckpoint checkpoint;
-    collective_step(comm, [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); });
+    collective_step(comm, [&] {
+        checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration, {o.step, o.role, o.allow_incomplete});
+        // A save that records no config anywhere: the model it started from is the only source.
+        if (o.hf_config.empty() && !checkpoint.config_missing.empty()) throw Error(checkpoint.config_missing);
+    });
     return checkpoint;
 }
 
@@ -123,7 +128,7 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     const auto& tensors = in.mapped.mapping.tensors;
     if (std::any_of(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return is_peft_name(t.name); }))
         lora_metadata = deserialize_lora_metadata(
-            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(o.local_dir)); }));
+            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir)); }));
     collective_step(comm, [&] {
         apply_lora_choice(in, o, std::move(lora_metadata));
         check_tied_head(in.mapped.mapping, in.config, o.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
@@ -179,6 +184,7 @@ std::map<std::string, std::string> generated_files(const MergeInputs& in) {
 
 std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in) {
     return {{o.local_dir, "the checkpoint (--local_dir)"},
+            {in.checkpoint.dir, "the checkpoint folder --local_dir leads to"},
             {in.checkpoint.weights_dir, "the checkpoint's weights folder"},
             {in.config.dir, "the config folder (--hf_config)"},
             {o.lora_base, "the LoRA base model (--lora_base)"}};

@@ -15,6 +15,7 @@ struct DetectRequest {
     std::string local_dir;
     std::optional<int> iteration;
     std::string default_hf_dir;
+    bool allow_incomplete = false;  // --allow_incomplete: read a save that did not finish
 };
 
 // A backend's answer to "does this folder look like mine": `evidence` says what it saw when

@@ -31,6 +31,12 @@ struct DetectedCheckpoint {
     std::string description;  // for people: "verl FSDP", "Megatron-LM legacy (iteration 20)", ...
     std::string weights_dir;
     std::string default_hf_dir;
+    // The folder read after following a verl run's levels (checkpoint_level.h), and how.
+    std::string dir;
+    std::vector<std::string> resolved;
+    // Set when the checkpoint records no config.json anywhere (a verl v2 dist-only save): the
+    // Error, asking for --hf_config, that a merge without --hf_config stops with.
+    std::string config_missing;
     std::vector<std::string> notes;
     std::vector<ScanJob> jobs;
     FsdpCheckpoint fsdp;
