@@ -137,7 +137,7 @@ public:
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const fs::path dir(request.local_dir);
-        if (!looks_like_v2(dir)) return {false, "no ckpt_contents.json or model/dist_ckpt/, model/huggingface/"};
+        if (!looks_like_v2(dir)) return {false, "no ckpt_contents.json or model/dist_ckpt/"};
         const fs::path manifest_path = dir / kVerlManifestName;
         const std::string where = manifest_path.string();
         std::optional<VerlManifest> manifest;
