@@ -234,7 +234,8 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
          "checkpoint; never guessed)")
         ("use_rslora", po::bool_switch(&o.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
         ("lora_base", po::value(&o.lora_base),
-         "Megatron adapter checkpoints (adapter_checkpoint/): the Hugging Face base model the adapter was trained on");
+         "checkpoints that hold only the adapter (Megatron adapter_checkpoint/, Megatron-Bridge LoRA, verl FSDP "
+         "save_lora_only): the Hugging Face base model the adapter was trained on");
 }
 
 void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {

@@ -63,6 +63,23 @@ expect_failed_merge "$work/roles" "pass --role actor or --role critic" \
     "$vmerge" merge --local_dir "$fx/two_roles/global_step_5" --target_dir "$work/roles" "${base[@]}"
 expect_failed_merge "$work/step" "global_step_30: missing" \
     "$vmerge" merge --local_dir "$fx/dist_run" --step 30 --target_dir "$work/step" "${base[@]}"
+# verl FSDP save_lora_only: adapter-only rank files, base from --lora_base, alpha from
+# lora_train_meta.json; extracted bit for bit, folded within the checker's ulp bound.
+lora=(--lora_base "$fx/fsdp_lora_base")
+for level in fsdp_lora_run fsdp_lora_run/global_step_4 fsdp_lora_run/global_step_4/actor; do
+    on 1 test --local_dir "$fx/$level" "${lora[@]}" --test_hf_dir "$fx/fsdp_lora.extract" --quiet
+done
+on 2 test --local_dir "$fx/fsdp_lora_run" "${lora[@]}" --test_hf_dir "$fx/fsdp_lora.extract" --quiet
+on 3 test --local_dir "$fx/fsdp_lora_run/global_step_4" "${lora[@]}" --merge_lora --test_hf_dir "$fx/fsdp_lora.merged"
+on 2 merge --local_dir "$fx/fsdp_lora_run" "${lora[@]}" --target_dir "$work/lora.extract" --quiet
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/lora.extract" --ref "$fx/fsdp_lora.extract" --mode extract
+on 3 merge --local_dir "$fx/fsdp_lora_run" "${lora[@]}" --merge_lora --target_dir "$work/lora.merged" --quiet
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/lora.merged" --ref "$fx/fsdp_lora.merged" --mode merge
+expect_failed_merge "$work/nobase" "save_lora_only checkpoint" \
+    "$mpiexec" -np 2 "$vmerge" merge --local_dir "$fx/fsdp_lora_run" --target_dir "$work/nobase"
+expect_failed_merge "$work/noalpha" "lora_alpha is recorded nowhere" \
+    "$vmerge" merge --local_dir "$fx/fsdp_lora_noalpha/actor" "${lora[@]}" --target_dir "$work/noalpha"
+
 # --allow_incomplete reads what is there.
 on 2 test --local_dir "$fx/incomplete/actor" --allow_incomplete "${base[@]}" --test_hf_dir "$fx/reference_step20"
 rm -rf "$work"
