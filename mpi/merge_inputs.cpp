@@ -127,7 +127,9 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     const auto& tensors = in.mapped.mapping.tensors;
     if (std::any_of(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return is_peft_name(t.name); }))
         lora_metadata = deserialize_lora_metadata(
-            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir)); }));
+            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir, in.checkpoint.lora_adapter_dir.empty()
+                                                       ? ""
+                                                       : in.checkpoint.lora_adapter_dir + "/adapter_config.json")); }));
     collective_step(comm, [&] {
         apply_lora_choice(in, o, std::move(lora_metadata));
         check_tied_head(in.mapped.mapping, in.config, o.map.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());

@@ -37,6 +37,9 @@ struct DetectedCheckpoint {
     // Set when the checkpoint records no config.json anywhere (a verl v2 dist-only save): the
     // Error, asking for --hf_config, that a merge without --hf_config stops with.
     std::string config_missing;
+    // A PEFT adapter export the checkpoint holds instead of model weights (Megatron-Bridge LoRA:
+    // model/huggingface/adapter/): adapter_model.safetensors and adapter_config.json.
+    std::string lora_adapter_dir;
     std::vector<std::string> notes;
     std::vector<ScanJob> jobs;
     FsdpCheckpoint fsdp;

@@ -80,6 +80,21 @@ expect_failed_merge "$work/nobase" "save_lora_only checkpoint" \
 expect_failed_merge "$work/noalpha" "lora_alpha is recorded nowhere" \
     "$vmerge" merge --local_dir "$fx/fsdp_lora_noalpha/actor" "${lora[@]}" --target_dir "$work/noalpha"
 
+# Megatron-Bridge LoRA (verl's default engine, dist off): the HF adapter export in
+# model/huggingface/adapter/, alpha and r from its adapter_config.json, base from --lora_base.
+bridge=(--lora_base "$fx/reference_step20")
+for level in bridge_lora_run bridge_lora_run/global_step_2 bridge_lora_run/global_step_2/actor; do
+    on 1 test --local_dir "$fx/$level" "${bridge[@]}" --test_hf_dir "$fx/bridge_lora.extract" --quiet
+done
+on 2 test --local_dir "$fx/bridge_lora_run/global_step_2" "${bridge[@]}" --test_hf_dir "$fx/bridge_lora.extract" --quiet
+on 3 test --local_dir "$fx/bridge_lora_run" "${bridge[@]}" --merge_lora --test_hf_dir "$fx/bridge_lora.merged"
+on 3 merge --local_dir "$fx/bridge_lora_run" "${bridge[@]}" --target_dir "$work/bridge.extract" --quiet
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/bridge.extract" --ref "$fx/bridge_lora.extract" --mode extract
+on 2 merge --local_dir "$fx/bridge_lora_run" "${bridge[@]}" --merge_lora --target_dir "$work/bridge.merged" --quiet
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/bridge.merged" --ref "$fx/bridge_lora.merged" --mode merge
+expect_failed_merge "$work/bridge_nobase" "a Megatron-Bridge LoRA save holds the adapter only" \
+    "$vmerge" merge --local_dir "$fx/bridge_lora_run" --target_dir "$work/bridge_nobase"
+
 # --allow_incomplete reads what is there.
 on 2 test --local_dir "$fx/incomplete/actor" --allow_incomplete "${base[@]}" --test_hf_dir "$fx/reference_step20"
 rm -rf "$work"

@@ -78,10 +78,45 @@ void read_model_slot(const fs::path& dir, const VerlManifestEntry& model, const 
                         evidence);
         return;
     }
+    if (!holds_safetensors(folder) && !model.peft_adapter_path.empty()) {
+        // Megatron-Bridge LoRA (bridge, dist off): the bridge exports the adapter INSTEAD of the
+        // weights; the frozen base is saved nowhere.
+        const fs::path adapter = dir / model.peft_adapter_path;
+        if (!path_exists(adapter / "adapter_model.safetensors"))
+            throw Error(where + " puts the model in " + folder.string() + " with the PEFT adapter in " +
+                        adapter.string() + ", but neither holds weights (no *.safetensors, no adapter_model.safetensors)");
+        d.lora_adapter_dir = adapter.string();
+        d.weights_dir = adapter.string();
+        return;
+    }
     if (!holds_safetensors(folder))
         throw Error(where + " puts the model in " + folder.string() + " (" + kVerlHfFormat +
                     " weights), but it holds no *.safetensors");
     d.weights_dir = folder.string();
+}
+
+// The bridge's adapter export under the names apply_lora pairs with the base: PEFT files drop
+// the adapter name (`lora_A.weight`); the state dict form has it (`lora_A.default.weight`).
+TensorMapping adapter_export(const std::string& dir) {
+    TensorMapping adapter = map_safetensors_file(dir + "/adapter_model.safetensors");
+    for (OutputTensor& t : adapter.tensors)
+        for (const char* part : {".lora_A.weight", ".lora_B.weight"})
+            if (t.name.ends_with(part)) {
+                const std::string ab = std::string(part).substr(1, 6);
+                t.name = t.name.substr(0, t.name.size() - std::string(part).size()) + "." + ab + ".default.weight";
+            }
+    return adapter;
+}
+
+void map_adapter_export(const DetectedCheckpoint& d, const MapOptions& options, MappedCheckpoint& m) {
+    if (options.lora_base.empty())
+        throw Error(d.lora_adapter_dir + ": a Megatron-Bridge LoRA save holds the adapter only (with LoRA verl exports "
+                    "the adapter instead of the weights and saves the frozen base nowhere); pass --lora_base with the "
+                    "Hugging Face model the run started from (actor_rollout_ref.model.path)");
+    m.mapping = map_hf_safetensors(options.lora_base);
+    append_mapping(m.mapping, adapter_export(d.lora_adapter_dir));
+    m.notes.push_back("Megatron-Bridge LoRA: the adapter from " + d.lora_adapter_dir + ", the base weights from " +
+                      options.lora_base);
 }
 
 std::string missing_config_text(const fs::path& dir, const std::string& why) {
@@ -107,7 +142,8 @@ void discover_from_manifest(const fs::path& dir, const VerlManifest& m, const st
     if (m.tokenizer && m.hf_config && m.tokenizer->path != m.hf_config->path)
         d.notes.push_back("the tokenizer files are copied from " + d.default_hf_dir + " (hf_config), not from " +
                           m.tokenizer->path);
-    d.description = "verl Megatron layout v2 (" + where + ", model in " + m.model->path + ")";
+    d.description = "verl Megatron layout v2 (" + where + ", model in " +
+                    (d.lora_adapter_dir.empty() ? m.model->path : m.model->peft_adapter_path + ": a LoRA adapter") + ")";
 }
 
 // No manifest, by design (migrated) or because the save did not finish (--allow_incomplete):
@@ -169,6 +205,7 @@ public:
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
         if (!d.dcp.tensors.empty()) torch_dist_backend().map(d, scans, config, options, m, ledger);
+        else if (!d.lora_adapter_dir.empty()) map_adapter_export(d, options, m);
         else m.mapping = map_hf_safetensors(d.weights_dir);
     }
 };
