@@ -130,7 +130,16 @@ void discover_from_manifest(const fs::path& dir, const VerlManifest& m, const st
     if (!m.model)
         throw Error(where + ": records no 'model' in contents (save_contents without model): there are no weights "
                     "to merge in this checkpoint");
-    read_model_slot(dir, *m.model, where, d);
+    // Bridge + dist + PEFT with hf_model also saved: the adapter export beside the shards (verl
+    // names it <hf path>/adapter) is read, as the shards' adapters are not yet.
+    const fs::path adapter_export = dir / "model" / "huggingface" / "adapter";
+    if (m.peft && m.model->format == kVerlDistFormat && path_exists(adapter_export / "adapter_model.safetensors")) {
+        d.lora_adapter_dir = d.weights_dir = adapter_export.string();
+        d.notes.push_back("LoRA: the adapter is read from its export " + adapter_export.string() + ", not from the "
+                          "shards in " + m.model->path);
+    } else {
+        read_model_slot(dir, *m.model, where, d);
+    }
     if (m.hf_config) {
         d.default_hf_dir = (dir / m.hf_config->path).string();
     } else {
@@ -143,7 +152,7 @@ void discover_from_manifest(const fs::path& dir, const VerlManifest& m, const st
         d.notes.push_back("the tokenizer files are copied from " + d.default_hf_dir + " (hf_config), not from " +
                           m.tokenizer->path);
     d.description = "verl Megatron layout v2 (" + where + ", model in " +
-                    (d.lora_adapter_dir.empty() ? m.model->path : m.model->peft_adapter_path + ": a LoRA adapter") + ")";
+                    (d.lora_adapter_dir.empty() ? m.model->path : d.lora_adapter_dir + ": a LoRA adapter") + ")";
 }
 
 // No manifest, by design (migrated) or because the save did not finish (--allow_incomplete):
@@ -165,6 +174,17 @@ void discover_without_manifest(const fs::path& dir, const std::string& what, Det
     }
     d.description = "verl Megatron layout v2, " + what + " (model from " +
                     (d.dcp.tensors.empty() ? std::string("model/huggingface") : std::string("model/dist_ckpt")) + ")";
+}
+
+// LoRA with use_dist_checkpointing keeps frozen base and adapters in one archive; vmerge does not
+// read adapter shards yet, and must not merge the base as if the adapter were not there.
+void refuse_adapter_shards(const DetectedCheckpoint& d) {
+    for (const auto& t : d.dcp.tensors)
+        if (t.fqn.find(".adapter.linear_in.") != std::string::npos || t.fqn.find(".adapter.linear_out.") != std::string::npos)
+            throw Error(d.weights_dir + ": '" + t.fqn + "' is a LoRA adapter shard (Megatron-Bridge PEFT with "
+                        "use_dist_checkpointing) and the save has no adapter export: reading adapters from model/dist_ckpt "
+                        "is not supported yet; save with checkpoint.save_contents including hf_model (the export in "
+                        "model/huggingface/adapter/ is then read onto --lora_base)");
 }
 
 class VerlV2Backend final : public Backend {
@@ -204,8 +224,12 @@ public:
 
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        if (!d.dcp.tensors.empty()) torch_dist_backend().map(d, scans, config, options, m, ledger);
-        else if (!d.lora_adapter_dir.empty()) map_adapter_export(d, options, m);
+        if (!d.dcp.tensors.empty()) {
+            refuse_adapter_shards(d);
+            torch_dist_backend().map(d, scans, config, options, m, ledger);
+            return;
+        }
+        if (!d.lora_adapter_dir.empty()) map_adapter_export(d, options, m);
         else m.mapping = map_hf_safetensors(d.weights_dir);
     }
 };
