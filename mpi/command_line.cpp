@@ -149,6 +149,7 @@ struct OptionTable {
     po::options_description run{"Running"};
     po::options_description testing{"test"};
     po::options_description inspecting{"inspect"};
+    po::options_description watching{"watch (every merge option applies to each step)"};
 };
 
 // --backend: which reader; its values, help and check come from the backend registry.
@@ -182,8 +183,6 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("step", po::value(&raw.step),
          "verl run folder (--local_dir with global_step_N/): merge step N instead of the one "
          "latest_checkpointed_iteration.txt names")
-        ("role", po::value(&o.level.role),
-         "verl step folder holding actor/ and critic/: the role to merge (actor, critic)")
         ("allow_incomplete", po::bool_switch(&o.level.allow_incomplete),
          "read a verl layout v2 save that has no ckpt_contents.json (verl writes it last: the save did not finish)")
         ("hf_model_path", po::value(&raw.hf_model_path),
@@ -270,18 +269,33 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
          "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
 }
 
+void add_watch_options(OptionTable& t, Options& o) {
+    t.watching.add_options()
+        ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps)")
+        ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/")
+        ("role", po::value(&o.watch.rules.role)->default_value("actor"),
+         "verl: the role folder of each step (actor, critic); merge/test/inspect: the role a step folder holding "
+         "actor/ and critic/ is merged from (default: its only role)")
+        ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
+        ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
+        ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")
+        ("settle", po::value(&o.watch.rules.settle_seconds)->default_value(60),
+         "FSDP steps without a completion marker: rank files unchanged this many seconds");
+}
+
 OptionTable option_table(Options& o, RawFlags& raw) {
     OptionTable t;
     add_input_options(t, o, raw);
     add_output_options(t, o, raw);
     add_quantize_and_lora_options(t, o, raw);
     add_run_options(t, o, raw);
+    add_watch_options(t, o);
     return t;
 }
 
 po::options_description visible_options(const OptionTable& t) {
     po::options_description visible;
-    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting);
+    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting).add(t.watching);
     return visible;
 }
 
@@ -291,11 +305,13 @@ void print_help(const OptionTable& t, const std::string& command) {
                  "  test     merge without writing and compare with --test_hf_dir\n"
                  "  inspect  print what was detected and the plan for --np N ranks\n"
                  "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n"
+                 "  watch    merge every finished checkpoint of a training run (--root) into --target_root, as it appears\n"
               << "\n";
     if (command == "merge") std::cout << t.input << t.output << t.lora << t.quantizing << t.run;
     else if (command == "test") std::cout << t.input << t.lora << t.testing << t.run;
     else if (command == "inspect") std::cout << t.input << t.inspecting << t.lora << t.quantizing << t.run;
     else if (command == "verify") std::cout << "verify: --target_dir DIR\n";
+    else if (command == "watch") std::cout << t.watching << t.input << t.output << t.lora << t.quantizing << t.run;
     else std::cout << visible_options(t);
     std::cout << "\n";
 }
@@ -369,6 +385,8 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (vm.count("tp_size")) o.map.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
     if (vm.count("pp_size")) o.map.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
     if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
+    // One --role: watch's (default actor) and, given explicitly, the one a step folder is read from.
+    if (vm.count("role") && !vm["role"].defaulted()) o.level.role = o.watch.rules.role;
     if (vm.count("step")) o.level.step = bounded_flag("--step", raw.step, 0, kMaxIteration);
     if (!raw.hf_model_path.empty()) {
         if (!o.hf_config.empty() && o.hf_config != raw.hf_model_path)
@@ -379,6 +397,15 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (o.hf_upload_private && o.hf_upload_path.empty()) throw UsageError("--private applies to --hf_upload_path");
     if (!o.hf_upload_path.empty() && o.command != "merge")
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
+    if (o.command == "watch") {
+        if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
+        bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);
+        bounded_flag("--keep_last", o.watch.keep_last, 0, 1 << 20);
+        bounded_flag("--settle", o.watch.rules.settle_seconds, 0, 7 * 86400);
+        if (!o.local_dir.empty() || !o.output.target.empty())
+            throw UsageError("watch takes --root and --target_root (each step's --local_dir and --target_dir come from them)");
+        return;
+    }
     if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
         throw UsageError(o.command + " needs --local_dir");
     if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
@@ -398,10 +425,11 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (vm.count("help") || o.command.empty()) {
         if (print_help_text) print_help(table, o.command);
         if (vm.count("help")) return std::nullopt;
-        throw UsageError("no command given (merge, test, inspect or verify)");
+        throw UsageError("no command given (merge, test, inspect, verify or watch)");
     }
-    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
-        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
+    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify" &&
+        o.command != "watch")
+        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect, verify or watch)");
     check_value_flags(o, raw, vm);
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);

@@ -9,6 +9,7 @@
 #include "mapping/lora_adapter.h"
 #include "mapping/quantization.h"
 #include "output/output_format.h"
+#include "watch/run_folder.h"
 
 namespace vmerge {
 
@@ -16,7 +17,7 @@ namespace vmerge {
 // own options struct directly: MapOptions (formats), QuantizeSpec (mapping), LoraOptions
 // (mapping) and OutputOptions (output); the driver adds what only it knows (rank, budget).
 struct Options {
-    std::string command;          // merge | test | inspect | verify
+    std::string command;          // merge | test | inspect | verify | watch
     // Discover.
     std::string backend = "auto";
     std::string local_dir;
@@ -48,6 +49,7 @@ struct Options {
     int np = 0;                   // inspect: plan for this many ranks (0 = the running size)
     bool json = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
+    WatchOptions watch;  // the watch command
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };
 
