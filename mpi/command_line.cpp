@@ -131,6 +131,7 @@ namespace {
 struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
+    std::string tag;
     int tp = 0, pp = 0, batch_size = 0, iteration = 0, step = 0;
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
          use_rslora = false;
@@ -191,6 +192,7 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
          "accepted for verl compatibility; changes nothing (vmerge runs no model code)")
         ("use_cpu_initialization", po::bool_switch(&raw.use_cpu_initialization),
          "accepted for verl compatibility; changes nothing (vmerge builds no model)")
+        ("tag", po::value(&raw.tag), "DeepSpeed: merge this tag folder instead of the one `latest` names")
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
@@ -397,6 +399,7 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (o.hf_upload_private && o.hf_upload_path.empty()) throw UsageError("--private applies to --hf_upload_path");
     if (!o.hf_upload_path.empty() && o.command != "merge")
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
+    if (vm.count("tag")) o.tag = raw.tag;
     if (o.command == "watch") {
         if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
         bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);

@@ -24,6 +24,7 @@ struct Options {
     std::string hf_config;        // default <local_dir>/huggingface
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
     LevelChoice level;             // verl run/step folders: --step, --role, --allow_incomplete
+    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
     std::string dtype = "auto";
     MapOptions map;
     // Quantize (--quantize) and LoRA.
@@ -32,7 +33,12 @@ struct Options {
     LoraOptions lora;
     // Write.
     std::string format = "safetensors";  // merge output: safetensors | hdf5
-    OutputOptions output{.max_shard_size = 5'000'000'000, .chunk_bytes = 4ull << 20};
+    OutputOptions output = [] {
+        OutputOptions defaults;
+        defaults.max_shard_size = 5'000'000'000;  // --max_shard_size 5GB
+        defaults.chunk_bytes = 4ull << 20;       // --hdf5_chunk_size 4MiB
+        return defaults;
+    }();
     std::string hf_upload_path;  // after the merge: upload the target to this Hub repo
     bool hf_upload_private = false;
     // Run.

@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "formats/checkpoint_level.h"
+#include "io/input_file.h"
+#include "torch/torch_pickle.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -17,6 +19,7 @@ const Backend& megatron_legacy_backend();
 const Backend& hf_safetensors_backend();
 const Backend& dcp_backend();
 const Backend& hdf5_archive_backend();
+const Backend& deepspeed_backend();
 
 const std::vector<BackendChoice>& backend_choices() {
     // The order is the auto-detection order, and within "megatron" the order its layouts
@@ -31,6 +34,8 @@ const std::vector<BackendChoice>& backend_choices() {
          {&verl_v2_backend(), &megatron_adapter_backend(), &torch_dist_backend(), &megatron_legacy_backend(),
           &hf_safetensors_backend()}},
         {"dcp", "", "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)", {&dcp_backend()}},
+        {"deepspeed", "DeepSpeed ZeRO 1/2/3: a folder with latest, or its tag folder",
+         ": no DeepSpeed checkpoint (no latest file, no *_optim_states.pt)", {&deepspeed_backend()}},
         {"hdf5", "a model.h5 archive: merge it back, inspect it", "/model.h5: missing (--backend hdf5 reads a vmerge archive)",
          {&hdf5_archive_backend()}, false, true},
     };
@@ -89,12 +94,13 @@ std::string default_hf_dir(const fs::path& dir) {
 }  // namespace
 
 DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::string& backend,
-                                     std::optional<int> iteration, const LevelChoice& choice) {
+                                     std::optional<int> iteration, std::optional<std::string> tag,
+                                     const LevelChoice& choice) {
     std::error_code ec;
     if (!fs::is_directory(given_dir, ec)) throw Error(given_dir + ": not a directory");
     const CheckpointLevel level = resolve_checkpoint_level(given_dir, choice.step, choice.role, list_folder);
     const std::string& local_dir = level.dir;
-    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), choice.allow_incomplete};
+    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), std::move(tag), choice.allow_incomplete};
     const bool automatic = backend == kAutoBackend;
     std::string evidence;  // "fsdp: no ...; megatron: no ..., no ...; ..."
     for (const BackendChoice& choice : backend_choices()) {
@@ -120,6 +126,17 @@ DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::st
     std::string names;
     for (const BackendChoice& choice : backend_choices()) names += (names.empty() ? "" : ", ") + choice.name;
     throw Error(local_dir + ": cannot tell the checkpoint kind: " + evidence + "; pass --backend to name it (" + names + ")");
+}
+
+ScannedFile Backend::scan(const ScanJob& job) const {
+    const InputFile file(job.path);
+    return scan_torch_archive(file, job.base, job.length);
+}
+
+ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job) {
+    if (ckpt.source) return ckpt.source->scan(job);
+    const InputFile file(job.path);
+    return scan_torch_archive(file, job.base, job.length);
 }
 
 InspectFacts inspect_facts(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans) {

@@ -54,7 +54,11 @@ struct LevelChoice {
     bool allow_incomplete = false;
 };
 DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
-                                     std::optional<int> iteration, const LevelChoice& level = {});
+                                     std::optional<int> iteration, std::optional<std::string> tag = std::nullopt,
+                                     const LevelChoice& level = {});
+
+// Scans one of `ckpt.jobs` the way its backend reads it (the torch state-dict scan by default).
+ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job);
 
 // The detecting backend's extra inspect facts (none for --simulate, which has no backend).
 InspectFacts inspect_facts(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans);
