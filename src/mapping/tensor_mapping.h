@@ -71,6 +71,10 @@ struct TensorMapping {
     std::vector<LoraDelta> lora_deltas;
 };
 
+// `from`'s tensors after `to`'s, their copies pointing at `from`'s sources appended to `to`'s
+// (an adapter beside the base model it was trained on).
+void append_mapping(TensorMapping& to, const TensorMapping& from);
+
 // The output names given so far and the source key each came from: after every renaming
 // rule, two source keys that give one output name, or a name safetensors reserves for its
 // header, are an Error naming the source keys (a silently unreadable or overwritten tensor).

@@ -33,6 +33,7 @@ PlanBalance plan_balance(const InspectReport& report) {
 nlohmann::ordered_json inspect_json(const InspectReport& r) {
     nlohmann::ordered_json j = r.facts;
     j["local_dir"] = r.local_dir;
+    if (!r.resolved.empty()) j["resolved"] = r.resolved;
     j["hf_config"] = r.hf_config;
     j["scanned_archives"] = r.scanned_archives;
     j["notes"] = r.notes;
@@ -82,6 +83,7 @@ nlohmann::ordered_json fact(const InspectReport& r, const char* key) {
 void print_model_lines(const InspectReport& r, std::ostream& out) {
     out << "backend      " << r.backend << ": " << r.description << "\n";
     if (!r.local_dir.empty()) out << "local_dir    " << r.local_dir << "\n";
+    for (const auto& step : r.resolved) out << "resolved     " << step << "\n";
     out << "hf_config    " << r.hf_config << "\n"
         << "architecture " << (r.architecture.empty() ? "?" : r.architecture) << "\n";
     if (r.states_parallelism)

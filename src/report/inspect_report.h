@@ -21,6 +21,8 @@ struct InspectReport {
     nlohmann::ordered_json facts;  // the mapping's facts (backend, layout, tp, pp, architecture, ...)
     std::string backend, description;
     std::string local_dir, hf_config;
+    // How --local_dir led to the checkpoint folder (a verl run or step folder); empty: it is one.
+    std::vector<std::string> resolved;
     std::string architecture;      // "" when config.json names none
     bool states_parallelism = false;  // the text states tp/pp/vpp/ep (from the facts)
     size_t scanned_archives = 0;
