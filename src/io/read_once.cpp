@@ -26,12 +26,14 @@ ReadLog& read_log() {
 
 std::string read_once(const std::string& path, const std::function<std::string()>& read) {
     ReadLog& log = read_log();
+    bool recording = false;
     {
         std::lock_guard lock(log.mutex);
         if (log.replay)
             if (auto it = log.replay->find(path); it != log.replay->end()) return it->second.contents();
-        if (!log.recording) return read();
+        recording = log.recording;
     }
+    if (!recording) return read();  // outside the lock: `read` may itself read through read_once
     SmallFile file;
     file.path = path;
     file.exists = true;
