@@ -106,6 +106,7 @@ MapOptions map_options(const Options& o) {
     options.tp_size = o.tp_size;
     options.lora_base = o.lora_base;
     options.pp_size = o.pp_size;
+    options.architecture_tables = o.architecture_tables;
     return options;
 }
 

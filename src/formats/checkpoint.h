@@ -45,6 +45,7 @@ struct MapOptions {
     std::optional<int> tp_size;
     std::optional<int> pp_size;
     std::string lora_base;  // MegatronAdapter: the HF folder of the base model
+    std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
 };
 
 struct MappedCheckpoint {

@@ -14,6 +14,7 @@ const Backend& torch_dist_backend();
 const Backend& megatron_legacy_backend();
 const Backend& hf_safetensors_backend();
 const Backend& dcp_backend();
+const Backend& torchtitan_backend();
 const Backend& hdf5_archive_backend();
 
 const std::vector<BackendChoice>& backend_choices() {
@@ -26,6 +27,8 @@ const std::vector<BackendChoice>& backend_choices() {
          ": no Megatron checkpoint (no mp_rank_* folders, no dist_ckpt/ or metadata.json, "
          "no latest_checkpointed_iteration.txt)",
          {&megatron_adapter_backend(), &torch_dist_backend(), &megatron_legacy_backend(), &hf_safetensors_backend()}},
+        {"torchtitan", "", ": no torchtitan step (step-N/.metadata with tok_embeddings.weight or layers.N.* keys)",
+         {&torchtitan_backend()}},
         {"dcp", "", "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)", {&dcp_backend()}},
         {"hdf5", "a model.h5 archive: merge it back, inspect it", "/model.h5: missing (--backend hdf5 reads a vmerge archive)",
          {&hdf5_archive_backend()}, false, true},
