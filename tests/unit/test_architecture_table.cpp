@@ -134,7 +134,7 @@ TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(error_of(R"({"name": "n"})"), "t.json: 'vmerge_architecture_table' must be 1 (the table format version)");
     EXPECT_EQ(error_of(R"({"vmerge_architecture_table": 1, "name": "n", "source": "megatron", "architectures": ["A"],
                            "rules": [{"from": "a", "to": "b"}]})"),
-              "t.json: source 'megatron': expected torchtitan");
+              "t.json: source 'megatron': expected torchtitan or hf");
 }
 
 TEST(ArchitectureTable, ShippedTablesParse) {
