@@ -175,6 +175,8 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
+        ("drop_mtp", po::bool_switch(&o.drop_mtp),
+         "Megatron: leave the multi-token prediction layers (mtp.*) out of the output (recorded in the summary)")
         ("architecture_table", po::value(&o.architecture_tables)->composing(),
          "JSON name table to add or override (repeatable; docs/architecture-tables.md)")
         ("tp_size", po::value(&raw.tp), "expected tensor-parallel size (checked against the checkpoint)")

@@ -32,6 +32,7 @@ struct Options {
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
     bool allow_unmapped = false;
     std::vector<std::string> architecture_tables;  // --architecture_table: name tables to add or override
+    bool drop_mtp = false;  // leave Megatron multi-token prediction layers out of the output
     bool resume = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
     bool quantize = false;

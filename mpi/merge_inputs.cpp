@@ -107,6 +107,7 @@ MapOptions map_options(const Options& o) {
     options.lora_base = o.lora_base;
     options.pp_size = o.pp_size;
     options.architecture_tables = o.architecture_tables;
+    options.drop_mtp = o.drop_mtp;
     return options;
 }
 

@@ -89,7 +89,12 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
         score_head = score_head || t.name == "score.weight";
         lm_head = lm_head || t.name == "lm_head.weight";
     }
-    ArchitectureInfo arch = architecture_for(config, options.is_value_model || (score_head && !lm_head));
+    // HF models of an MTP architecture (transformers drops the MTP layer on load) are checked
+    // without it unless the checkpoint holds it.
+    bool mtp = false;
+    for (const OutputTensor& t : m.mapping.tensors) mtp = mtp || t.name.ends_with(".enorm.weight");
+    ArchitectureInfo arch =
+        architecture_for(config, options.is_value_model || (score_head && !lm_head), options.drop_mtp || !mtp);
     if (options.tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
     // Names and shapes are all the check reads; an extracted adapter is not part of the model.
     TensorMapping model;

@@ -46,6 +46,7 @@ struct MapOptions {
     std::optional<int> pp_size;
     std::string lora_base;  // MegatronAdapter: the HF folder of the base model
     std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
+    bool drop_mtp = false;  // --drop_mtp: leave multi-token prediction layers out (recorded)
 };
 
 struct MappedCheckpoint {

@@ -35,6 +35,7 @@ const char* drop_reason_text(DropReason reason) {
         case DropReason::Unmapped: return "--allow_unmapped: no HF name";
         case DropReason::BytesItem: return "DCP bytes item";
         case DropReason::TableDrop: return "no HF name (architecture table drop rule)";
+        case DropReason::DroppedMtp: return "--drop_mtp: multi-token prediction layer";
     }
     return "unknown";
 }

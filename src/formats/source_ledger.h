@@ -25,6 +25,7 @@ enum class DropReason {
     Unmapped,       // --allow_unmapped: no Hugging Face name
     BytesItem,      // a DCP bytes item (pickled object, not a tensor)
     TableDrop,      // an architecture table's drop rule: no Hugging Face name (e.g. a router buffer)
+    DroppedMtp,     // --drop_mtp: a multi-token prediction layer left out on purpose
 };
 const char* drop_reason_text(DropReason reason);
 

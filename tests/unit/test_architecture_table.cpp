@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "formats/table_mapping.h"
+#include "mapping/hf_architecture.h"
 #include "test_support.h"
 
 namespace vmerge {
@@ -156,6 +157,25 @@ TEST(ArchitectureTable, ALaterTableTakesItsArchitecturesFromEarlierOnes) {
     EXPECT_EQ(llama->name, "mine");
     EXPECT_EQ(find_architecture_table(tables, "torchtitan", "MyLlama"), llama);
     EXPECT_EQ(find_architecture_table(tables, "megatron", "MyLlama"), nullptr);
+}
+
+}  // namespace
+}  // namespace vmerge
+
+namespace vmerge {
+namespace {
+
+TEST(MtpKeys, MtpDepthsBecomeDecoderLayersAfterTheLast) {
+    int64_t depth = -1;
+    EXPECT_EQ(canonical_mtp_key("mtp.layers.0.transformer_layer.self_attention.linear_proj.weight", 61, depth),
+              "decoder.layers.61.self_attention.linear_proj.weight");
+    EXPECT_EQ(depth, 0);
+    EXPECT_EQ(canonical_mtp_key("mtp.layers.2.mtp_model_layer.mlp.experts.3.linear_fc1.weight", 61, depth),
+              "decoder.layers.63.mlp.experts.3.linear_fc1.weight");
+    EXPECT_EQ(depth, 2);
+    EXPECT_EQ(canonical_mtp_key("mtp.layers.1.final_layernorm.weight", 4, depth), "decoder.layers.5.mtp.final_layernorm.weight");
+    EXPECT_FALSE(canonical_mtp_key("decoder.layers.1.input_layernorm.weight", 4, depth));
+    EXPECT_FALSE(canonical_mtp_key("mtp.layers.x.enorm.weight", 4, depth));
 }
 
 }  // namespace

@@ -105,7 +105,7 @@ int parse_count(const std::string& spec, const std::string& text, const char* wh
 // ---------------------------------------------------------------- FSDP
 
 TensorMapping simulate_fsdp(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
-    const ArchitectureInfo arch = architecture_for(config, false);
+    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
     std::vector<std::pair<std::string, Shape>> tensors(arch.expected.required.begin(), arch.expected.required.end());
     // A tied model's state_dict() still lists lm_head.weight (the same Parameter): verl saves it.
     if (config.tie_word_embeddings && !arch.value_model) tensors.emplace_back("lm_head.weight", Shape{arch.vocab, arch.hidden});
@@ -300,7 +300,7 @@ std::string rank_dir_name(const SimulationSpec& s, int t, int p, int e) {
 }
 
 TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
-    const ArchitectureInfo arch = architecture_for(config, false);
+    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
     const std::vector<Canonical> canonical = canonical_from_hf(config, arch, s, notes);
 
     // Pipeline: chunks walked virtual stage outer, pipeline stage inner (megatron-formats.md §6),
