@@ -78,7 +78,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     collective_step(comm, [&] { reference = read_reference(o.test_hf_dir); });
     std::map<std::string, size_t> cast_notes;
     const auto compare_as = compare_names(tensors, reference, problems, cast_notes);
-    const OutputLayout layout = plan_output_layout(tensors, o.max_shard_size);
+    const OutputLayout layout = plan_output_layout(tensors, o.output.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     std::vector<std::string> value_problems;
     // With --merge_lora, a reference that differs from the merge is also compared with the
@@ -142,7 +142,7 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
     HfWeights weights;
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
-        weights = read_hf_weights(o.target_dir);
+        weights = read_hf_weights(o.output.target);
         for (const auto& f : weights.files) {
             for (const auto& w : f.convention_warnings) warnings.push_back(f.path + ": " + w);
             auto it = f.metadata.find("format");
@@ -152,8 +152,8 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
     });
     if (comm.rank() != 0) return 0;
     for (const auto& w : warnings) out << "warning: " << w << "\n";
-    if (std::filesystem::exists(o.target_dir + "/" + kChecksumsFile)) {
-        const auto problems = verify_checksums(o.target_dir);
+    if (std::filesystem::exists(o.output.target + "/" + kChecksumsFile)) {
+        const auto problems = verify_checksums(o.output.target);
         if (!problems.empty()) {
             out << "vmerge verify: " << problems.size() << (problems.size() > 1 ? " ranges differ" : " range differs")
                 << " from what merge wrote:\n";

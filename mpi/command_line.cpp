@@ -71,21 +71,25 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
     if (compress != "none") {
         if (compress != "zstd" && !compress.starts_with("zstd:"))
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
-        o.zstd_level = kZstdDefaultLevel;
+        o.output.zstd_level = kZstdDefaultLevel;
         if (compress != "zstd") {
             const auto value = parse_int_within(compress.substr(5), kZstdMinLevel, kZstdMaxLevel);
             if (!value)
                 throw UsageError("--compress " + compress + ": the zstd level must be a whole number from " +
                                  std::to_string(kZstdMinLevel) + " to " + std::to_string(kZstdMaxLevel));
-            o.zstd_level = static_cast<int>(*value);
+            o.output.zstd_level = static_cast<int>(*value);
         }
     }
-    if (compress_given && o.format != "hdf5") throw UsageError("--compress applies to --format hdf5");
-    if (o.format == "hdf5" && o.command == "merge" && (o.quantize || o.resume))
-        throw UsageError(std::string("--format hdf5 does not combine with ") + (o.quantize ? "--quantize" : "--resume"));
+    const OutputFormatInfo& format = *find_output_format(o.format);
+    if (compress_given && !format.compression)
+        throw UsageError("--compress applies to --format " + output_formats_with(&OutputFormatInfo::compression));
+    if (o.command == "merge" && ((o.quantize && !format.quantized) || (o.output.resume && !format.resumable)))
+        throw UsageError("--format " + o.format + " does not combine with " + (o.quantize && !format.quantized ? "--quantize" : "--resume"));
     const bool archive_input = is_archive_backend(o.backend);
-    if (o.format == "hdf5" && archive_input)
-        throw UsageError("--backend " + o.backend + " reads an archive; its output is a safetensors folder (drop --format hdf5)");
+    const std::string& folder_format = output_formats().front().name;
+    if (archive_input && o.format != folder_format)
+        throw UsageError("--backend " + o.backend + " reads an archive; its output is a " + folder_format +
+                         " folder (drop --format " + o.format + ")");
     if (archive_input && o.command != "merge" && o.command != "inspect")
         throw UsageError("--backend " + o.backend + " works with merge (archive -> Hugging Face folder) and inspect");
     // An archive converts back as stored: bit for bit what was merged into it.
@@ -114,7 +118,7 @@ double tolerance_flag(const char* flag, double value) {
 void check_number_flags(const Options& o) {
     bounded_flag("--np", o.np, 0, kMaxWorldSize);
     bounded_flag("--progress", o.progress, -1, 86400);
-    bounded_flag("--group_size", o.group_size, 0, int64_t{1} << 24);
+    bounded_flag("--group_size", o.quantize_spec.group_size, 0, int64_t{1} << 24);
     tolerance_flag("--atol", o.atol);
     tolerance_flag("--rtol", o.rtol);
 }
@@ -128,7 +132,8 @@ struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
-    bool low_cpu_mem_usage = false, symmetric = false, extract_lora = false;
+    bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
+         use_rslora = false;
     double lora_alpha = 0;
 };
 
@@ -172,12 +177,12 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
         ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest; torchtitan: this step-N")
-        ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
-        ("is_value_model", po::bool_switch(&o.is_value_model), "value/reward model: output_layer -> score.*")
-        ("allow_unmapped", po::bool_switch(&o.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
-        ("drop_mtp", po::bool_switch(&o.drop_mtp),
+        ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
+        ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
+        ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
+        ("drop_mtp", po::bool_switch(&o.map.drop_mtp),
          "Megatron: leave the multi-token prediction layers (mtp.*) out of the output (recorded in the summary)")
-        ("architecture_table", po::value(&o.architecture_tables)->composing(),
+        ("architecture_table", po::value(&o.map.architecture_tables)->composing(),
          "JSON name table to add or override (repeatable; docs/architecture-tables.md)")
         ("tp_size", po::value(&raw.tp), "expected tensor-parallel size (checked against the checkpoint)")
         ("pp_size", po::value(&raw.pp), "expected pipeline-parallel size (checked against the checkpoint)");
@@ -185,11 +190,11 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
 
 void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.output.add_options()
-        ("target_dir", po::value(&o.target_dir), "output folder (merge) or folder to check (verify)")
+        ("target_dir", po::value(&o.output.target), "output folder (merge) or folder to check (verify)")
         ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
         ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
-        ("force", po::bool_switch(&o.force), "replace an existing target folder")
-        ("resume", po::bool_switch(&o.resume), "continue an interrupted merge from its staging folder");
+        ("force", po::bool_switch(&o.output.force), "replace an existing target folder")
+        ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder");
     add_format_option(t.output, o);
     t.output.add_options()
         ("compress", po::value(&raw.compress)->default_value("none"),
@@ -201,11 +206,11 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
 void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.quantizing.add_options()
         ("quantize", po::bool_switch(&o.quantize), "write Linear weights quantized (round to nearest), weights only")
-        ("bits", po::value(&o.bits)->default_value(4), "4 or 8")
-        ("group_size", po::value(&o.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
+        ("bits", po::value(&o.quantize_spec.bits)->default_value(4), "4 or 8")
+        ("group_size", po::value(&o.quantize_spec.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
         ("symmetric", po::bool_switch(&raw.symmetric), "symmetric quantization, no zero point (the default)")
-        ("asymmetric", po::bool_switch(&o.asymmetric), "asymmetric quantization with zero points")
-        ("allow_unsupported_quantization", po::bool_switch(&o.allow_unsupported_quantization),
+        ("asymmetric", po::bool_switch(&raw.asymmetric), "asymmetric quantization with zero points")
+        ("allow_unsupported_quantization", po::bool_switch(&o.quantize_spec.allow_unsupported),
          "write a --bits/--group_size combination no vLLM kernel runs (refused by default)")
         ("quantize_ignore", po::value(&raw.quantize_ignore),
          "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
@@ -213,12 +218,12 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.lora.add_options()
         ("extract_lora", po::bool_switch(&raw.extract_lora),
          "write the base model plus the adapter in PEFT format to <target_dir>/lora_adapter/ (the default)")
-        ("merge_lora", po::bool_switch(&o.merge_lora), "fold the adapter into the weights: W + alpha/r * B@A in fp32")
+        ("merge_lora", po::bool_switch(&raw.merge_lora), "fold the adapter into the weights: W + alpha/r * B@A in fp32")
         ("lora_alpha", po::value(&raw.lora_alpha),
          "the adapter's alpha (default: from lora_adapter/adapter_config.json or lora_train_meta.json beside the "
          "checkpoint; never guessed)")
-        ("use_rslora", po::bool_switch(&o.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
-        ("lora_base", po::value(&o.lora_base),
+        ("use_rslora", po::bool_switch(&raw.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
+        ("lora_base", po::value(&o.map.lora_base),
          "Megatron adapter checkpoints (adapter_checkpoint/): the Hugging Face base model the adapter was trained on");
 }
 
@@ -229,6 +234,9 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
          "64 MiB to 4 GiB; inspect prints it)")
         ("progress", po::value(&o.progress)->default_value(-1),
          "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
+        ("page_cache", po::value(&o.page_cache)->default_value("auto"),
+         "auto | keep | evict: keep what the merge reads and writes in the page cache (auto: when this node's "
+         "share fits in its available memory; inspect says which)")
         ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
         ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
         ("low_cpu_mem_usage", po::bool_switch(&raw.low_cpu_mem_usage),
@@ -316,37 +324,40 @@ void check_value_flags(Options& o, const RawFlags& raw, const po::variables_map&
     } catch (const Error& e) {
         throw UsageError(e.what());
     }
-    if (raw.symmetric && o.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
-    if (o.bits != 4 && o.bits != 8) throw UsageError("--bits " + std::to_string(o.bits) + ": expected 4 or 8");
+    if (raw.symmetric && raw.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
+    if (o.quantize_spec.bits != 4 && o.quantize_spec.bits != 8) throw UsageError("--bits " + std::to_string(o.quantize_spec.bits) + ": expected 4 or 8");
     check_number_flags(o);
     for (size_t start = 0; start < raw.quantize_ignore.size();) {
         const size_t comma = std::min(raw.quantize_ignore.find(',', start), raw.quantize_ignore.size());
-        if (comma > start) o.quantize_ignore.push_back(raw.quantize_ignore.substr(start, comma - start));
+        if (comma > start) o.quantize_spec.ignore.push_back(raw.quantize_ignore.substr(start, comma - start));
         start = comma + 1;
     }
     if (o.quantize && o.command == "test")
         throw UsageError("--quantize applies to merge and inspect; test compares unquantized tensors");
-    if (raw.extract_lora && o.merge_lora) throw UsageError("--extract_lora and --merge_lora exclude each other");
+    if (raw.extract_lora && raw.merge_lora) throw UsageError("--extract_lora and --merge_lora exclude each other");
     if (vm.count("lora_alpha")) {
         if (!(raw.lora_alpha > 0) || !std::isfinite(raw.lora_alpha))
             throw UsageError("--lora_alpha must be positive and finite (0 would make the adapter do nothing)");
-        o.lora_alpha = raw.lora_alpha;
+        o.lora.alpha = raw.lora_alpha;
     }
+    o.quantize_spec.symmetric = !raw.asymmetric;
+    o.lora.mode = raw.merge_lora ? LoraMode::Merge : LoraMode::Extract;
+    if (raw.use_rslora) o.lora.use_rslora = true;
 }
 
 // Sizes and counts, then what each command needs.
 void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_map& vm) {
-    o.max_shard_size = parse_byte_size(raw.max_shard, "--max_shard_size");
+    o.output.max_shard_size = parse_byte_size(raw.max_shard, "--max_shard_size");
     o.max_memory = raw.max_memory == "auto" ? 0 : parse_byte_size(raw.max_memory, "--max_memory");
     o.low_cpu_mem_usage = raw.low_cpu_mem_usage;
-    if (vm.count("tp_size")) o.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
-    if (vm.count("pp_size")) o.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
+    if (vm.count("tp_size")) o.map.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
+    if (vm.count("pp_size")) o.map.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
     if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
     if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
         throw UsageError(o.command + " needs --local_dir");
     if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
         throw UsageError("--simulate works with inspect and needs --hf_config (the model's config.json folder)");
-    if ((o.command == "merge" || o.command == "verify") && o.target_dir.empty())
+    if ((o.command == "merge" || o.command == "verify") && o.output.target.empty())
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
 }
@@ -368,9 +379,11 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     check_value_flags(o, raw, vm);
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);
+    if (o.page_cache != "auto" && o.page_cache != "keep" && o.page_cache != "evict")
+        throw UsageError("--page_cache " + o.page_cache + ": expected auto, keep or evict");
     parse_archive_options(o, raw.compress, !vm["compress"].defaulted());
     // HDF5's chunk limit is 4 GiB.
-    o.hdf5_chunk_size = parse_byte_size(raw.hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);
+    o.output.chunk_bytes = parse_byte_size(raw.hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);
     return o;
 }
 

@@ -4,50 +4,47 @@
 #include <string>
 #include <vector>
 
+#include "formats/checkpoint.h"
+#include "mapping/lora_adapter.h"
+#include "mapping/quantization.h"
+#include "output/output_format.h"
+
 namespace vmerge {
 
+// What the command line asks for. The option table (command_line.cpp) writes each stage's
+// own options struct directly: MapOptions (formats), QuantizeSpec (mapping), LoraOptions
+// (mapping) and OutputOptions (output); the driver adds what only it knows (rank, budget).
 struct Options {
     std::string command;          // merge | test | inspect | verify
+    // Discover.
     std::string backend = "auto";
     std::string local_dir;
-    std::string target_dir;
     std::string hf_config;        // default <local_dir>/huggingface
-    std::string test_hf_dir;
+    std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
     std::string dtype = "auto";
-    uint64_t max_shard_size = 5'000'000'000;
+    MapOptions map;
+    // Quantize (--quantize) and LoRA.
+    bool quantize = false;
+    QuantizeSpec quantize_spec;
+    LoraOptions lora;
+    // Write.
+    std::string format = "safetensors";  // merge output: safetensors | hdf5
+    OutputOptions output{.max_shard_size = 5'000'000'000, .chunk_bytes = 4ull << 20};
+    // Run.
     uint64_t max_memory = 0;      // 0: auto, see default_max_memory
     bool low_cpu_mem_usage = false;  // verl's flag: a small automatic budget
-    bool force = false;
-    bool tie_word_embedding = false;
-    bool is_value_model = false;
-    bool json = false;
     bool quiet = false;
+    int progress = -1;            // seconds between progress lines; -1: auto, 0: off
+    std::string log_json;         // per-rank timings for tuning
+    std::string page_cache = "auto";  // auto | keep | evict (io/page_cache.h)
+    // test, inspect.
+    std::string test_hf_dir;
     double atol = 0.0;
     double rtol = 0.0;
     int np = 0;                   // inspect: plan for this many ranks (0 = the running size)
-    int progress = -1;            // seconds between progress lines; -1: auto, 0: off
-    std::string log_json;         // per-rank timings for tuning
-    std::optional<int> tp_size;
-    std::optional<int> pp_size;
-    std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
-    bool allow_unmapped = false;
-    std::vector<std::string> architecture_tables;  // --architecture_table: name tables to add or override
-    bool drop_mtp = false;  // leave Megatron multi-token prediction layers out of the output
-    bool resume = false;
+    bool json = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
-    bool quantize = false;
-    int bits = 4;
-    int64_t group_size = 128;
-    bool asymmetric = false;
-    std::vector<std::string> quantize_ignore;
-    bool allow_unsupported_quantization = false;
-    bool merge_lora = false;          // fold a LoRA adapter in (default: extract it)
-    std::optional<double> lora_alpha;
-    bool use_rslora = false;
-    std::string lora_base;            // Megatron adapter checkpoints: the HF base model folder
-    std::string format = "safetensors";  // merge output: safetensors | hdf5
-    int zstd_level = 0;                  // --compress zstd[:LEVEL] (hdf5); 0: uncompressed
-    uint64_t hdf5_chunk_size = 4ull << 20;  // bytes per compressed chunk (whole rows)
+    bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };
 
 // Parses argv. verl's spellings are accepted as they are, and every --long-option works with

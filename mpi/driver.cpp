@@ -45,7 +45,7 @@ struct MergePlan {
 MergePlan plan_merge(const std::vector<OutputTensor>& tensors, const Options& o, int ranks) {
     const auto start = Clock::now();
     MergePlan plan;
-    plan.layout = plan_output_layout(tensors, o.max_shard_size);
+    plan.layout = plan_output_layout(tensors, o.output.max_shard_size);
     plan.work = plan_rank_work(tensors, plan.layout, ranks);
     plan.seconds = seconds_since(start);
     return plan;
@@ -53,7 +53,8 @@ MergePlan plan_merge(const std::vector<OutputTensor>& tensors, const Options& o,
 
 // ---- inspect ---------------------------------------------------------------------------
 
-InspectReport inspect_report(const Options& o, const MergeInputs& in, const MergePlan& plan, int ranks, uint64_t budget) {
+InspectReport inspect_report(const Options& o, const MergeInputs& in, const MergePlan& plan, int ranks, uint64_t budget,
+                             const Comm& comm) {
     InspectReport r;
     r.facts = in.mapped.facts;
     r.backend = in.checkpoint.backend;
@@ -77,12 +78,15 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     add_tensors_and_plan(r, in.mapping().tensors, plan.layout, plan.work);
     r.max_memory = budget;
     r.max_memory_automatic = o.max_memory == 0;
+    const PageCacheChoice cache = page_cache_choice(o, comm, in.mapping());
+    r.page_cache = page_cache_name(cache.policy);
+    r.page_cache_reason = cache.reason;
     if (in.quantize)
         r.quantization = InspectReport::Quantization{in.quantize->bits, in.quantize->group_size, in.quantize->symmetric,
                                                      in.quantization.bytes_before, in.quantization.bytes_after,
                                                      in.quantization.ignored_modules};
     if (in.lora.found)
-        r.lora = InspectReport::Lora{o.merge_lora, in.lora.modules, in.lora.ranks, in.lora.alpha, in.lora.alpha_source};
+        r.lora = InspectReport::Lora{o.merge_lora(), in.lora.modules, in.lora.ranks, in.lora.alpha, in.lora.alpha_source};
     r.plan_seconds = plan.seconds;
     return r;
 }
@@ -94,7 +98,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     if (comm.rank() != 0) return 0;
     const int ranks = o.np > 0 ? o.np : comm.size();
     const uint64_t budget = max_memory(o, comm);
-    InspectReport report = inspect_report(o, in, plan_merge(in.mapping().tensors, o, ranks), ranks, budget);
+    InspectReport report = inspect_report(o, in, plan_merge(in.mapping().tensors, o, ranks), ranks, budget, comm);
     report.total_seconds = seconds_since(start);
     if (o.json) out << inspect_json(report).dump(2) << "\n";
     else print_inspect_text(report, out);
@@ -108,8 +112,8 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
 void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& inputs, std::optional<TargetLock>& lock) {
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
-        check_target(o.target_dir, o.force, inputs);
-        lock.emplace(o.target_dir);
+        check_target(o.output.target, o.output.force, inputs);
+        lock.emplace(o.output.target);
     });
 }
 
@@ -126,7 +130,7 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Out
     for (const auto& g : gathered) s.per_rank.push_back(nlohmann::ordered_json::parse(g));
     s.wall_seconds = seconds_since(start);
     s.local_dir = o.local_dir;
-    s.target_dir = o.target_dir;
+    s.target_dir = o.output.target;
     s.ranks = comm.size();
     s.total_bytes = layout.total_size;
     s.files = layout.files.size();
@@ -147,6 +151,7 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Out
 OutputOptions merge_output_options(const Options& o, const Comm& comm, const MergeInputs& in, uint64_t budget) {
     OutputOptions options = output_options(o, comm, budget);
     options.resumable = true;
+    options.page_cache = page_cache_choice(o, comm, in.mapping()).policy;
     options.hf_dir = in.config.dir;
     options.generated = generated_files(in);
     return options;
@@ -167,7 +172,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     MergeInputs in = load_inputs(o, comm);
     guard_target(o, comm, input_folders(o, in), lock);
     const auto output = make_output_format(o.format, merge_output_options(o, comm, in, budget));
-    output->check_adapter(o.local_dir, in.lora.found && !o.merge_lora);
+    output->check_adapter(o.local_dir, in.lora.found && !o.merge_lora());
     if (comm.rank() == 0 && !o.quiet)
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
     const auto write_start = Clock::now();

@@ -48,7 +48,7 @@ int convert_hdf5_archive(const Options& o, Comm& comm, uint64_t max_memory, std:
     if (comm.rank() != 0 || o.quiet) return 0;
     const OutputLayout& layout = output->layout();
     out << "vmerge: converted " << mapping.tensors.size() << " tensors (" << human_bytes(layout.total_size) << ") from "
-        << path << " into " << o.target_dir << " (" << layout.files.size() << " file"
+        << path << " into " << o.output.target << " (" << layout.files.size() << " file"
         << (layout.files.size() > 1 ? "s" : "") << ") with " << comm.size() << " rank" << (comm.size() > 1 ? "s" : "")
         << " in " << std::fixed << std::setprecision(2) << seconds_since(start) << " s\n";
     return 0;
@@ -63,7 +63,7 @@ int inspect_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
     if (comm.rank() != 0) return 0;
     const uint64_t stored = reader->stored_size();
     if (o.json) {
-        nlohmann::ordered_json j = {{"backend", "hdf5"}, {"archive", path}, {"compression", reader->compression()},
+        nlohmann::ordered_json j = {{"backend", o.backend}, {"archive", path}, {"compression", reader->compression()},
                                     {"total_bytes", reader->total_size()}, {"stored_bytes", stored}};
         nlohmann::ordered_json by = nlohmann::ordered_json::object();
         for (const auto& s : archive_storage_by_dtype(reader->tensors()))
@@ -80,7 +80,7 @@ int inspect_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
         out << j.dump(2) << "\n";
         return 0;
     }
-    out << "backend      hdf5: vmerge archive " << path << "\n"
+    out << "backend      " << o.backend << ": vmerge archive " << path << "\n"
         << "compression  " << reader->compression() << "\n"
         << "tensors      " << reader->tensors().size() << ", " << human_bytes(reader->total_size()) << " -> "
         << human_bytes(stored) << " stored (ratio " << archive_ratio_text(reader->total_size(), stored) << ")\n";

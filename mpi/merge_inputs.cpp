@@ -12,6 +12,8 @@
 #include "formats/simulated/simulated_checkpoint.h"
 #include "io/checksum.h"
 #include "io/input_file.h"
+#include "io/read_once.h"
+#include "io/small_file.h"
 #include "io/record_crc.h"
 #include "mapping/output_rules.h"
 #include "rank_resources.h"
@@ -22,24 +24,13 @@
 namespace vmerge {
 namespace {
 
-std::optional<QuantizeSpec> quantize_spec(const Options& o) {
-    if (!o.quantize) return std::nullopt;
-    QuantizeSpec spec;
-    spec.bits = o.bits;
-    spec.group_size = o.group_size;
-    spec.symmetric = !o.asymmetric;
-    spec.ignore = o.quantize_ignore;
-    spec.allow_unsupported = o.allow_unsupported_quantization;
-    return spec;
-}
-
 // Quantization, then the config.json that states what was written (output_config.h).
 void plan_quantized_output(MergeInputs& in, const Options& o) {
-    in.quantize = quantize_spec(o);
+    if (o.quantize) in.quantize = o.quantize_spec;
     if (in.quantize) in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
     for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
     in.output_config = plan_output_config(
-        in.config, in.mapped.mapping, o.tie_word_embedding,
+        in.config, in.mapped.mapping, o.map.tie_word_embedding,
         in.quantize ? quantization_config(*in.quantize, in.quantization.ignored_modules) : nlohmann::ordered_json());
     for (const auto& note : in.output_config.notes) in.mapped.notes.push_back(note);
 }
@@ -54,15 +45,12 @@ std::string lora_fingerprint(const TensorMapping& mapping) {
 }
 
 void apply_lora_choice(MergeInputs& in, const Options& o, std::optional<LoraMetadataFiles> metadata) {
-    LoraOptions lora;
-    lora.mode = o.merge_lora ? LoraMode::Merge : LoraMode::Extract;
-    lora.alpha = o.lora_alpha;
-    if (o.use_rslora) lora.use_rslora = true;
+    LoraOptions lora = o.lora;
     lora.checkpoint_dir = o.local_dir;
     lora.metadata = std::move(metadata);
-    lora.task_type = o.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
+    lora.task_type = o.map.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
     // The extracted adapter sits inside the folder that holds its base model.
-    if (!o.target_dir.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.target_dir).lexically_normal().string();
+    if (!o.output.target.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.output.target).lexically_normal().string();
     in.lora = apply_lora(in.mapped.mapping, lora, o.local_dir);
     for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
 }
@@ -72,10 +60,30 @@ std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
     return read_on_rank_zero(comm, [&] { return read_hf_config_text(dir); });
 }
 
-// Discover: which backend, which files to scan.
+// Discover: which backend, which files to scan. Rank 0 detects first and hands the files it
+// read to the others (read_once.h), which then detect from them without opening any.
 DetectedCheckpoint discover(const Options& o, Comm& comm) {
     DetectedCheckpoint checkpoint;
-    collective_step(comm, [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); });
+    auto detect = [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); };
+    std::string reads;
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        start_recording_reads();
+        try {
+            detect();
+        } catch (...) {
+            stop_recording_reads();
+            throw;
+        }
+        reads = serialize_small_files(stop_recording_reads());
+    });
+    if (comm.size() == 1) return checkpoint;
+    comm.broadcast(reads, 0);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) return;
+        const ReplayedReads replayed(deserialize_small_files(reads));
+        detect();
+    });
     return checkpoint;
 }
 
@@ -97,26 +105,15 @@ std::vector<ScannedFile> scan(const std::vector<ScanJob>& jobs, Comm& comm) {
     return scans;
 }
 
-MapOptions map_options(const Options& o) {
-    MapOptions options;
-    options.is_value_model = o.is_value_model;
-    // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
-    // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.
-    options.allow_unmapped = o.allow_unmapped;
-    options.tp_size = o.tp_size;
-    options.lora_base = o.lora_base;
-    options.pp_size = o.pp_size;
-    options.architecture_tables = o.architecture_tables;
-    options.drop_mtp = o.drop_mtp;
-    return options;
-}
-
 // Map: HF names, the LoRA adapter, the output rules and checks, quantization. The config and
 // the LoRA metadata are read by rank 0; every rank computes the same mapping from them.
 void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     const std::string config_dir = o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config;
     const std::string config_text = shared_hf_config_text(comm, config_dir);
-    const MapOptions options = map_options(o);
+    MapOptions options = o.map;
+    // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
+    // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.
+    options.tie_word_embedding = false;
     collective_step(comm, [&] {
         in.config = parse_hf_config(config_dir, config_text);
         in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
@@ -128,12 +125,12 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
             read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(o.local_dir)); }));
     collective_step(comm, [&] {
         apply_lora_choice(in, o, std::move(lora_metadata));
-        check_tied_head(in.mapped.mapping, in.config, o.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
+        check_tied_head(in.mapped.mapping, in.config, o.map.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
-                                             o.tie_word_embedding))
+                                             o.map.tie_word_embedding))
             in.mapped.notes.push_back(note);
         MapOptions checked = options;
-        checked.tie_word_embedding = o.tie_word_embedding;  // the rules above dropped lm_head
+        checked.tie_word_embedding = o.map.tie_word_embedding;  // the rules above dropped lm_head
         check_output_against_config(in.mapped, in.checkpoint, in.config, checked);
         plan_quantized_output(in, o);
     });
@@ -164,7 +161,7 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
         in.mapped.facts["backend"] = "simulated";
         in.mapped.facts["layout"] = o.simulate;
         in.mapped.facts["architecture"] = in.config.architectures.empty() ? "" : in.config.architectures[0];
-        for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype), o.tie_word_embedding))
+        for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype), o.map.tie_word_embedding))
             in.mapped.notes.push_back(note);
         plan_quantized_output(in, o);
     });
@@ -183,7 +180,7 @@ std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in) 
     return {{o.local_dir, "the checkpoint (--local_dir)"},
             {in.checkpoint.weights_dir, "the checkpoint's weights folder"},
             {in.config.dir, "the config folder (--hf_config)"},
-            {o.lora_base, "the LoRA base model (--lora_base)"}};
+            {o.map.lora_base, "the LoRA base model (--lora_base)"}};
 }
 
 ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout, const Comm& comm, uint64_t budget) {

@@ -37,6 +37,7 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         CopyExecutor executor(mapping, output.executor_memory(), run.quantize, run.threads);
         if (run.sources) executor.read_sources_with(run.sources);
         if (resumable) executor.defer_crc_mismatches();
+        executor.evict_reads(output.options().page_cache == PageCachePolicy::Evict);
         const int delay = block_delay_ms();
         executor.run(
             output.tasks(),
@@ -63,13 +64,7 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
 }  // namespace
 
 OutputOptions output_options(const Options& o, const Comm& comm, uint64_t max_memory) {
-    OutputOptions options;
-    options.target = o.target_dir;
-    options.force = o.force;
-    options.resume = o.resume;
-    options.max_shard_size = o.max_shard_size;
-    options.zstd_level = o.zstd_level;
-    options.chunk_bytes = o.hdf5_chunk_size;
+    OutputOptions options = o.output;
     options.max_memory = max_memory;
     options.rank = comm.rank();
     options.ranks = comm.size();
@@ -79,7 +74,7 @@ OutputOptions output_options(const Options& o, const Comm& comm, uint64_t max_me
 OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const OutputRun& run, const Options& o,
                           Comm& comm, std::ostream& out, std::ostream& err) {
     OutputResult result;
-    const std::string staging = staging_path(o.target_dir);
+    const std::string staging = staging_path(o.output.target);
     const std::string hint = output.options().resumable ? staging : "";
     const auto plan_start = Clock::now();
     collective_step(comm, [&] { output.check(mapping); });
@@ -121,7 +116,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
                 if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
             });
         } catch (const Error&) {
-            if (comm.rank() == 0) discard_staging(o.target_dir);
+            if (comm.rank() == 0) discard_staging(o.output.target);
             throw;
         }
     }

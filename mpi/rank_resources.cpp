@@ -47,6 +47,14 @@ uint64_t max_memory(const Options& o, const Comm& comm) {
     return o.low_cpu_mem_usage ? std::min<uint64_t>(automatic, 256ull << 20) : automatic;
 }
 
+PageCacheChoice page_cache_choice(const Options& o, const Comm& comm, const TensorMapping& mapping) {
+    uint64_t bytes = 0;
+    for (const auto& t : mapping.tensors)
+        bytes += static_cast<uint64_t>(numel(t.shape)) * (element_size(t.source_dtype) + element_size(t.dtype));
+    const uint64_t node_bytes = bytes / static_cast<uint64_t>(comm.size()) * static_cast<uint64_t>(comm.local_size());
+    return choose_page_cache(o.page_cache, node_bytes, available_memory_bytes());
+}
+
 uint64_t peak_rss_bytes() {
     struct rusage usage {};
     ::getrusage(RUSAGE_SELF, &usage);

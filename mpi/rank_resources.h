@@ -3,6 +3,8 @@
 
 #include "command_line.h"
 #include "comm.h"
+#include "io/page_cache.h"
+#include "mapping/tensor_mapping.h"
 
 namespace vmerge {
 
@@ -16,6 +18,10 @@ uint64_t default_max_memory(const Comm& comm);
 
 // Threads a rank may use for LoRA products: its share of the node's cores.
 int compute_threads(const Comm& comm);
+
+// --page_cache for this node: the bytes its ranks read and write (their share of the merge)
+// against the memory it has available.
+PageCacheChoice page_cache_choice(const Options& o, const Comm& comm, const TensorMapping& mapping);
 
 // This process's peak resident memory.
 uint64_t peak_rss_bytes();

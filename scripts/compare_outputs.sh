@@ -57,6 +57,10 @@ for case in "$here"/tests/fixtures/torch2/fsdp2_*; do
     run_both "torch2.$name" "${args[@]}"
 done
 run_both example "--local_dir" "$here/examples/tiny-qwen2-fsdp/global_step_1/actor" --max-shard-size 1MB
+example_dir=$here/examples/tiny-qwen2-fsdp/global_step_1/actor
+run_both example.int4 --local_dir "$example_dir" --quantize --max-memory 1MiB
+run_both example.int8.asym --local_dir "$example_dir" --quantize --bits 8 --asymmetric --group_size 32
+run_both example.resume --local_dir "$example_dir" --quantize --resume --max-shard-size 1MB
 run_both example.hdf5 "--local_dir" "$here/examples/tiny-qwen2-fsdp/global_step_1/actor" --format hdf5
 # The archive back: each binary converts the archive it wrote.
 for which in old new; do

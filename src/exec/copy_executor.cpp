@@ -9,7 +9,6 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <tuple>
 
 #include "exec/dtype_cast.h"
 #include "core/error.h"
@@ -18,8 +17,8 @@
 
 namespace vmerge {
 namespace {
-
 constexpr uint64_t kMaxBlockSourceBytes = 64ull << 20;
+}  // namespace
 
 // Hands assembled blocks to the sink on a second thread, which also casts them, so reading the
 // next block overlaps casting and writing this one. One block is in flight at a time; its
@@ -131,8 +130,6 @@ private:
     std::thread thread_;
 };
 
-}  // namespace
-
 CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize, int threads)
     : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize),
       threads_(std::max(1, threads)), skip_crc_(std::getenv("VMERGE_BENCH_SKIP_CRC") != nullptr) {}
@@ -143,117 +140,68 @@ const SourceReader& CopyExecutor::open(const std::string& file) {
     return *slot;
 }
 
+namespace {
+
+// How a tensor's rows are cut into blocks that fit the memory budget.
+struct BlockSizing {
+    uint64_t out_row = 0;    // bytes of one output row
+    uint64_t src_row = 0;    // bytes of one assembled source row
+    int64_t block_rows = 1;  // rows per block, a multiple of `align`
+    int64_t align = 1;       // a block starts on a multiple of this (packed zero points)
+};
+
+BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint64_t max_memory) {
+    BlockSizing s;
+    const bool cast = !quantized && t.dtype != t.source_dtype;
+    s.out_row = row_bytes(t);
+    const int64_t cols = quantized ? t.source_shape[1] : 0;
+    s.src_row = quantized ? static_cast<uint64_t>(cols) * element_size(t.source_dtype)
+                          : s.out_row / element_size(t.dtype) * element_size(t.source_dtype);
+    // Half the budget for blocks: the one being assembled plus the one being cast and
+    // written; the other half bounds the span read for a non-contiguous source.
+    uint64_t per_row = 2 * s.src_row;
+    if (quantized) per_row = s.src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * s.out_row;
+    else if (lora) per_row = s.src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + s.out_row;
+    else if (cast) per_row = 2 * s.src_row + s.out_row;
+    s.align = std::max<int64_t>(1, t.row_align);
+    // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
+    // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
+    const uint64_t block_budget =
+        std::min<uint64_t>(max_memory / 2, kMaxBlockSourceBytes / std::max<uint64_t>(s.src_row, 1) * per_row);
+    s.block_rows = std::max<int64_t>(1, static_cast<int64_t>(block_budget / std::max<uint64_t>(per_row, 1)));
+    s.block_rows = std::max(s.align, s.block_rows / s.align * s.align);
+    return s;
+}
+
+}  // namespace
+
 void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip,
                        const TaskDone& task_done) {
     PipelinedSink writer(sink);
-    std::vector<unsigned char> out;  // the block handed to the writer thread
-    std::vector<unsigned char> scales, zeros;
     for (const WriteTask& task : tasks) {
         const OutputTensor& t = mapping_.tensors.at(task.tensor);
         const bool quantized = t.role == OutputTensor::Role::QuantPacked;
         if (quantized && !quantize_) throw Error("internal: " + t.name + " is planned as quantized without a spec");
         const LoraFactors* lora = t.lora_delta ? &lora_factors(*t.lora_delta) : nullptr;
-        const bool cast = !quantized && t.dtype != t.source_dtype;
-        const uint64_t out_row = row_bytes(t);
-        const int64_t cols = quantized ? t.source_shape[1] : 0;
-        const uint64_t src_row = quantized ? static_cast<uint64_t>(cols) * element_size(t.source_dtype)
-                                           : out_row / element_size(t.dtype) * element_size(t.source_dtype);
-        // Half the budget for blocks: the one being assembled plus the one being cast and
-        // written; the other half bounds the span read for a non-contiguous source.
-        uint64_t per_row = 2 * src_row;
-        if (quantized) per_row = src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * out_row;
-        else if (lora) per_row = src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + out_row;
-        else if (cast) per_row = 2 * src_row + out_row;
-        QuantError* quant_error = quantized ? &stats_.quantization_error[quantized_kind(t.name)] : nullptr;
-        const int64_t align = std::max<int64_t>(1, t.row_align);
-        // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
-        // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
-        const uint64_t block_budget = std::min<uint64_t>(max_memory_ / 2, kMaxBlockSourceBytes / std::max<uint64_t>(src_row, 1) * per_row);
-        int64_t block_rows = std::max<int64_t>(1, static_cast<int64_t>(block_budget / std::max<uint64_t>(per_row, 1)));
-        block_rows = std::max(align, block_rows / align * align);
-        for (int64_t row = task.row_begin; row < task.row_end; row += block_rows) {
-            const int64_t end = std::min(task.row_end, row + block_rows);
+        const BlockSizing sizing = block_sizing(t, quantized, lora != nullptr, max_memory_);
+        if (quantized) stats_.quantization_error[quantized_kind(t.name)];  // reported even when resumed whole
+        for (int64_t row = task.row_begin; row < task.row_end; row += sizing.block_rows) {
+            const int64_t end = std::min(task.row_end, row + sizing.block_rows);
             const size_t rows = static_cast<size_t>(end - row);
-            // Every block a quantized block writes: itself, its scales, its packed zero points.
-            std::vector<std::tuple<size_t, int64_t, int64_t>> parts{{task.tensor, row, end}};
-            if (quantized) {
-                parts.emplace_back(t.scale_tensor, row, end);
-                if (t.zero_point_tensor)
-                    parts.emplace_back(*t.zero_point_tensor, row / align, (end + align - 1) / align);
-            }
-            if (skip && std::all_of(parts.begin(), parts.end(), [&](const auto& p) {
-                    return skip(std::get<0>(p), std::get<1>(p), std::get<2>(p));
-                })) {
-                stats_.bytes_skipped += rows * out_row;
+            if (skip && already_written(task.tensor, t, row, end, sizing.align, skip)) {
+                stats_.bytes_skipped += rows * sizing.out_row;
                 continue;
             }
             if (t.role == OutputTensor::Role::Constant) {
-                out.assign(t.constant.begin() + static_cast<std::ptrdiff_t>(row * out_row),
-                           t.constant.begin() + static_cast<std::ptrdiff_t>(end * out_row));
-                out = writer.submit(task.tensor, row, end, std::move(out));
-                stats_.bytes_written += rows * out_row;
-                continue;
+                out_.assign(t.constant.begin() + static_cast<std::ptrdiff_t>(row * sizing.out_row),
+                            t.constant.begin() + static_cast<std::ptrdiff_t>(end * sizing.out_row));
+                out_ = writer.submit(task.tensor, row, end, std::move(out_));
+                stats_.bytes_written += rows * sizing.out_row;
+            } else if (quantized) {
+                write_quantized_block(writer, task.tensor, row, end, lora, sizing.align);
+            } else {
+                write_block(writer, task.tensor, row, end, lora);
             }
-            std::vector<unsigned char>& assembled = quantized || lora ? block_ : out;
-            assembled.resize(rows * src_row);
-            if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
-            assemble(t, row, end, assembled.data());
-            if (quantized) {
-                const auto start = Clock::now();
-                const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
-                const int64_t groups = scale.shape[1];
-                // Quantize the weight as the unquantized merge would write it (the model dtype),
-                // as quantizing that model with compressed-tensors would.
-                floats_.resize(rows * static_cast<size_t>(cols));
-                const size_t count = floats_.size();
-                if (lora) {
-                    // The merged weight, rounded to the model dtype, is what gets quantized.
-                    cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
-                    add_lora_delta(floats_.data(), row, end, *lora, threads_);
-                    cast_.resize(count * element_size(scale.dtype));
-                    cast_elements(floats_.data(), DType::F32, cast_.data(), scale.dtype, count);
-                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
-                } else if (scale.dtype != t.source_dtype) {
-                    cast_.resize(count * element_size(scale.dtype));
-                    cast_elements(block_.data(), t.source_dtype, cast_.data(), scale.dtype, count);
-                    cast_elements(cast_.data(), scale.dtype, floats_.data(), DType::F32, count);
-                } else {
-                    cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
-                }
-                out.resize(rows * out_row);
-                scales.resize(rows * row_bytes(scale));
-                zero_points_.resize(rows * static_cast<size_t>(groups));
-                quantize_rows(floats_.data(), static_cast<int64_t>(rows), cols, *quantize_, scale.dtype,
-                              reinterpret_cast<uint32_t*>(out.data()), scales.data(), zero_points_.data(),
-                              *quant_error);
-                stats_.cast_seconds += seconds_since(start);
-                out = writer.submit(task.tensor, row, end, std::move(out));
-                const size_t scale_bytes = scales.size();
-                scales = writer.submit(t.scale_tensor, row, end, std::move(scales));
-                stats_.bytes_written += rows * out_row + scale_bytes;
-                if (t.zero_point_tensor) {
-                    const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);
-                    const int64_t packed_rows = (end + align - 1) / align - row / align;
-                    zeros.resize(static_cast<size_t>(packed_rows) * row_bytes(zero));
-                    pack_zero_points(zero_points_.data(), static_cast<int64_t>(rows), groups, quantize_->bits,
-                                     reinterpret_cast<uint32_t*>(zeros.data()));
-                    const size_t zero_bytes = zeros.size();
-                    zeros = writer.submit(*t.zero_point_tensor, row / align, (end + align - 1) / align, std::move(zeros));
-                    stats_.bytes_written += zero_bytes;
-                }
-                continue;
-            }
-            if (lora) {
-                const auto start = Clock::now();
-                const size_t count = rows * static_cast<size_t>(t.shape[1]);
-                out.resize(count * sizeof(float));
-                float* merged = reinterpret_cast<float*>(out.data());
-                cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
-                add_lora_delta(merged, row, end, *lora, threads_);
-                stats_.lora_seconds += seconds_since(start);
-            }
-            out = writer.submit(task.tensor, row, end, std::move(out), std::pair{lora ? DType::F32 : t.source_dtype, t.dtype});
-            stats_.bytes_written += rows * out_row;
         }
         if (task_done) {
             writer.drain();
@@ -263,6 +211,97 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
     const auto seconds = writer.drain();
     stats_.sink_seconds = seconds.write;
     stats_.cast_seconds += seconds.cast;
+}
+
+// A block counts as written by an earlier run only when every part it writes is: the
+// block itself and, for a quantized weight, its scales and packed zero points.
+bool CopyExecutor::already_written(size_t tensor, const OutputTensor& t, int64_t row, int64_t end, int64_t align,
+                                   const SkipBlock& skip) const {
+    if (!skip(tensor, row, end)) return false;
+    if (t.role != OutputTensor::Role::QuantPacked) return true;
+    if (!skip(t.scale_tensor, row, end)) return false;
+    return !t.zero_point_tensor || skip(*t.zero_point_tensor, row / align, (end + align - 1) / align);
+}
+
+// Rows [row, end) of an unquantized tensor: assembled, LoRA folded in fp32 when it has an
+// update, cast on the writer thread.
+void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end,
+                               const LoraFactors* lora) {
+    const OutputTensor& t = mapping_.tensors.at(tensor);
+    const size_t rows = static_cast<size_t>(end - row);
+    const uint64_t src_row = row_bytes(t) / element_size(t.dtype) * element_size(t.source_dtype);
+    std::vector<unsigned char>& assembled = lora ? block_ : out_;
+    assembled.resize(rows * src_row);
+    if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
+    assemble(t, row, end, assembled.data());
+    if (lora) {
+        const auto start = Clock::now();
+        const size_t count = rows * static_cast<size_t>(t.shape[1]);
+        out_.resize(count * sizeof(float));
+        float* merged = reinterpret_cast<float*>(out_.data());
+        cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
+        add_lora_delta(merged, row, end, *lora, threads_);
+        stats_.lora_seconds += seconds_since(start);
+    }
+    out_ = writer.submit(tensor, row, end, std::move(out_), std::pair{lora ? DType::F32 : t.source_dtype, t.dtype});
+    stats_.bytes_written += rows * row_bytes(t);
+}
+
+// The source rows of a quantized weight as fp32, rounded to the model dtype first: what the
+// unquantized merge would write, as quantizing that model with compressed-tensors would see it.
+void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int64_t row, int64_t end,
+                                   const LoraFactors* lora) {
+    const size_t count = static_cast<size_t>(end - row) * static_cast<size_t>(t.source_shape[1]);
+    floats_.resize(count);
+    if (lora) {
+        cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
+        add_lora_delta(floats_.data(), row, end, *lora, threads_);
+        cast_.resize(count * element_size(model_dtype));
+        cast_elements(floats_.data(), DType::F32, cast_.data(), model_dtype, count);
+        cast_elements(cast_.data(), model_dtype, floats_.data(), DType::F32, count);
+    } else if (model_dtype != t.source_dtype) {
+        cast_.resize(count * element_size(model_dtype));
+        cast_elements(block_.data(), t.source_dtype, cast_.data(), model_dtype, count);
+        cast_elements(cast_.data(), model_dtype, floats_.data(), DType::F32, count);
+    } else {
+        cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
+    }
+}
+
+// Rows [row, end) of a quantized weight: packed values, scales and (asymmetric) packed zero
+// points, each handed to the writer.
+void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end,
+                                         const LoraFactors* lora, int64_t align) {
+    const OutputTensor& t = mapping_.tensors.at(tensor);
+    const size_t rows = static_cast<size_t>(end - row);
+    const int64_t cols = t.source_shape[1];
+    block_.resize(rows * static_cast<size_t>(cols) * element_size(t.source_dtype));
+    if (t.zero_fill) std::fill(block_.begin(), block_.end(), 0);
+    assemble(t, row, end, block_.data());
+    const auto start = Clock::now();
+    const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
+    const int64_t groups = scale.shape[1];
+    quantizer_input(t, scale.dtype, row, end, lora);
+    out_.resize(rows * row_bytes(t));
+    scales_.resize(rows * row_bytes(scale));
+    zero_points_.resize(rows * static_cast<size_t>(groups));
+    quantize_rows(floats_.data(), static_cast<int64_t>(rows), cols, *quantize_, scale.dtype,
+                  reinterpret_cast<uint32_t*>(out_.data()), scales_.data(), zero_points_.data(),
+                  stats_.quantization_error[quantized_kind(t.name)]);
+    stats_.cast_seconds += seconds_since(start);
+    out_ = writer.submit(tensor, row, end, std::move(out_));
+    const size_t scale_bytes = scales_.size();
+    scales_ = writer.submit(t.scale_tensor, row, end, std::move(scales_));
+    stats_.bytes_written += rows * row_bytes(t) + scale_bytes;
+    if (!t.zero_point_tensor) return;
+    const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);
+    const int64_t packed_rows = (end + align - 1) / align - row / align;
+    zeros_.resize(static_cast<size_t>(packed_rows) * row_bytes(zero));
+    pack_zero_points(zero_points_.data(), static_cast<int64_t>(rows), groups, quantize_->bits,
+                     reinterpret_cast<uint32_t*>(zeros_.data()));
+    const size_t zero_bytes = zeros_.size();
+    zeros_ = writer.submit(*t.zero_point_tensor, row / align, (end + align - 1) / align, std::move(zeros_));
+    stats_.bytes_written += zero_bytes;
 }
 
 const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
@@ -293,7 +332,7 @@ void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uin
     const auto crc_start = Clock::now();
     if (!skip_crc_) crcs_.add(storage, offset - storage.byte_offset, out, length);
     stats_.crc_seconds += seconds_since(crc_start);
-    if (length >= (1u << 20)) file.drop_cache(offset, length);
+    if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.bytes_read += length;
     ++stats_.reads;
 }

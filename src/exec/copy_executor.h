@@ -37,6 +37,8 @@ using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row
 // contiguous run), assembles blocks of rows that fit in `max_memory`, casts, and hands them
 // to the sink on a second thread while the next block is read. The sink is called from
 // that thread, one block at a time.
+class PipelinedSink;
+
 class CopyExecutor {
 public:
     // `quantize` (optional) is the spec QuantPacked tensors were planned with; `threads` is how
@@ -60,11 +62,19 @@ public:
     const RecordCrcLedger& crcs() const { return crcs_; }
     // A CRC mismatch is kept in crcs().mismatch() instead of stopping run (RecordCrcLedger).
     void defer_crc_mismatches() { crcs_.defer_mismatches(); }
+    // Drop what was read from the page cache behind the reads (PageCachePolicy::Evict).
+    void evict_reads(bool evict) { evict_reads_ = evict; }
 
 private:
     const SourceReader& open(const std::string& file);
     // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
     const LoraFactors& lora_factors(size_t delta);
+    bool already_written(size_t tensor, const OutputTensor& t, int64_t row, int64_t end, int64_t align,
+                         const SkipBlock& skip) const;
+    void write_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora);
+    void quantizer_input(const OutputTensor& t, DType model_dtype, int64_t row, int64_t end, const LoraFactors* lora);
+    void write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora,
+                               int64_t align);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
     void read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out, uint64_t length);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
@@ -80,11 +90,14 @@ private:
     SourceOpener opener_ = open_source_file;
     std::map<std::string, std::unique_ptr<SourceReader>> files_;
     std::vector<unsigned char> block_;
+    std::vector<unsigned char> out_;  // the block handed to the writer thread (its buffer comes back)
+    std::vector<unsigned char> scales_, zeros_;
     std::vector<unsigned char> span_;
     std::optional<size_t> lora_factors_for_;
     LoraFactors lora_factors_;
     CopyStats stats_;
     RecordCrcLedger crcs_;
+    bool evict_reads_ = false;
     bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
 };
 

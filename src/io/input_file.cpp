@@ -1,4 +1,5 @@
 #include "io/input_file.h"
+#include "io/read_once.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -58,13 +59,15 @@ InputFile::InputFile(const std::string& path) : path_(path) {
 }
 
 std::string read_small_file(const std::string& path, uint64_t max_bytes, const char* what) {
-    const InputFile file(path);
-    if (file.size() > max_bytes)
-        throw Error(path + ": " + std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
-                    " bytes " + what + " may hold");
-    std::string text(file.size(), '\0');
-    file.read_exact(0, text.data(), text.size(), what);
-    return text;
+    return read_once(path, [&] {
+        const InputFile file(path);
+        if (file.size() > max_bytes)
+            throw Error(path + ": " + std::to_string(file.size()) + " bytes, more than the " + std::to_string(max_bytes) +
+                        " bytes " + what + " may hold");
+        std::string text(file.size(), '\0');
+        file.read_exact(0, text.data(), text.size(), what);
+        return text;
+    });
 }
 
 void require_no_special_files(const std::string& dir) {

@@ -27,6 +27,7 @@ HfConfig parse_hf_config(const std::string& dir, const std::string& text) {
     const std::string path = dir + "/config.json";
     HfConfig config;
     config.dir = dir;
+    config.text = text;
     config.json = parse_json_text(text, path);
     if (!config.json.is_object()) throw Error(path + ": expected a JSON object");
     for (const char* key : {"dtype", "torch_dtype"}) {

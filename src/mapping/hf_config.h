@@ -14,6 +14,7 @@ namespace vmerge {
 struct HfConfig {
     std::string dir;
     nlohmann::json json;
+    std::string text;  // config.json as read (its key order is kept when the output rewrites it)
     std::optional<DType> dtype;  // "dtype" (transformers >= 4.56) or "torch_dtype"
     bool tie_word_embeddings = false;
     std::vector<std::string> architectures;

@@ -93,6 +93,8 @@ OutputConfig plan_output_config(const std::string& source_path, const std::strin
 OutputConfig plan_output_config(const HfConfig& config, const TensorMapping& mapping, bool tie_word_embeddings,
                                 const nlohmann::ordered_json& quantization_config) {
     const std::string path = config.dir + "/config.json";
+    if (!config.text.empty())  // read once, by rank 0 (read_on_rank_zero)
+        return plan_output_config(path, config.text, mapping, tie_word_embeddings, quantization_config);
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(path + ": cannot open the model config");
     std::ostringstream text;

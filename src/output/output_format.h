@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "io/page_cache.h"
 #include "mapping/tensor_mapping.h"
 #include "output/output_folder.h"
 #include "output/target_guard.h"
@@ -27,6 +28,7 @@ struct OutputOptions {
     int zstd_level = 0;           // --compress zstd:LEVEL; 0: none
     uint64_t chunk_bytes = 0;     // --hdf5_chunk_size: bytes per compressed chunk
     uint64_t max_memory = 0;      // this rank's budget
+    PageCachePolicy page_cache = PageCachePolicy::Keep;  // for what is read and what is written
     int rank = 0;
     int ranks = 1;
     std::string hf_dir;                          // the HF folder whose non-weight files are kept ("" none)

@@ -17,7 +17,8 @@ std::unique_ptr<OutputFormat> make(OutputOptions options) {
 const std::vector<OutputFormatInfo>& output_formats() {
     static const std::vector<OutputFormatInfo> formats = {
         {"safetensors", "", make<SafetensorsOutput>},
-        {"hdf5", "one model.h5 archive, written with parallel HDF5; docs/hdf5.md", make<Hdf5Output>},
+        {"hdf5", "one model.h5 archive, written with parallel HDF5; docs/hdf5.md", make<Hdf5Output>,
+         /*compression=*/true, /*quantized=*/false, /*resumable=*/false},
     };
     return formats;
 }
@@ -42,6 +43,13 @@ std::string output_format_help() {
         if (!f.help.empty()) help += " (" + f.help + ")";
     }
     return help;
+}
+
+std::string output_formats_with(bool OutputFormatInfo::*capability) {
+    std::string names;
+    for (const auto& f : output_formats())
+        if (f.*capability) names += (names.empty() ? "" : " or ") + f.name;
+    return names;
 }
 
 std::string output_format_choices() {

@@ -13,6 +13,9 @@ struct OutputFormatInfo {
     std::string name;
     std::string help;  // "" when the name says it all
     std::function<std::unique_ptr<OutputFormat>(OutputOptions)> make;
+    bool compression = false;  // takes --compress
+    bool quantized = true;     // can hold --quantize's packed weights
+    bool resumable = true;     // --resume continues its staging folder
 };
 
 // Every output format, the default first. Adding a format: src/output/<new>/ and one line in
@@ -27,6 +30,9 @@ std::unique_ptr<OutputFormat> make_output_format(const std::string& name, Output
 
 // "safetensors | hdf5 (one model.h5 archive, ...)": the --format help.
 std::string output_format_help();
+
+// "hdf5": the formats for which `capability` holds, for a usage error.
+std::string output_formats_with(bool OutputFormatInfo::*capability);
 
 // "safetensors or hdf5": the choices, for the error on an unknown --format.
 std::string output_format_choices();

@@ -55,6 +55,7 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
     nlohmann::ordered_json plan = nlohmann::ordered_json::array();
     for (const auto& p : r.per_rank) plan.push_back({{"rank", p.rank}, {"bytes", p.bytes}, {"tasks", p.tasks}});
     j["max_memory_per_rank"] = r.max_memory;
+    j["page_cache"] = {{"policy", r.page_cache}, {"reason", r.page_cache_reason}};
     if (const auto& q = r.quantization)
         j["quantization"] = {{"bits", q->bits}, {"group_size", q->group_size}, {"symmetric", q->symmetric},
                              {"bytes_before", q->bytes_before}, {"bytes_after", q->bytes_after}, {"ignored", q->ignored}};
@@ -107,6 +108,7 @@ void print_plan_lines(const InspectReport& r, std::ostream& out) {
                 ? " (auto: a quarter of this node's memory over its ranks, at most half of Slurm's per-rank memory)"
                 : "")
         << "\n";
+    out << "page cache   " << r.page_cache << " (" << r.page_cache_reason << ")\n";
     const PlanBalance b = plan_balance(r);
     out << "plan for " << r.ranks << " rank" << (r.ranks > 1 ? "s" : "") << ": mean " << human_bytes(b.mean)
         << " per rank, largest " << human_bytes(b.largest) << " (" << std::fixed << std::setprecision(3)

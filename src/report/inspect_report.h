@@ -54,6 +54,8 @@ struct InspectReport {
     std::vector<RankShare> per_rank;
     uint64_t max_memory = 0;
     bool max_memory_automatic = true;
+    std::string page_cache;         // keep | evict
+    std::string page_cache_reason;  // why (PageCacheChoice::reason)
     struct Quantization {
         int bits = 0;
         int64_t group_size = 0;

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/input_file.h"
+#include "io/read_once.h"
 #include "pickle/pickle.h"
 
 namespace vmerge {
@@ -54,28 +55,11 @@ DType properties_dtype(const Value& properties, const std::string& where) {
     return *parsed;
 }
 
-}  // namespace
+// (fqn, chunk offsets) -> where the bytes are: the file, offset and length of each chunk.
+using StorageLocations = std::map<std::pair<std::string, Shape>, DcpChunk>;
 
-DcpMetadata read_dcp_metadata(const std::string& dir) {
-    namespace fs = std::filesystem;
-    const std::string path = dir + "/.metadata";
-    if (!fs::exists(path)) throw Error(path + ": missing (not a torch.distributed.checkpoint folder)");
-    InputFile file(path);
-    if (file.size() > (1ull << 31)) throw Error(path + ": " + std::to_string(file.size()) + " bytes is too large for metadata");
-    std::string bytes(file.size(), '\0');
-    file.read_exact(0, bytes.data(), bytes.size(), "DCP metadata");
-    pickle::Limits limits;
-    limits.max_values = 1ull << 28;
-    const pickle::ValuePtr root = pickle::load(bytes, path, limits);
-    if (class_name(*root) != "Metadata" && class_name(*root) != "MCoreMetadata")
-        throw Error(path + ": expected a DCP Metadata object, found " + pickle::describe(*root));
-    const Value& state_dict = field(*root, "state_dict_metadata", path);
-    const Value& storage = field(*root, "storage_data", path);
-    if (state_dict.kind != Kind::Dict || storage.kind != Kind::Dict)
-        throw Error(path + ": state_dict_metadata/storage_data are not dicts");
-
-    // (fqn, chunk offsets) -> where the bytes are.
-    std::map<std::pair<std::string, Shape>, DcpChunk> where_stored;
+StorageLocations storage_locations(const Value& storage, const std::string& path, const std::string& dir) {
+    StorageLocations where_stored;
     for (const auto& [index, info] : storage.entries) {
         const std::string where = path + " storage_data";
         const Value& fqn = field(*index, "fqn", where);
@@ -100,6 +84,34 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
         chunk.length = static_cast<uint64_t>(length.integer);
         where_stored[{fqn.text, offsets}] = chunk;
     }
+
+    return where_stored;
+}
+
+}  // namespace
+
+DcpMetadata read_dcp_metadata(const std::string& dir) {
+    namespace fs = std::filesystem;
+    const std::string path = dir + "/.metadata";
+    if (!fs::exists(path)) throw Error(path + ": missing (not a torch.distributed.checkpoint folder)");
+    const std::string bytes = read_once(path, [&] {
+        InputFile file(path);
+        if (file.size() > (1ull << 31)) throw Error(path + ": " + std::to_string(file.size()) + " bytes is too large for metadata");
+        std::string text(file.size(), '\0');
+        file.read_exact(0, text.data(), text.size(), "DCP metadata");
+        return text;
+    });
+    pickle::Limits limits;
+    limits.max_values = 1ull << 28;
+    const pickle::ValuePtr root = pickle::load(bytes, path, limits);
+    if (class_name(*root) != "Metadata" && class_name(*root) != "MCoreMetadata")
+        throw Error(path + ": expected a DCP Metadata object, found " + pickle::describe(*root));
+    const Value& state_dict = field(*root, "state_dict_metadata", path);
+    const Value& storage = field(*root, "storage_data", path);
+    if (state_dict.kind != Kind::Dict || storage.kind != Kind::Dict)
+        throw Error(path + ": state_dict_metadata/storage_data are not dicts");
+
+    const StorageLocations where_stored = storage_locations(storage, path, dir);
 
     DcpMetadata meta;
     meta.dir = dir;

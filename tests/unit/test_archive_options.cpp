@@ -28,16 +28,16 @@ std::vector<std::string> merge_with(std::vector<std::string> extra) {
 TEST(ArchiveOptions, Defaults) {
     const auto o = parse(kMerge);
     EXPECT_EQ(o->format, "safetensors");
-    EXPECT_EQ(o->zstd_level, 0);
-    EXPECT_EQ(o->hdf5_chunk_size, 4ull << 20);
+    EXPECT_EQ(o->output.zstd_level, 0);
+    EXPECT_EQ(o->output.chunk_bytes, 4ull << 20);
 }
 
 TEST(ArchiveOptions, CompressLevels) {
-    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--compress", "zstd"}))->zstd_level, 3);
-    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--compress", "zstd:1"}))->zstd_level, 1);
-    EXPECT_EQ(parse(merge_with({"--format=hdf5", "--compress=zstd:22"}))->zstd_level, 22);
-    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--compress", "none"}))->zstd_level, 0);
-    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--hdf5-chunk-size", "1MB"}))->hdf5_chunk_size, 1000000u);
+    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--compress", "zstd"}))->output.zstd_level, 3);
+    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--compress", "zstd:1"}))->output.zstd_level, 1);
+    EXPECT_EQ(parse(merge_with({"--format=hdf5", "--compress=zstd:22"}))->output.zstd_level, 22);
+    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--compress", "none"}))->output.zstd_level, 0);
+    EXPECT_EQ(parse(merge_with({"--format", "hdf5", "--hdf5-chunk-size", "1MB"}))->output.chunk_bytes, 1000000u);
     for (const char* bad : {"zstd:0", "zstd:23", "zstd:-1", "zstd:3x", "zstd:", "gzip", "zstd3"})
         EXPECT_THROW(parse(merge_with({"--format", "hdf5", "--compress", bad})), UsageError) << bad;
 }

@@ -26,19 +26,7 @@ namespace {
 
 using vmerge::testing::TempDir;
 
-// The Error's message, or "" when none was thrown.
-template <typename F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    } catch (const UsageError& e) {
-        return e.what();
-    }
-    return "";
-}
-
+using testing::error_of;
 TEST(BoundedNumber, AcceptsPlainDecimalsWithinBounds) {
     EXPECT_EQ(parse_int_within("0", 0, 10), 0);
     EXPECT_EQ(parse_int_within("10", 0, 10), 10);

@@ -40,13 +40,13 @@ TEST(CommandLine, FlagsFillTheStagesOptions) {
                           "--tp-size", "2", "--dtype", "bfloat16", "--quantize", "--bits", "8", "--quantize_ignore",
                           "a,,re:b.*", "--max_memory", "1GiB", "--low_cpu_mem_usage"});
     ASSERT_TRUE(o);
-    EXPECT_TRUE(o->merge_lora);
-    EXPECT_EQ(o->lora_alpha, 16.0);
-    EXPECT_EQ(o->tp_size, 2);
-    EXPECT_FALSE(o->pp_size);
+    EXPECT_TRUE(o->merge_lora());
+    EXPECT_EQ(o->lora.alpha, 16.0);
+    EXPECT_EQ(o->map.tp_size, 2);
+    EXPECT_FALSE(o->map.pp_size);
     EXPECT_EQ(o->dtype, "bfloat16");
-    EXPECT_EQ(o->bits, 8);
-    EXPECT_EQ(o->quantize_ignore, (std::vector<std::string>{"a", "re:b.*"}));
+    EXPECT_EQ(o->quantize_spec.bits, 8);
+    EXPECT_EQ(o->quantize_spec.ignore, (std::vector<std::string>{"a", "re:b.*"}));
     EXPECT_EQ(o->max_memory, 1ull << 30);
     EXPECT_TRUE(o->low_cpu_mem_usage);
 }

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "exec/copy_executor.h"
 #include "exec/source_reader.h"
+#include "io/page_cache.h"
 
 namespace vmerge {
 namespace {
@@ -24,6 +25,8 @@ public:
         std::memcpy(out, bytes_.data() + offset, length);
         ++reads_;
     }
+    void drop_cache(uint64_t, uint64_t) const override { ++drops; }
+    mutable int drops = 0;
 
 private:
     const std::vector<unsigned char>& bytes_;
@@ -111,6 +114,39 @@ TEST(CopyExecutor, SourceErrorsComeOutOfRun) {
         return std::make_unique<MemorySource>(too_short, reads);
     });
     EXPECT_THROW(executor.run({{0, 0, 4}}, [](size_t, int64_t, int64_t, const unsigned char*, size_t) {}), Error);
+}
+
+// The page cache policy reaches the reads: evicted behind them only when asked (a merge that
+// does not fit in memory), kept otherwise.
+TEST(CopyExecutor, EvictsReadsOnlyWhenAsked) {
+    const int64_t rows = 512, cols = 1024;  // 2 MiB of floats: reads large enough to evict
+    const TensorMapping mapping = whole_copy("memory:c", rows, cols);
+    const auto bytes = counting_floats(static_cast<size_t>(rows * cols));
+    for (const bool evict : {false, true}) {
+        int reads = 0;
+        const MemorySource* source = nullptr;
+        CopyExecutor executor(mapping, 64 << 20);
+        executor.evict_reads(evict);
+        executor.read_sources_with([&](const std::string&) -> std::unique_ptr<SourceReader> {
+            auto reader = std::make_unique<MemorySource>(bytes, reads);
+            source = reader.get();
+            return reader;
+        });
+        executor.run({{0, 0, rows}}, [](size_t, int64_t, int64_t, const unsigned char*, size_t) {});
+        ASSERT_NE(source, nullptr);
+        EXPECT_EQ(source->drops > 0, evict) << "evict " << evict << ": " << source->drops << " drops";
+    }
+}
+
+TEST(PageCache, KeepsWhatFitsAndEvictsWhatDoesNot) {
+    EXPECT_EQ(choose_page_cache("auto", 1 << 20, 1ull << 30).policy, PageCachePolicy::Keep);
+    EXPECT_EQ(choose_page_cache("auto", 2ull << 30, 1ull << 30).policy, PageCachePolicy::Evict);
+    EXPECT_EQ(choose_page_cache("auto", 2ull << 30, 0).policy, PageCachePolicy::Keep);  // unknown: keep
+    EXPECT_EQ(choose_page_cache("keep", 2ull << 30, 1ull << 30).policy, PageCachePolicy::Keep);
+    EXPECT_EQ(choose_page_cache("evict", 1, 1ull << 30).policy, PageCachePolicy::Evict);
+    EXPECT_NE(choose_page_cache("auto", 2ull << 30, 1ull << 30).reason.find("does not fit"), std::string::npos);
+    EXPECT_THROW(choose_page_cache("sometimes", 1, 1), Error);
+    EXPECT_GT(available_memory_bytes(), 0u);  // /proc/meminfo on Linux
 }
 
 }  // namespace

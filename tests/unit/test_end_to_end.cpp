@@ -243,17 +243,17 @@ TEST(CommandLine, DashesAndUnderscoresBothWork) {
     const Options a = parse({"merge", "--local-dir", "/in", "--target-dir", "/out", "--max-shard-size", "2GiB"});
     EXPECT_EQ(a.command, "merge");
     EXPECT_EQ(a.local_dir, "/in");
-    EXPECT_EQ(a.target_dir, "/out");
-    EXPECT_EQ(a.max_shard_size, 1ull << 31);
+    EXPECT_EQ(a.output.target, "/out");
+    EXPECT_EQ(a.output.max_shard_size, 1ull << 31);
     const Options b = parse({"merge", "--local_dir", "/in", "--target_dir", "/out"});
     EXPECT_EQ(b.local_dir, "/in");
-    EXPECT_EQ(b.target_dir, "/out");
-    EXPECT_EQ(b.max_shard_size, 5'000'000'000ull);
+    EXPECT_EQ(b.output.target, "/out");
+    EXPECT_EQ(b.output.max_shard_size, 5'000'000'000ull);
     EXPECT_TRUE(b.hf_config.empty());  // decided by detection: <local_dir>/huggingface or hf_config_and_tokenizer
     const Options c = parse({"merge", "--local-dir=/x", "--target_dir=/y", "--force"});
     EXPECT_EQ(c.local_dir, "/x");
-    EXPECT_EQ(c.target_dir, "/y");
-    EXPECT_TRUE(c.force);
+    EXPECT_EQ(c.output.target, "/y");
+    EXPECT_TRUE(c.output.force);
 }
 
 TEST(CommandLine, UnknownCommandOrMissingArgumentsAreUsageErrors) {

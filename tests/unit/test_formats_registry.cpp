@@ -19,19 +19,8 @@ namespace fs = std::filesystem;
 
 const std::string kFixtures = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2";
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    } catch (const UsageError& e) {
-        return e.what();
-    }
-    return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
+using testing::error_of;
+using testing::contains;
 std::string layout_of(const std::string& dir, const std::string& backend = kAutoBackend) {
     const DetectedCheckpoint d = detect_checkpoint(dir, backend, std::nullopt);
     return d.source ? d.source->name() : "";

@@ -53,18 +53,8 @@ std::string rank_path(int world, int rank) {
     return "/ckpt/model_world_size_" + std::to_string(world) + "_rank_" + std::to_string(rank) + ".pt";
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no vmerge::Error thrown";
-    return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
+using testing::error_of;
+using testing::contains;
 // --- map_fsdp ----------------------------------------------------------------------------
 
 TEST(MapFsdp, Shard0UnevenOverThreeRanks) {

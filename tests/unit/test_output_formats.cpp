@@ -111,7 +111,7 @@ private:
 TEST(OutputStage, CallsTheFormatInItsOrder) {
     SingleRankComm comm;
     Options o;
-    o.target_dir = "unused";
+    o.output.target = "unused";
     RecordingFormat format(output_options(o, comm, 1 << 20));
     TensorMapping mapping = one_tensor_mapping(4);
     OutputRun run;
@@ -133,9 +133,9 @@ TEST(OutputStage, Hdf5OutputWritesTheArchive) {
     testing::TempDir dir;
     SingleRankComm comm;
     Options o;
-    o.target_dir = dir.path() + "/out";
-    o.zstd_level = 3;
-    o.hdf5_chunk_size = 16;  // two rows per chunk
+    o.output.target = dir.path() + "/out";
+    o.output.zstd_level = 3;
+    o.output.chunk_bytes = 16;  // two rows per chunk
     OutputOptions options = output_options(o, comm, 1 << 20);
     options.generated = {{"config.json", "{}\n"}};
     const auto format = make_output_format("hdf5", std::move(options));
@@ -147,8 +147,8 @@ TEST(OutputStage, Hdf5OutputWritesTheArchive) {
     std::ostringstream out, err;
     write_output(*format, mapping, run, o, comm, out, err);
     EXPECT_EQ(mapping.tensors[0].row_align, 2);  // chunks of 2 rows, one writer each
-    EXPECT_FALSE(std::filesystem::exists(staging_path(o.target_dir)));
-    ArchiveReader reader(o.target_dir + "/" + kArchiveFileName);
+    EXPECT_FALSE(std::filesystem::exists(staging_path(o.output.target)));
+    ArchiveReader reader(o.output.target + "/" + kArchiveFileName);
     ASSERT_EQ(reader.tensors().size(), 1u);
     EXPECT_EQ(reader.tensors()[0].chunk_rows, 2);
     std::vector<unsigned char> back(40), expected(40);

@@ -16,16 +16,7 @@ namespace vmerge {
 namespace {
 
 // The Error text `f` throws; "" when it throws none.
-template <typename F>
-std::string error_of(F f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-
+using testing::error_of;
 TEST(SafetensorsHeaderCheck, GoodTensorsReturnTheirDataEnd) {
     SafetensorsHeaderCheck check("model.safetensors");
     EXPECT_EQ(check.add("a", DType::F32, {2, 3}, 24), 24u);

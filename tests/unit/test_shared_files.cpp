@@ -8,6 +8,8 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/input_file.h"
+#include "io/read_once.h"
 #include "io/small_file.h"
 #include "mapping/hf_config.h"
 #include "mapping/lora_adapter.h"
@@ -20,15 +22,7 @@ namespace {
 
 using testing::TempDir;
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const std::exception& e) {
-        return e.what();
-    }
-    return "";
-}
-
+using testing::error_of;
 TEST(SharedFiles, BroadcastConfigEqualsTheDirectRead) {
     TempDir dir;
     dir.touch("config.json", R"({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "tie_word_embeddings": true})");
@@ -90,6 +84,32 @@ TEST(SharedFiles, LoraMetadataFromRankZeroGivesTheSameAlpha) {
     EXPECT_EQ(shared.source, direct.source);
     o.metadata.reset();
     EXPECT_NE(error_of([&] { resolve_lora_hyperparameters(o, "x"); }).find("pass --lora_alpha"), std::string::npos);
+}
+
+// Detection's reads on rank 0, replayed on the others: the same texts and the same errors,
+// without the files being opened again.
+TEST(SharedFiles, RecordedReadsAnswerTheOtherRanks) {
+    TempDir dir;
+    dir.touch("fsdp_config.json", R"({"world_size": 2})");
+    dir.touch("big.json", std::string(100, ' '));
+    const std::string config = dir.path() + "/fsdp_config.json", big = dir.path() + "/big.json";
+    start_recording_reads();
+    EXPECT_EQ(read_small_file(config, 1000, "a JSON file"), R"({"world_size": 2})");
+    const std::string too_big = error_of([&] { read_small_file(big, 10, "a JSON file"); });
+    const std::vector<SmallFile> recorded = stop_recording_reads();
+    ASSERT_EQ(recorded.size(), 2u);
+    ASSERT_NE(too_big.find("more than the 10 bytes"), std::string::npos);
+    std::filesystem::remove(config);
+    std::filesystem::remove(big);
+    dir.touch("other.json", "{}");
+    {
+        const ReplayedReads replayed(deserialize_small_files(serialize_small_files(recorded)));
+        EXPECT_EQ(read_small_file(config, 1000, "a JSON file"), R"({"world_size": 2})");  // the file is gone
+        EXPECT_EQ(error_of([&] { read_small_file(big, 10, "a JSON file"); }), too_big);
+        EXPECT_EQ(read_small_file(dir.path() + "/other.json", 10, "a JSON file"), "{}");  // not recorded: read
+    }
+    EXPECT_NE(error_of([&] { read_small_file(config, 1000, "a JSON file"); }), "");  // replay over: read again
+    EXPECT_TRUE(stop_recording_reads().empty());  // nothing recorded outside a recording
 }
 
 }  // namespace

@@ -30,18 +30,8 @@ TensorRef stored(Shape shape, const std::string& file, uint64_t offset) {
     return t;
 }
 
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    ADD_FAILURE() << "no vmerge::Error thrown";
-    return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
+using testing::error_of;
+using testing::contains;
 // An output tensor that copies `source` whole.
 OutputTensor whole(const std::string& name, TensorMapping& m, const TensorRef& source) {
     OutputTensor t = testing::tensor(name, source.dtype, source.shape);

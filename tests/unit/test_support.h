@@ -2,6 +2,7 @@
 // Small builders the unit tests share.
 #include <stdlib.h>
 
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -11,6 +12,20 @@
 #include "mapping/tensor_mapping.h"
 
 namespace vmerge::testing {
+
+// The message of the error `f` throws (a vmerge::Error, a UsageError, any std::exception), or
+// "" when it throws none: tests check the text, so a missing error fails them too.
+template <typename F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "";
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A fresh directory under the system temp folder, removed with everything in it.
 class TempDir {

@@ -173,8 +173,14 @@ struct Canonical {
 // names (TE fused norms or separate ones), the TE spec is taken: a `X.layer_norm_weight`
 // exists only when its linear `X.weight` does (dense MLP, linear_qkv, MLA up-projections);
 // otherwise the separate norm (MoE pre_mlp_layernorm, MLA input_layernorm).
-std::vector<Canonical> canonical_from_hf(const HfConfig& config, const ArchitectureInfo& arch, const SimulationSpec& s,
-                                         std::vector<std::string>& notes) {
+struct CanonicalGroup {
+    const NameRule* rule = nullptr;
+    std::vector<std::optional<Shape>> parts;
+    int64_t layer = -1, expert = -1;
+};
+
+// Every tensor config.json implies, placed as a part of the Megatron key that produces it.
+std::map<std::string, CanonicalGroup> megatron_groups_for_hf(const ArchitectureInfo& arch) {
     struct Candidate {
         const NameRule* rule;
         size_t part;
@@ -184,12 +190,7 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
         const auto parts = split_names(rule.hf);
         for (size_t k = 0; k < parts.size(); ++k) by_hf_pattern[parts[k]].push_back({&rule, k});
     }
-    struct Group {
-        const NameRule* rule = nullptr;
-        std::vector<std::optional<Shape>> parts;
-        int64_t layer = -1, expert = -1;
-    };
-    std::map<std::string, Group> groups;  // by Megatron key
+    std::map<std::string, CanonicalGroup> groups;  // by Megatron key
     std::vector<std::pair<std::string, HfPattern>> deferred;
     auto try_place = [&](const std::string& name, const Shape& shape, const HfPattern& p, bool allow_fused) -> bool {
         auto it = by_hf_pattern.find(p.pattern);
@@ -204,7 +205,7 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
             const auto match = match_rule(arch, key);
             if (!match || match->rule != c.rule || match->hf_names.size() <= c.part || match->hf_names[c.part] != name)
                 continue;
-            Group& g = groups[key];
+            CanonicalGroup& g = groups[key];
             g.rule = c.rule;
             g.layer = p.layer;
             g.expert = p.expert;
@@ -230,6 +231,13 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
         if (!try_place(name, arch.expected.required.at(name), p, true))
             throw Error("simulated layout: no Megatron name in the " + arch.name + " table produces " + name);
 
+    return groups;
+}
+
+// The Megatron tensors, in the canonical order, that produce what config.json implies.
+std::vector<Canonical> canonical_from_hf(const HfConfig& config, const ArchitectureInfo& arch, const SimulationSpec& s,
+                                         std::vector<std::string>& notes) {
+    std::map<std::string, CanonicalGroup> groups = megatron_groups_for_hf(arch);
     const DType dtype = config.dtype.value_or(DType::F32);
     // Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by (128) x tp.
     const int64_t multiple = 128LL * s.tp;
@@ -299,22 +307,23 @@ std::string rank_dir_name(const SimulationSpec& s, int t, int p, int e) {
     return text;
 }
 
-TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
-    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
-    const std::vector<Canonical> canonical = canonical_from_hf(config, arch, s, notes);
+// Which pipeline stage and virtual chunk hold each layer, and its index there: chunks walked
+// virtual stage outer, pipeline stage inner (megatron-formats.md §6), layers split as evenly
+// as possible, leading chunks taking one more when L % (pp*vpp) != 0.
+struct LayerPlacement {
+    std::vector<int> stage_of, chunk_of;
+    std::vector<int64_t> local_of;
+};
 
-    // Pipeline: chunks walked virtual stage outer, pipeline stage inner (megatron-formats.md §6),
-    // layers split as evenly as possible, leading chunks taking one more when L % (pp*vpp) != 0.
+LayerPlacement place_layers(int64_t L, const SimulationSpec& s, std::vector<std::string>& notes) {
     const int64_t chunks = static_cast<int64_t>(s.pp) * s.vpp;
-    const int64_t L = arch.layers;
-    std::vector<int> stage_of(L), chunk_of(L);
-    std::vector<int64_t> local_of(L);
+    LayerPlacement placed{std::vector<int>(L), std::vector<int>(L), std::vector<int64_t>(L)};
     for (int64_t c = 0, layer = 0; c < chunks; ++c) {
         const int64_t n = L / chunks + (c < L % chunks ? 1 : 0);
         for (int64_t k = 0; k < n; ++k, ++layer) {
-            stage_of[layer] = static_cast<int>(c % s.pp);
-            chunk_of[layer] = static_cast<int>(c / s.pp);
-            local_of[layer] = k;
+            placed.stage_of[layer] = static_cast<int>(c % s.pp);
+            placed.chunk_of[layer] = static_cast<int>(c / s.pp);
+            placed.local_of[layer] = k;
         }
     }
     if (L % chunks != 0)
@@ -322,16 +331,11 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
                         std::to_string(s.vpp) + " split as evenly as possible (" + std::to_string(L % chunks) +
                         " leading chunks hold " + std::to_string(L / chunks + 1) + ", the others " +
                         std::to_string(L / chunks) + ")");
+    return placed;
+}
 
-    int64_t experts = 0;
-    for (const auto& c : canonical) experts = std::max(experts, c.expert + 1);
-    if (s.ep > 1 && experts == 0) throw Error("simulated layout: ep " + std::to_string(s.ep) + " needs a MoE model; " + arch.name + " has no experts");
-    if (experts % s.ep != 0)
-        throw Error("simulated layout: ep " + std::to_string(s.ep) + " does not divide the " + std::to_string(experts) + " experts");
-    const int64_t per_ep = experts / s.ep;
-
-    // Files in discover_megatron_legacy's order (sorted folder names: tp, then pp, then ep).
-    MegatronLegacyCheckpoint ckpt;
+// The rank files, in discover_megatron_legacy's order (sorted folder names: tp, then pp, then ep).
+std::vector<FileBuilder> simulated_rank_files(const SimulationSpec& s, MegatronLegacyCheckpoint& ckpt) {
     ckpt.dir = kRoot + "/iter_0000001";
     ckpt.flavor = "Megatron-LM";
     ckpt.iteration = 1;
@@ -351,51 +355,68 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
                 builders.push_back(std::move(b));
                 ckpt.files.push_back(std::move(f));
             }
-    auto file_index = [&](int t, int p, int e) { return (static_cast<size_t>(t) * s.pp + p) * s.ep + e; };
+    return builders;
+}
 
-    for (const Canonical& c : canonical) {
-        // Where the tensor lives and its per-rank key.
-        int stage = 0, chunk = 0, ep_rank = -1;  // -1: every expert-parallel folder holds a copy
-        std::string key = c.key;
-        if (c.layer >= 0) {
-            stage = stage_of[c.layer];
-            chunk = chunk_of[c.layer];
-            const std::string prefix = "decoder.layers." + std::to_string(c.layer) + ".";
-            std::string rest = c.key.substr(prefix.size());
-            if (c.expert >= 0) {
-                // TE grouped experts: mlp.experts.{e}.linear_fc1.weight -> mlp.experts.linear_fc1.weight{j}
-                const std::string expert_prefix = "mlp.experts." + std::to_string(c.expert) + ".";
-                if (!rest.starts_with(expert_prefix)) throw Error("internal: unexpected expert key " + c.key);
-                ep_rank = static_cast<int>(c.expert / per_ep);
-                rest = "mlp.experts." + rest.substr(expert_prefix.size()) + std::to_string(c.expert % per_ep);
-            }
-            key = "decoder.layers." + std::to_string(local_of[c.layer]) + "." + rest;
-        } else if (!c.key.starts_with("embedding.")) {
-            stage = s.pp - 1;  // final norm and output layer: the last chunk of the last stage
-            chunk = s.vpp - 1;
+// One canonical tensor in the rank files that hold it: its stage, chunk and expert-parallel
+// folder, its per-rank key and its tensor-parallel piece (the inverse of the rule
+// assemble_megatron_legacy applies).
+void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const SimulationSpec& s,
+                       const LayerPlacement& layers, int64_t experts_per_ep, std::vector<FileBuilder>& builders) {
+    int stage = 0, chunk = 0, ep_rank = -1;  // -1: every expert-parallel folder holds a copy
+    std::string key = c.key;
+    if (c.layer >= 0) {
+        stage = layers.stage_of[c.layer];
+        chunk = layers.chunk_of[c.layer];
+        const std::string prefix = "decoder.layers." + std::to_string(c.layer) + ".";
+        std::string rest = c.key.substr(prefix.size());
+        if (c.expert >= 0) {
+            // TE grouped experts: mlp.experts.{e}.linear_fc1.weight -> mlp.experts.linear_fc1.weight{j}
+            const std::string expert_prefix = "mlp.experts." + std::to_string(c.expert) + ".";
+            if (!rest.starts_with(expert_prefix)) throw Error("internal: unexpected expert key " + c.key);
+            ep_rank = static_cast<int>(c.expert / experts_per_ep);
+            rest = "mlp.experts." + rest.substr(expert_prefix.size()) + std::to_string(c.expert % experts_per_ep);
         }
-        // Tensor parallel: the inverse of the rule assemble_megatron_legacy applies.
-        TpRule rule = megatron_tp_rule(c.key, arch.value_model);
-        if (rule == TpRule::ReplicatedIfFull) rule = TpRule::Replicated;  // TE spec: duplicated on every rank
-        Shape local = c.shape;
-        auto split = [&](size_t dim, int64_t parts) {
-            if (local.size() <= dim || local[dim] % parts != 0)
-                throw Error("simulated layout: tp " + std::to_string(s.tp) + " does not split " + c.key + " " +
-                            shape_to_string(c.shape) + " evenly on dim " + std::to_string(dim));
-            local[dim] /= s.tp;
-        };
-        switch (rule) {
-            case TpRule::Concat0: split(0, s.tp); break;
-            case TpRule::Concat1: split(1, s.tp); break;
-            case TpRule::GluHalves: split(0, 2LL * s.tp); break;
-            case TpRule::Replicated:
-            case TpRule::ReplicatedIfFull: break;
-        }
-        const uint64_t bytes = static_cast<uint64_t>(numel(local)) * element_size(c.dtype);
-        for (int t = 0; t < s.tp; ++t)
-            for (int e = 0; e < s.ep; ++e)
-                if (ep_rank < 0 || e == ep_rank) builders[file_index(t, stage, e)].add(key, c.dtype, local, bytes, chunk);
+        key = "decoder.layers." + std::to_string(layers.local_of[c.layer]) + "." + rest;
+    } else if (!c.key.starts_with("embedding.")) {
+        stage = s.pp - 1;  // final norm and output layer: the last chunk of the last stage
+        chunk = s.vpp - 1;
     }
+    TpRule rule = megatron_tp_rule(c.key, arch.value_model);
+    if (rule == TpRule::ReplicatedIfFull) rule = TpRule::Replicated;  // TE spec: duplicated on every rank
+    Shape local = c.shape;
+    auto split = [&](size_t dim, int64_t parts) {
+        if (local.size() <= dim || local[dim] % parts != 0)
+            throw Error("simulated layout: tp " + std::to_string(s.tp) + " does not split " + c.key + " " +
+                        shape_to_string(c.shape) + " evenly on dim " + std::to_string(dim));
+        local[dim] /= s.tp;
+    };
+    switch (rule) {
+        case TpRule::Concat0: split(0, s.tp); break;
+        case TpRule::Concat1: split(1, s.tp); break;
+        case TpRule::GluHalves: split(0, 2LL * s.tp); break;
+        case TpRule::Replicated:
+        case TpRule::ReplicatedIfFull: break;
+    }
+    const uint64_t bytes = static_cast<uint64_t>(numel(local)) * element_size(c.dtype);
+    for (int t = 0; t < s.tp; ++t)
+        for (int e = 0; e < s.ep; ++e)
+            if (ep_rank < 0 || e == ep_rank)
+                builders[(static_cast<size_t>(t) * s.pp + stage) * s.ep + e].add(key, c.dtype, local, bytes, chunk);
+}
+
+TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
+    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
+    const std::vector<Canonical> canonical = canonical_from_hf(config, arch, s, notes);
+    const LayerPlacement layers = place_layers(arch.layers, s, notes);
+    int64_t experts = 0;
+    for (const auto& c : canonical) experts = std::max(experts, c.expert + 1);
+    if (s.ep > 1 && experts == 0) throw Error("simulated layout: ep " + std::to_string(s.ep) + " needs a MoE model; " + arch.name + " has no experts");
+    if (experts % s.ep != 0)
+        throw Error("simulated layout: ep " + std::to_string(s.ep) + " does not divide the " + std::to_string(experts) + " experts");
+    MegatronLegacyCheckpoint ckpt;
+    std::vector<FileBuilder> builders = simulated_rank_files(s, ckpt);
+    for (const Canonical& c : canonical) add_to_rank_files(c, arch, s, layers, experts / s.ep, builders);
     std::vector<ScannedFile> scans;
     scans.reserve(builders.size());
     uint64_t stored = 0;

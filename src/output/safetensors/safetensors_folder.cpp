@@ -106,8 +106,9 @@ void check_staging_files(const std::string& staging, const OutputLayout& layout,
 }
 
 OutputWriter::OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,
-                           const OutputLayout& layout, JournalWriter* journal)
-    : staging_(staging), tensors_(tensors), layout_(layout), journal_(journal), fds_(layout.files.size(), -1) {}
+                           const OutputLayout& layout, JournalWriter* journal, bool evict_written)
+    : staging_(staging), tensors_(tensors), layout_(layout), journal_(journal), evict_written_(evict_written),
+      fds_(layout.files.size(), -1) {}
 
 OutputWriter::~OutputWriter() {
     for (int fd : fds_)
@@ -132,8 +133,8 @@ void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, cons
     pwrite_all(fd, data, size, offset, path);
     if (!journal_) return;
     if (::fdatasync(fd) != 0) throw Error(path + ": fdatasync failed: " + errno_text());
-    // Written once and durable: keep it out of the page cache (a merge larger than RAM).
-    if (size >= (1u << 20)) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(size), POSIX_FADV_DONTNEED);
+    // Written once and durable: out of the page cache when the merge does not fit in memory.
+    if (evict_written_ && size >= (1u << 20)) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(size), POSIX_FADV_DONTNEED);
     journal_->append({tensor, row_begin, row_end, where.file, offset, size, xxh64(data, size)});
 }
 

@@ -35,7 +35,7 @@ void check_staging_files(const std::string& staging, const OutputLayout& layout,
 class OutputWriter {
 public:
     OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,
-                 const OutputLayout& layout, JournalWriter* journal = nullptr);
+                 const OutputLayout& layout, JournalWriter* journal = nullptr, bool evict_written = false);
     ~OutputWriter();
     OutputWriter(const OutputWriter&) = delete;
     OutputWriter& operator=(const OutputWriter&) = delete;
@@ -52,6 +52,7 @@ private:
     const std::vector<OutputTensor>& tensors_;
     const OutputLayout& layout_;
     JournalWriter* journal_;
+    bool evict_written_;  // PageCachePolicy::Evict: durable blocks dropped from the page cache
     std::mutex fds_mutex_;  // write() runs on the executor's writer thread, holds() on the main one
     std::vector<int> fds_;
     std::vector<unsigned char> readback_;

@@ -16,7 +16,8 @@ void SafetensorsOutput::open() {
     const std::string staging = staging_path(options_.target);
     if (options_.resume) done_ = blocks_by_key(read_journals(staging));
     journal_ = std::make_unique<JournalWriter>(staging, options_.rank);
-    writer_ = std::make_unique<OutputWriter>(staging, *tensors_, layout_, journal_.get());
+    writer_ = std::make_unique<OutputWriter>(staging, *tensors_, layout_, journal_.get(),
+                                             options_.page_cache == PageCachePolicy::Evict);
 }
 
 void SafetensorsOutput::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
