@@ -147,6 +147,14 @@ bool has(const HfConfig& c, const char* key) {
 
 std::string layer_name(int64_t i, const std::string& rest) { return "model.layers." + std::to_string(i) + "." + rest; }
 
+// An MTP depth's own tensors (Megatron-Bridge names); its decoder layer follows as any other.
+void add_mtp_block_tensors(std::map<std::string, Shape>& req, int64_t i, int64_t H) {
+    req[layer_name(i, "enorm.weight")] = {H};
+    req[layer_name(i, "hnorm.weight")] = {H};
+    req[layer_name(i, "eh_proj.weight")] = {H, 2 * H};
+    req[layer_name(i, "shared_head.norm.weight")] = {H};
+}
+
 }  // namespace
 
 bool has_tensor_table(const HfConfig& config) {
@@ -270,12 +278,7 @@ ExpectedTensors expected_hf_tensors(const HfConfig& c, const ArchitectureInfo& a
         req[layer_name(i, prefix + "down_proj.weight")] = {H, ffn};
     };
     for (int64_t i = 0; i < arch.layers + arch.mtp_layers; ++i) {
-        if (i >= arch.layers) {  // an MTP depth: its own norms and projection, then a decoder layer
-            req[layer_name(i, "enorm.weight")] = {H};
-            req[layer_name(i, "hnorm.weight")] = {H};
-            req[layer_name(i, "eh_proj.weight")] = {H, 2 * H};
-            req[layer_name(i, "shared_head.norm.weight")] = {H};
-        }
+        if (i >= arch.layers) add_mtp_block_tensors(req, i, H);
         req[layer_name(i, "input_layernorm.weight")] = {H};
         req[layer_name(i, "post_attention_layernorm.weight")] = {H};
         if (deepseek) {

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Every torchtitan fixture case (make_torchtitan_fixtures.py) in one process: a merge case is
 # merged with 1, 2 and 3 ranks and compared bit for bit with its reference (vmerge's `test` at
-# each rank count; one written merge per case also through the independent checker and
-# `verify`); a failure case must exit 1 with its message and leave nothing behind.
+# each rank count; one written merge per case also through the independent checker, and
+# `verify` once); a failure case must exit 1 with its message and leave nothing behind.
 # usage: torchtitan_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR FIXTURES WORK
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fixtures=$5 work=$6
@@ -28,7 +28,7 @@ for case in $cases; do
     "$mpiexec" --oversubscribe -np 3 "$vmerge" merge --local_dir "$local_dir" --target_dir "$target" "${args[@]}" \
         --max-shard-size 40KB --quiet
     "$python" "$source_dir/tests/tools/check_hf_output.py" --out "$target" --ref "$fixtures/$reference"
-    "$mpiexec" --oversubscribe -np 2 "$vmerge" verify --target_dir "$target"
+    [[ $case != tt_llama3_last ]] || "$mpiexec" --oversubscribe -np 2 "$vmerge" verify --target_dir "$target"
     rm -rf "$target"
 done
 # inspect --json names the table and the rules it applied (the RoPE permutation among them).
