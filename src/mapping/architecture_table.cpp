@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/input_file.h"
 #include "io/json_file.h"
 
 namespace vmerge {
@@ -16,6 +17,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kTableVersion = 1;
+constexpr uint64_t kMaxTableBytes = uint64_t{16} << 20;
 const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "source", "architectures",
                                        "config_check", "keep_fp32", "rules", "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "note"};
@@ -187,8 +189,12 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     return table;
 }
 
+std::string read_architecture_table_text(const std::string& file) {
+    return read_small_file(file, kMaxTableBytes, "an architecture table");  // read_once inside
+}
+
 ArchitectureTable read_architecture_table(const std::string& file) {
-    return parse_architecture_table(file, read_json_file(file));
+    return parse_architecture_table(file, parse_json_text(read_architecture_table_text(file), file));
 }
 
 std::string shipped_tables_dir() {
@@ -199,7 +205,7 @@ std::string shipped_tables_dir() {
     return "";
 }
 
-std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files) {
+std::vector<std::string> architecture_table_files(const std::vector<std::string>& extra_files) {
     std::vector<std::string> files;
     if (const std::string dir = shipped_tables_dir(); !dir.empty()) {
         std::error_code ec;
@@ -208,8 +214,12 @@ std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::s
         std::sort(files.begin(), files.end());
     }
     files.insert(files.end(), extra_files.begin(), extra_files.end());
+    return files;
+}
+
+std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files) {
     std::vector<ArchitectureTable> tables;
-    for (const auto& file : files) {
+    for (const auto& file : architecture_table_files(extra_files)) {
         ArchitectureTable table = read_architecture_table(file);
         // A later table takes the (source, architecture) pairs it names from earlier ones.
         for (auto& earlier : tables)

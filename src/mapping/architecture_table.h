@@ -51,8 +51,13 @@ ArchitectureTable read_architecture_table(const std::string& file);
 // running binary (a build tree) or in ../share (an installed prefix); "" when neither exists.
 std::string shipped_tables_dir();
 
-// The shipped tables, then `extra_files` (--architecture_table) in order; a later table
-// replaces an earlier one for each (source, architecture) it lists.
+// The table files: the shipped ones (sorted), then `extra_files` (--architecture_table).
+std::vector<std::string> architecture_table_files(const std::vector<std::string>& extra_files);
+// One table file's text (read_small_file, so through read_once: rank 0 reads, the others replay).
+std::string read_architecture_table_text(const std::string& file);
+
+// The tables of architecture_table_files in order; a later table replaces an earlier one for
+// each (source, architecture) it lists.
 std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files);
 
 // The table for HF `architecture` read from `source` checkpoints; nullptr when none.
