@@ -131,6 +131,7 @@ namespace {
 struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
+    std::string tag;
     int tp = 0, pp = 0, batch_size = 0, iteration = 0;
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
          use_rslora = false;
@@ -147,6 +148,7 @@ struct OptionTable {
     po::options_description run{"Running"};
     po::options_description testing{"test"};
     po::options_description inspecting{"inspect"};
+    po::options_description watching{"watch (every merge option applies to each step)"};
 };
 
 // --backend: which reader; its values, help and check come from the backend registry.
@@ -177,6 +179,7 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
         ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest; torchtitan: this step-N")
+        ("tag", po::value(&raw.tag), "DeepSpeed: merge this tag folder instead of the one `latest` names")
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
@@ -254,18 +257,31 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
          "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
 }
 
+void add_watch_options(OptionTable& t, Options& o) {
+    t.watching.add_options()
+        ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps)")
+        ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/")
+        ("role", po::value(&o.watch.rules.role)->default_value("actor"), "verl: the role folder of each step (actor, critic)")
+        ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
+        ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
+        ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")
+        ("settle", po::value(&o.watch.rules.settle_seconds)->default_value(60),
+         "FSDP steps without a completion marker: rank files unchanged this many seconds");
+}
+
 OptionTable option_table(Options& o, RawFlags& raw) {
     OptionTable t;
     add_input_options(t, o, raw);
     add_output_options(t, o, raw);
     add_quantize_and_lora_options(t, o, raw);
     add_run_options(t, o, raw);
+    add_watch_options(t, o);
     return t;
 }
 
 po::options_description visible_options(const OptionTable& t) {
     po::options_description visible;
-    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting);
+    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting).add(t.watching);
     return visible;
 }
 
@@ -275,11 +291,13 @@ void print_help(const OptionTable& t, const std::string& command) {
                  "  test     merge without writing and compare with --test_hf_dir\n"
                  "  inspect  print what was detected and the plan for --np N ranks\n"
                  "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n"
+                 "  watch    merge every finished checkpoint of a training run (--root) into --target_root, as it appears\n"
               << "\n";
     if (command == "merge") std::cout << t.input << t.output << t.lora << t.quantizing << t.run;
     else if (command == "test") std::cout << t.input << t.lora << t.testing << t.run;
     else if (command == "inspect") std::cout << t.input << t.inspecting << t.lora << t.quantizing << t.run;
     else if (command == "verify") std::cout << "verify: --target_dir DIR\n";
+    else if (command == "watch") std::cout << t.watching << t.input << t.output << t.lora << t.quantizing << t.run;
     else std::cout << visible_options(t);
     std::cout << "\n";
 }
@@ -353,6 +371,16 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (vm.count("tp_size")) o.map.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
     if (vm.count("pp_size")) o.map.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
     if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
+    if (vm.count("tag")) o.tag = raw.tag;
+    if (o.command == "watch") {
+        if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
+        bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);
+        bounded_flag("--keep_last", o.watch.keep_last, 0, 1 << 20);
+        bounded_flag("--settle", o.watch.rules.settle_seconds, 0, 7 * 86400);
+        if (!o.local_dir.empty() || !o.output.target.empty())
+            throw UsageError("watch takes --root and --target_root (each step's --local_dir and --target_dir come from them)");
+        return;
+    }
     if (o.command != "verify" && o.local_dir.empty() && o.simulate.empty())
         throw UsageError(o.command + " needs --local_dir");
     if (!o.simulate.empty() && (o.command != "inspect" || o.hf_config.empty()))
@@ -372,10 +400,11 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (vm.count("help") || o.command.empty()) {
         if (print_help_text) print_help(table, o.command);
         if (vm.count("help")) return std::nullopt;
-        throw UsageError("no command given (merge, test, inspect or verify)");
+        throw UsageError("no command given (merge, test, inspect, verify or watch)");
     }
-    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify")
-        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect or verify)");
+    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify" &&
+        o.command != "watch")
+        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect, verify or watch)");
     check_value_flags(o, raw, vm);
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);

@@ -8,6 +8,7 @@
 #include "mapping/lora_adapter.h"
 #include "mapping/quantization.h"
 #include "output/output_format.h"
+#include "watch/run_folder.h"
 
 namespace vmerge {
 
@@ -15,12 +16,13 @@ namespace vmerge {
 // own options struct directly: MapOptions (formats), QuantizeSpec (mapping), LoraOptions
 // (mapping) and OutputOptions (output); the driver adds what only it knows (rank, budget).
 struct Options {
-    std::string command;          // merge | test | inspect | verify
+    std::string command;          // merge | test | inspect | verify | watch
     // Discover.
     std::string backend = "auto";
     std::string local_dir;
     std::string hf_config;        // default <local_dir>/huggingface
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
+    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
     std::string dtype = "auto";
     MapOptions map;
     // Quantize (--quantize) and LoRA.
@@ -29,7 +31,12 @@ struct Options {
     LoraOptions lora;
     // Write.
     std::string format = "safetensors";  // merge output: safetensors | hdf5
-    OutputOptions output{.max_shard_size = 5'000'000'000, .chunk_bytes = 4ull << 20};
+    OutputOptions output = [] {
+        OutputOptions defaults;
+        defaults.max_shard_size = 5'000'000'000;  // --max_shard_size 5GB
+        defaults.chunk_bytes = 4ull << 20;       // --hdf5_chunk_size 4MiB
+        return defaults;
+    }();
     // Run.
     uint64_t max_memory = 0;      // 0: auto, see default_max_memory
     bool low_cpu_mem_usage = false;  // verl's flag: a small automatic budget
@@ -44,6 +51,7 @@ struct Options {
     int np = 0;                   // inspect: plan for this many ranks (0 = the running size)
     bool json = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
+    WatchOptions watch;  // the watch command
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };
 

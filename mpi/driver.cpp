@@ -12,6 +12,7 @@
 
 #include "check_commands.h"
 #include "collective_step.h"
+#include "watch_command.h"
 #include "core/error.h"
 #include "output/registry.h"
 #include "output_stage.h"
@@ -199,6 +200,10 @@ int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& e
         if (o.command == "merge") return run_merge(o, comm, out, err);
         if (o.command == "test") return run_test(o, comm, out);
         if (o.command == "verify") return run_verify(o, comm, out);
+        if (o.command == "watch")
+            return run_watch(o, comm, out, err, [&](const Options& step) {
+                if (run_merge(step, comm, out, err) != 0) throw Error("the merge failed");
+            });
         throw Error("unknown command " + o.command);
     } catch (const std::exception& e) {
         if (comm.rank() == 0) err << "vmerge-mpi: error: " << e.what() << "\n";

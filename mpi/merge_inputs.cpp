@@ -66,7 +66,7 @@ std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
 // read to the others (read_once.h), which then detect from them without opening any.
 DetectedCheckpoint discover(const Options& o, Comm& comm) {
     DetectedCheckpoint checkpoint;
-    auto detect = [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration); };
+    auto detect = [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration, o.tag); };
     std::string reads;
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
@@ -90,13 +90,11 @@ DetectedCheckpoint discover(const Options& o, Comm& comm) {
 }
 
 // Scan: rank r parses archives r, r+P, r+2P, ... and everyone receives every scan.
-std::vector<ScannedFile> scan(const std::vector<ScanJob>& jobs, Comm& comm) {
+std::vector<ScannedFile> scan(const DetectedCheckpoint& checkpoint, Comm& comm) {
+    const std::vector<ScanJob>& jobs = checkpoint.jobs;
     std::vector<ScannedFile> mine;
     collective_step(comm, [&] {
-        for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) {
-            const InputFile file(jobs[i].path);
-            mine.push_back(scan_torch_archive(file, jobs[i].base, jobs[i].length));
-        }
+        for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) mine.push_back(scan_job(checkpoint, jobs[i]));
     });
     const auto gathered = comm.allgather(serialize_scans(mine));
     std::vector<ScannedFile> scans(jobs.size());
@@ -157,7 +155,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
     in.checkpoint = discover(o, comm);
     const auto scan_start = Clock::now();
-    in.scans = scan(in.checkpoint.jobs, comm);
+    in.scans = scan(in.checkpoint, comm);
     in.scan_seconds = seconds_since(scan_start);
     const auto map_start = Clock::now();
     map_stage(in, o, comm);

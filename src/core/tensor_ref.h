@@ -82,6 +82,9 @@ struct ScannedFile {
     std::vector<StateDictEntry> tensors;
     std::vector<SkippedEntry> skipped;
     int chunks = 1;
+    // JSON text of the non-tensor facts a backend's own scan keeps (DeepSpeed's param_shapes,
+    // partition counts); empty for the plain torch scan.
+    std::string metadata;
 };
 
 // A view of `t` with dimension `dim` fixed at `index` (the dimension disappears).

@@ -15,6 +15,7 @@ struct DetectRequest {
     std::string local_dir;
     std::optional<int> iteration;
     std::string default_hf_dir;
+    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
 };
 
 // A backend's answer to "does this folder look like mine": `evidence` says what it saw when
@@ -54,6 +55,8 @@ public:
     // against config.json after the output rules (check_output_against_config).
     virtual bool names_own_tensors() const { return false; }
     virtual InspectFacts inspect_facts(const DetectedCheckpoint&, const std::vector<ScannedFile>&) const { return {}; }
+    // Reads one of `d.jobs` (its data.pkl, not its tensor bytes); default: the torch.save state-dict scan.
+    virtual ScannedFile scan(const ScanJob& job) const;
 };
 
 }  // namespace vmerge

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "torch/dcp_metadata.h"
+#include "formats/deepspeed/deepspeed_checkpoint.h"
 #include "formats/fsdp/fsdp_backend.h"
 #include "mapping/hf_config.h"
 #include "formats/megatron/megatron_backend.h"
@@ -36,6 +37,7 @@ struct DetectedCheckpoint {
     FsdpCheckpoint fsdp;
     MegatronLegacyCheckpoint legacy;
     DcpMetadata dcp;
+    DeepSpeedCheckpoint deepspeed;
 };
 
 struct MapOptions {

@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_file.h"
+#include "torch/torch_pickle.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -16,6 +18,7 @@ const Backend& hf_safetensors_backend();
 const Backend& dcp_backend();
 const Backend& torchtitan_backend();
 const Backend& hdf5_archive_backend();
+const Backend& deepspeed_backend();
 
 const std::vector<BackendChoice>& backend_choices() {
     // The order is the auto-detection order, and within "megatron" the order its layouts
@@ -30,6 +33,8 @@ const std::vector<BackendChoice>& backend_choices() {
         {"torchtitan", "", ": no torchtitan step (step-N/.metadata with tok_embeddings.weight or layers.N.* keys)",
          {&torchtitan_backend()}},
         {"dcp", "", "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)", {&dcp_backend()}},
+        {"deepspeed", "DeepSpeed ZeRO 1/2/3: a folder with latest, or its tag folder",
+         ": no DeepSpeed checkpoint (no latest file, no *_optim_states.pt)", {&deepspeed_backend()}},
         {"hdf5", "a model.h5 archive: merge it back, inspect it", "/model.h5: missing (--backend hdf5 reads a vmerge archive)",
          {&hdf5_archive_backend()}, false, true},
     };
@@ -88,10 +93,10 @@ std::string default_hf_dir(const fs::path& dir) {
 }  // namespace
 
 DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
-                                     std::optional<int> iteration) {
+                                     std::optional<int> iteration, std::optional<std::string> tag) {
     std::error_code ec;
     if (!fs::is_directory(local_dir, ec)) throw Error(local_dir + ": not a directory");
-    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir)};
+    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), std::move(tag)};
     const bool automatic = backend == kAutoBackend;
     std::string evidence;  // "fsdp: no ...; megatron: no ..., no ...; ..."
     for (const BackendChoice& choice : backend_choices()) {
@@ -115,6 +120,17 @@ DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::st
     std::string names;
     for (const BackendChoice& choice : backend_choices()) names += (names.empty() ? "" : ", ") + choice.name;
     throw Error(local_dir + ": cannot tell the checkpoint kind: " + evidence + "; pass --backend to name it (" + names + ")");
+}
+
+ScannedFile Backend::scan(const ScanJob& job) const {
+    const InputFile file(job.path);
+    return scan_torch_archive(file, job.base, job.length);
+}
+
+ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job) {
+    if (ckpt.source) return ckpt.source->scan(job);
+    const InputFile file(job.path);
+    return scan_torch_archive(file, job.base, job.length);
 }
 
 InspectFacts inspect_facts(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans) {

@@ -46,7 +46,10 @@ bool is_archive_backend(const std::string& value);
 // order). Nothing matching is an Error: the forced choice's `missing` text, or for auto the
 // "cannot tell the checkpoint kind" message listing what every layout looked for.
 DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
-                                     std::optional<int> iteration);
+                                     std::optional<int> iteration, std::optional<std::string> tag = std::nullopt);
+
+// Scans one of `ckpt.jobs` the way its backend reads it (the torch state-dict scan by default).
+ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job);
 
 // The detecting backend's extra inspect facts (none for --simulate, which has no backend).
 InspectFacts inspect_facts(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans);

@@ -41,7 +41,9 @@ json scan_to_json(const ScannedFile& scanned) {
     }
     json skipped = json::array();
     for (const auto& s : scanned.skipped) skipped.push_back(json::array({s.key, s.kind}));
-    return json{{"path", scanned.path}, {"tensors", tensors}, {"skipped", skipped}, {"chunks", scanned.chunks}};
+    json j{{"path", scanned.path}, {"tensors", tensors}, {"skipped", skipped}, {"chunks", scanned.chunks}};
+    if (!scanned.metadata.empty()) j["m"] = scanned.metadata;
+    return j;
 }
 
 ScannedFile scan_from_json(const json& j) {
@@ -49,6 +51,7 @@ ScannedFile scan_from_json(const json& j) {
     scanned.path = j.at("path").get<std::string>();
     for (const auto& s : j.at("skipped")) scanned.skipped.push_back({s.at(0).get<std::string>(), s.at(1).get<std::string>()});
     scanned.chunks = j.at("chunks").get<int>();
+    if (j.contains("m")) scanned.metadata = j.at("m").get<std::string>();
     for (const auto& e : j.at("tensors")) {
         StateDictEntry entry;
         entry.key = e.at("k").get<std::string>();

@@ -16,7 +16,9 @@ foreign=(
     oversubscribe bind_to map_by mca hostfile np_per_node
     # sbatch / srun / Slurm
     nodes ntasks ntasks_per_node cpus_per_task mem_per_cpu mem time job_name output open_mode
-    parsable mpi kill_on_bad_exit pty partition account
+    parsable mpi kill_on_bad_exit pty partition account dependency
+    # Megatron-LM (its --save folder)
+    save
     # lfs (Lustre)
     stripe_count stripe_size
     # vLLM (docs/lora.md)

@@ -106,7 +106,12 @@ job_mpirun=$(submit mpirun VMERGE_BIN="$bin" VMERGE_LAUNCHER=mpirun VMERGE_MAX_M
     "$src/slurm/vmerge.sbatch" merge --local_dir "$local_dir" --target_dir "$mpirun_target" "${merge_args[@]}")
 job_missing=$(submit missing VMERGE_BIN="$bin" -- --ntasks 3 "$src/slurm/vmerge.sbatch" \
     merge --local_dir "$work/no-such-checkpoint/actor" --target_dir "$missing_target")
-for id in "$job_ok" "$job_mpirun" "$job_missing"; do
+# 4. slurm/vmerge-watch.sbatch --once over a run folder holding the case as global_step_1.
+run=$work/run
+rm -rf "$run" && mkdir -p "$run/global_step_1" && cp -r "$local_dir" "$run/global_step_1/actor" && printf 1 > "$run/latest_checkpointed_iteration.txt"
+job_watch=$(submit watch VMERGE_BIN="$bin" VMERGE_SBATCH="$src/slurm/vmerge.sbatch" -- --ntasks 3 \
+    "$src/slurm/vmerge-watch.sbatch" --root "$run" --target_root "$out/watch" "${merge_args[@]}" --once)
+for id in "$job_ok" "$job_mpirun" "$job_missing" "$job_watch"; do
     [[ $id =~ ^[0-9]+$ ]] || { echo "FAIL: sbatch did not return a job id (got '$id')"; exit 1; }
 done
 echo "submitted after $((SECONDS - started)) s: ok=$job_ok mpirun=$job_mpirun missing=$job_missing"
@@ -122,14 +127,14 @@ terminal() { [[ $1 =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMO
 deadline=$((SECONDS + job_timeout))
 while :; do
     pending=0
-    for id in "$job_ok" "$job_mpirun" "$job_missing"; do
+    for id in "$job_ok" "$job_mpirun" "$job_missing" "$job_watch"; do
         terminal "$(job_field "$id" JobState)" || pending=1
     done
     ((pending)) || break
     if ((SECONDS >= deadline)); then
         fail "jobs not finished after ${job_timeout}s"
-        for id in "$job_ok" "$job_mpirun" "$job_missing"; do scontrol show job "$id"; done
-        scancel "$job_ok" "$job_mpirun" "$job_missing" 2>/dev/null
+        for id in "$job_ok" "$job_mpirun" "$job_missing" "$job_watch"; do scontrol show job "$id"; done
+        scancel "$job_ok" "$job_mpirun" "$job_missing" "$job_watch" 2>/dev/null
         break
     fi
     sleep 0.5
@@ -185,6 +190,16 @@ compgen -G "$out/.missing.np3.vmerge-staging*" >/dev/null && fail "missing: a st
 [[ -f $missing_target.vmerge-$job_missing.log ]] || fail "missing: no job log next to the target"
 ((failed == before)) || show_log missing "$job_missing"
 
+# --- 4. the watcher -----------------------------------------------------------------------------
+state=$(job_field "$job_watch" JobState) code=$(job_field "$job_watch" ExitCode)
+echo "job $job_watch (watch --once): $state, exit $code"
+before=$failed
+[[ $state == COMPLETED && $code == 0:0 ]] || fail "watch: job ended $state $code, expected COMPLETED 0:0"
+grep -q "with 3 ranks" "$out/watch-$job_watch.out" 2>/dev/null || fail "watch: the log does not say 'with 3 ranks'"
+"$python" "$src/tests/tools/check_hf_output.py" --out "$out/watch/global_step_1" --ref "$reference" ||
+    fail "watch: $out/watch/global_step_1 differs from $reference"
+((failed == before)) || show_log watch "$job_watch"
+
 ((failed == 0)) || exit 1
-rm -rf "$out"
+rm -rf "$out" "$run"
 exit 0

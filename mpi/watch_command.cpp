@@ -1,0 +1,141 @@
+#include "watch_command.h"
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "collective_step.h"
+#include "core/error.h"
+#include "output/output_folder.h"
+#include "output/target_guard.h"
+#include "watch/run_folder.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+// What rank 0 found in one look at the run, for every rank.
+struct StepToDo {
+    RunStep step;
+    std::string target;
+    bool merged = false;  // a vmerge output is there already
+    bool resume = false;  // an interrupted merge left its staging folder
+};
+
+std::vector<StepToDo> look_at_run(const WatchOptions& w) {
+    std::vector<StepToDo> todo;
+    for (RunStep& step : find_run_steps(w.root, w.rules)) {
+        StepToDo t;
+        t.target = (fs::path(w.target_root) / step.name).string();
+        t.merged = classify_target(t.target).kind == TargetKind::VmergeOutput;
+        std::error_code ec;
+        t.resume = !t.merged && fs::exists(staging_path(t.target), ec);
+        t.step = std::move(step);
+        todo.push_back(std::move(t));
+    }
+    return todo;
+}
+
+std::string to_text(const std::vector<StepToDo>& todo) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& t : todo)
+        j.push_back({t.step.step, t.step.name, t.step.checkpoint_dir, t.step.complete, t.step.why, t.target, t.merged,
+                     t.resume});
+    return j.dump();
+}
+
+std::vector<StepToDo> from_text(const std::string& text) {
+    std::vector<StepToDo> todo;
+    for (const auto& e : nlohmann::json::parse(text)) {
+        StepToDo t;
+        t.step = {e[0].get<int64_t>(), e[1].get<std::string>(), e[2].get<std::string>(), e[3].get<bool>(),
+                  e[4].get<std::string>()};
+        t.target = e[5].get<std::string>();
+        t.merged = e[6].get<bool>();
+        t.resume = e[7].get<bool>();
+        todo.push_back(std::move(t));
+    }
+    return todo;
+}
+
+// Rank 0 looks, every rank gets the same list.
+std::vector<StepToDo> shared_look(const WatchOptions& w, Comm& comm) {
+    std::string text;
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) text = to_text(look_at_run(w));
+    });
+    comm.broadcast(text, 0);
+    return from_text(text);
+}
+
+// --keep_last K: merged outputs of older steps removed, newest K kept. Only folders vmerge
+// wrote (classify_target: a manifest listing every entry) are ever removed.
+void remove_old_outputs(const WatchOptions& w, const std::vector<StepToDo>& todo, std::ostream& out) {
+    if (w.keep_last <= 0) return;
+    std::vector<const StepToDo*> merged;
+    for (const auto& t : todo)
+        if (classify_target(t.target).kind == TargetKind::VmergeOutput) merged.push_back(&t);
+    for (size_t i = 0; i + static_cast<size_t>(w.keep_last) < merged.size(); ++i) {
+        fs::remove_all(merged[i]->target);
+        out << "vmerge watch: " << merged[i]->step.name << ": removed (--keep_last " << w.keep_last << ")\n";
+    }
+}
+
+Options step_options(const Options& o, const StepToDo& t) {
+    Options step = o;
+    step.command = "merge";
+    step.local_dir = t.step.checkpoint_dir;
+    step.output.target = t.target;
+    step.output.resume = t.resume;
+    return step;
+}
+
+}  // namespace
+
+int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err, const StepMerge& merge) {
+    const WatchOptions& w = o.watch;
+    std::optional<TargetLock> lock;  // rank 0: one watcher per target root
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        check_target_placement(w.target_root, {{w.root, "the training run (--root)"}});
+        fs::create_directories(w.target_root);
+        lock.emplace((fs::path(w.target_root) / "watch").string());
+    });
+    std::set<std::string> failed;       // steps whose merge failed: not retried by this watcher
+    std::map<std::string, std::string> told;  // what was last said of each waiting step
+    const bool speak = comm.rank() == 0 && !o.quiet;
+    while (true) {
+        const std::vector<StepToDo> todo = shared_look(w, comm);
+        for (const StepToDo& t : todo) {
+            if (t.merged || failed.count(t.step.name)) continue;
+            if (!t.step.complete) {
+                if (speak && told[t.step.name] != t.step.why)
+                    out << "vmerge watch: " << t.step.name << ": waiting (" << t.step.why << ")\n";
+                told[t.step.name] = t.step.why;
+                continue;
+            }
+            if (speak)
+                out << "vmerge watch: " << t.step.name << ": " << (t.resume ? "resuming" : "merging") << " "
+                    << t.step.checkpoint_dir << " (" << t.step.why << ") into " << t.target << "\n";
+            try {
+                merge(step_options(o, t));
+            } catch (const std::exception& e) {
+                if (comm.rank() == 0) err << "vmerge-mpi: error: " << t.step.name << ": " << e.what() << "\n";
+                failed.insert(t.step.name);
+            }
+        }
+        collective_step(comm, [&] {
+            if (comm.rank() == 0) remove_old_outputs(w, look_at_run(w), out);
+        });
+        if (w.once) break;
+        std::this_thread::sleep_for(std::chrono::seconds(w.every_seconds));
+    }
+    return failed.empty() ? 0 : 1;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,140 @@
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <regex>
+
+#include "core/error.h"
+#include "formats/deepspeed/deepspeed_checkpoint.h"
+#include "io/input_file.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+const std::regex kOptimFile(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
+const std::regex kRankModelFile(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
+const std::regex kModelFile(R"(mp_rank_(\d+)_model_states\.pt)");
+const std::regex kExpertFile(R"((layer_\d+_expert_\d+_mp_rank_\d+_model_states|expp_rank_\d+_mp_rank_\d+_optim_states)\.pt)");
+const std::regex kLayerFile(R"(layer_\d+-model_\d+-model_states\.pt)");
+
+bool has_optim_files(const fs::path& dir) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) return false;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+        if (std::regex_match(e.path().filename().string(), kOptimFile)) return true;
+    return false;
+}
+
+std::string trimmed(std::string s) {
+    const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+    s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+    s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+    return s;
+}
+
+// The ranks' files named by `pattern` (rank = sub-match 2 for optim files, 1 for model
+// files), by rank number: rank 10 after rank 2, whatever the text order.
+using RankFiles = std::map<long, std::string>;
+
+void refuse_unsupported(const fs::path& tag_dir, const std::string& name, long mp) {
+    const std::string path = (tag_dir / name).string();
+    if (std::regex_match(name, kExpertFile))
+        throw Error(path + ": a DeepSpeed MoE expert file; expert-parallel DeepSpeed checkpoints are not supported");
+    if (std::regex_match(name, kLayerFile))
+        throw Error(path + ": a DeepSpeed pipeline-engine layer file; pipeline-parallel DeepSpeed checkpoints are not "
+                           "supported");
+    if (mp > 0)
+        throw Error(path + ": model-parallel rank " + std::to_string(mp) +
+                    "; tensor/pipeline-parallel DeepSpeed checkpoints (mp_rank > 00) are not supported, only mp_rank_00");
+}
+
+// The rank files of a tag folder, with the gaps and duplicates named.
+std::vector<std::string> ordered(const RankFiles& files, const fs::path& tag_dir, const std::string& example) {
+    std::vector<std::string> out;
+    long expected = 0;
+    for (const auto& [rank, path] : files) {
+        if (rank != expected)
+            throw Error((tag_dir / std::regex_replace(example, std::regex("RANK"), std::to_string(expected))).string() +
+                        ": missing (the folder has ranks up to " + std::to_string(files.rbegin()->first) + ")");
+        out.push_back(path);
+        ++expected;
+    }
+    return out;
+}
+
+}  // namespace
+
+bool looks_like_deepspeed(const std::string& dir) {
+    std::error_code ec;
+    const fs::path d(dir);
+    return fs::exists(d / "latest", ec) || fs::exists(d / "latest_universal", ec) || has_optim_files(d);
+}
+
+DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::optional<std::string>& tag) {
+    DeepSpeedCheckpoint c;
+    std::error_code ec;
+    const fs::path d(dir);
+    c.save_dir = dir;
+    c.tag_dir = "";
+    if (tag) {
+        c.tag = *tag;
+    } else if (fs::exists(d / "latest", ec)) {
+        c.tag = trimmed(read_small_file((d / "latest").string(), 4096, "DeepSpeed latest file"));
+        if (c.tag.empty()) throw Error((d / "latest").string() + ": empty (it should name the checkpoint's tag)");
+    } else if (fs::exists(d / "latest_universal", ec)) {
+        throw Error((d / "latest_universal").string() + ": a DeepSpeed universal checkpoint; universal checkpoints are "
+                                                         "not supported (merge the ZeRO checkpoint it was made from)");
+    } else if (has_optim_files(d)) {
+        fs::path folder = fs::absolute(d).lexically_normal();  // the tag folder itself was given
+        if (folder.filename().empty()) folder = folder.parent_path();
+        c.tag = folder.filename().string();
+        c.save_dir = folder.parent_path().string();
+        c.tag_dir = dir;
+    } else {
+        throw Error(dir + ": no DeepSpeed 'latest' file and no *_optim_states.pt");
+    }
+    if (c.tag_dir.empty()) c.tag_dir = (d / c.tag).string();
+    if (c.tag.find('/') != std::string::npos || c.tag == ".." || c.tag == ".")
+        throw Error(dir + ": tag '" + c.tag + "' is not a folder name");
+    if (!fs::is_directory(c.tag_dir, ec))
+        throw Error(c.tag_dir + ": missing (" + (tag ? std::string("--tag ") : (d / "latest").string() + " names tag ") +
+                    "'" + c.tag + "')");
+    if (fs::exists(fs::path(c.tag_dir) / "offloaded_tensors", ec))
+        throw Error((fs::path(c.tag_dir) / "offloaded_tensors").string() +
+                    ": NVMe optimizer offload; its fp32 masters live in swap files, which are not supported");
+    RankFiles optim, rank_models, models;
+    for (const auto& e : fs::directory_iterator(c.tag_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        std::smatch m;
+        if (std::regex_match(name, m, kOptimFile)) {
+            refuse_unsupported(c.tag_dir, name, std::stol(m[3]));
+            if (!optim.emplace(std::stol(m[2]), e.path().string()).second)
+                throw Error(e.path().string() + ": a second optimizer file for rank " + m[2].str());
+        } else if (std::regex_match(name, m, kRankModelFile)) {
+            refuse_unsupported(c.tag_dir, name, std::stol(m[2]));
+            rank_models.emplace(std::stol(m[1]), e.path().string());
+        } else if (std::regex_match(name, m, kModelFile)) {
+            refuse_unsupported(c.tag_dir, name, std::stol(m[1]));
+            models.emplace(0, e.path().string());
+        } else {
+            refuse_unsupported(c.tag_dir, name, 0);
+        }
+    }
+    if (optim.empty()) throw Error(c.tag_dir + ": no *zero_pp_rank_*_mp_rank_00_optim_states.pt files");
+    const std::string prefix = fs::path(optim.begin()->second).filename().string().starts_with("bf16_") ? "bf16_" : "";
+    c.optim_files = ordered(optim, c.tag_dir, prefix + "zero_pp_rank_RANK_mp_rank_00_optim_states.pt");
+    c.per_rank_model_files = !rank_models.empty();
+    if (c.per_rank_model_files) {
+        c.model_files = ordered(rank_models, c.tag_dir, "zero_pp_rank_RANK_mp_rank_00_model_states.pt");
+        if (c.model_files.size() != c.optim_files.size())
+            throw Error(c.tag_dir + ": " + std::to_string(c.optim_files.size()) + " optimizer files but " +
+                        std::to_string(c.model_files.size()) + " zero_pp_rank_*_model_states.pt files");
+    } else if (!models.empty()) {
+        c.model_files = {models.begin()->second};
+    } else {
+        throw Error((fs::path(c.tag_dir) / "mp_rank_00_model_states.pt").string() + ": missing (no model-states file)");
+    }
+    return c;
+}
+
+}  // namespace vmerge

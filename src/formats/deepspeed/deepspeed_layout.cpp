@@ -1,0 +1,58 @@
+// The DeepSpeed ZeRO backend: DeepSpeedEngine.save_checkpoint folders (HF Trainer's
+// checkpoint-N/, accelerate's save_state folder, OpenRLHF's _actor/), merged from the fp32
+// master partitions of the optimizer files.
+#include <filesystem>
+
+#include "formats/backend.h"
+#include "formats/deepspeed/deepspeed_mapping.h"
+#include "formats/deepspeed/deepspeed_scan.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+class DeepSpeedBackend final : public Backend {
+public:
+    std::string name() const override { return "deepspeed"; }
+
+    Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
+        if (!looks_like_deepspeed(request.local_dir)) return {false, "no latest file or *_optim_states.pt"};
+        d.deepspeed = discover_deepspeed(request.local_dir, request.tag);
+        const auto& c = d.deepspeed;
+        d.weights_dir = c.tag_dir;
+        d.description = "DeepSpeed ZeRO (tag " + c.tag + ", " + std::to_string(c.optim_files.size()) + " ranks)";
+        // HF Trainer saves config.json and the tokenizer beside `latest`.
+        std::error_code ec;
+        if (fs::exists(fs::path(c.save_dir) / "config.json", ec)) d.default_hf_dir = c.save_dir;
+        for (const auto& f : c.optim_files) d.jobs.push_back({f});
+        for (const auto& f : c.model_files) d.jobs.push_back({f});
+        return {true, "DeepSpeed tag folder " + c.tag_dir};
+    }
+
+    ScannedFile scan(const ScanJob& job) const override {
+        const InputFile file(job.path);
+        return scan_deepspeed_file(file);
+    }
+
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
+             MappedCheckpoint& m, SourceLedger& ledger) const override {
+        m.mapping = map_deepspeed(d.deepspeed, scans, ledger, m.facts, m.notes);
+    }
+
+    bool names_own_tensors() const override { return true; }
+
+    InspectFacts inspect_facts(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans) const override {
+        InspectFacts facts;
+        facts.shardings = deepspeed_groups(d.deepspeed, scans);
+        return facts;
+    }
+};
+
+}  // namespace
+
+const Backend& deepspeed_backend() {
+    static const DeepSpeedBackend backend;
+    return backend;
+}
+
+}  // namespace vmerge

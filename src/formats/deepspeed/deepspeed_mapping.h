@@ -1,0 +1,25 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/deepspeed/deepspeed_checkpoint.h"
+#include "formats/source_ledger.h"
+
+namespace vmerge {
+
+// ZeRO 1/2/3 rank files as Hugging Face tensors (deepspeed-formats.md §4, §5, §7): trainable
+// parameters from the fp32 master partitions (box copies out of the flats, moments never
+// read), frozen ones from their fragments, buffers from rank 0's module, aliases as
+// shared_params says. `scans` are the optimizer files (rank order), then the model files.
+// What is not written is dropped in `ledger`: rotary / _extra_state buffers, the bit16 module
+// copies, the optimizer state.
+// `facts` gets stage, world size, groups, padding and the bytes read and skipped.
+TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans, SourceLedger& ledger,
+                            nlohmann::ordered_json& facts, std::vector<std::string>& notes);
+
+// The flat groups for inspect: "ZeRO-2 param group 0 (...)" -> parameter names.
+nlohmann::ordered_json deepspeed_groups(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans);
+
+}  // namespace vmerge

@@ -1,0 +1,143 @@
+#include "watch/run_folder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <regex>
+
+#include "core/bounded_number.h"
+#include "core/error.h"
+#include "io/input_file.h"
+#include "io/json_file.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
+
+int64_t mtime_seconds(const fs::path& p) {
+    std::error_code ec;
+    const auto t = fs::last_write_time(p, ec);
+    if (ec) return 0;
+    const auto since = std::chrono::file_clock::to_sys(t).time_since_epoch();
+    return std::chrono::duration_cast<std::chrono::seconds>(since).count();
+}
+
+// An FSDP role folder without a marker: every rank file of its world size present (from
+// fsdp_config.json, else the file names) and none changed within the settle time.
+void settle_fsdp(const fs::path& dir, const RunFolderRules& rules, RunStep& step) {
+    static const std::regex rank_file(R"(model_world_size_(\d+)_rank_(\d+)\.pt)");
+    int64_t world = 0, newest = 0;
+    std::vector<int64_t> ranks;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        std::smatch m;
+        const std::string name = entry.path().filename().string();
+        if (!std::regex_match(name, m, rank_file)) continue;
+        world = std::max<int64_t>(world, parse_int_within(m[1].str(), 1, 1 << 20).value_or(0));
+        ranks.push_back(parse_int_within(m[2].str(), 0, 1 << 20).value_or(-1));
+        newest = std::max(newest, mtime_seconds(entry.path()));
+    }
+    const fs::path config = dir / "fsdp_config.json";
+    if (fs::exists(config, ec)) {
+        const auto json = read_json_file(config.string());
+        if (json.is_object() && json.contains("world_size"))
+            world = json_int_within(json["world_size"], 1, 1 << 20, config.string() + ": world_size");
+        newest = std::max(newest, mtime_seconds(config));
+    }
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+    if (world == 0) {
+        step.why = "no model_world_size_*_rank_*.pt files yet";
+        return;
+    }
+    if (static_cast<int64_t>(ranks.size()) < world || ranks.front() != 0 || ranks.back() != world - 1) {
+        step.why = std::to_string(ranks.size()) + " of " + std::to_string(world) + " rank files present";
+        return;
+    }
+    const int64_t age = rules.now_seconds - newest;
+    if (age < rules.settle_seconds) {
+        step.why = "all " + std::to_string(world) + " rank files present, last changed " + std::to_string(age) +
+                   " s ago (settle time " + std::to_string(rules.settle_seconds) + " s)";
+        return;
+    }
+    step.complete = true;
+    step.why = "all " + std::to_string(world) + " rank files present and unchanged for " + std::to_string(age) + " s";
+}
+
+void judge_verl_step(const fs::path& role_dir, std::optional<int64_t> tracker, const RunFolderRules& rules,
+                     RunStep& step) {
+    std::error_code ec;
+    const bool layout_v2 = fs::exists(role_dir / "model" / "dist_ckpt", ec) || fs::exists(role_dir / "model" / "huggingface", ec);
+    if (fs::exists(role_dir / "ckpt_contents.json", ec)) {
+        step.complete = true;
+        step.why = "ckpt_contents.json present (verl writes it last)";
+    } else if (layout_v2) {
+        step.why = "layout v2 without ckpt_contents.json (the save has not finished)";
+    } else if (tracker && *tracker >= step.step) {
+        step.complete = true;
+        step.why = std::string(kTracker) + " says " + std::to_string(*tracker);
+    } else {
+        settle_fsdp(role_dir, rules, step);
+    }
+}
+
+}  // namespace
+
+std::optional<int64_t> tracker_step(const std::string& dir) {
+    const fs::path path = fs::path(dir) / kTracker;
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return std::nullopt;
+    std::string text = read_small_file(path.string(), 4096, "a tracker file");
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    if (text == "release") return std::nullopt;
+    const auto step = parse_int_within(text, 0, int64_t{1} << 40);
+    if (!step) throw Error(path.string() + ": expected a step number or release, found '" + text.substr(0, 40) + "'");
+    return *step;
+}
+
+std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRules& given) {
+    RunFolderRules rules = given;
+    if (rules.now_seconds == 0)
+        rules.now_seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count();
+    std::error_code ec;
+    if (!fs::is_directory(root, ec)) throw Error(root + ": not a folder (--root names the training run's checkpoint folder)");
+    const std::optional<int64_t> tracker = tracker_step(root);
+    static const std::regex verl(R"(global_step_(\d+))"), megatron(R"(iter_(\d+))"), dcp(R"(step-(\d+))");
+    std::vector<RunStep> steps;
+    for (const auto& entry : fs::directory_iterator(root, ec)) {
+        if (!entry.is_directory()) continue;
+        const std::string name = entry.path().filename().string();
+        std::smatch m;
+        RunStep step;
+        step.name = name;
+        if (std::regex_match(name, m, verl)) {
+            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+            const fs::path role_dir = entry.path() / rules.role;
+            step.checkpoint_dir = role_dir.string();
+            if (!fs::is_directory(role_dir, ec)) step.why = "no " + rules.role + "/ folder yet";
+            else judge_verl_step(role_dir, tracker, rules, step);
+        } else if (std::regex_match(name, m, megatron)) {
+            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+            step.checkpoint_dir = entry.path().string();
+            step.complete = tracker && *tracker >= step.step;
+            step.why = tracker ? std::string(kTracker) + " says " + std::to_string(*tracker) : "no " + std::string(kTracker) + " yet";
+        } else if (std::regex_match(name, m, dcp)) {
+            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+            step.checkpoint_dir = entry.path().string();
+            step.complete = fs::exists(entry.path() / ".metadata", ec);
+            step.why = step.complete ? ".metadata present (DCP writes it last)" : "no .metadata yet";
+        } else {
+            continue;
+        }
+        if (step.step >= 0) steps.push_back(std::move(step));
+    }
+    std::sort(steps.begin(), steps.end(), [](const RunStep& a, const RunStep& b) {
+        return std::tie(a.step, a.name) < std::tie(b.step, b.name);
+    });
+    return steps;
+}
+
+}  // namespace vmerge

@@ -1,0 +1,81 @@
+#!/bin/bash
+# `vmerge-mpi watch` against a fake training run: a writer copies the example FSDP checkpoint in
+# step by step. Checks: a half-written step is left alone until complete; each complete step is
+# merged once and bit-exact (independent checker against the generator's reference); a second
+# watcher on the same target root is refused while the first runs; a watcher killed mid-merge
+# resumes the step; --keep_last removes only older merged outputs; a Megatron-LM run (tracker
+# rule) merges under mpirun -np 2, each iteration bit-exact to its reference.
+# usage: watch_run.sh VMERGE MPIEXEC PYTHON SOURCE_DIR MEGATRON_FIXTURES WORK
+set -uo pipefail
+vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 megatron=$5 work=$6
+example=$source_dir/examples/tiny-qwen2-fsdp/global_step_1
+rm -rf "$work"
+mkdir -p "$work/run"
+fail() { echo "FAIL: $*"; exit 1; }
+check() { "$python" "$source_dir/tests/tools/check_hf_output.py" --out "$1" --ref "$2" >/dev/null || fail "$1 differs from $2"; }
+run=$work/run out=$work/out
+
+# Step 1 complete (the tracker says so); step 2 half-written: one of its two rank files.
+mkdir -p "$run/global_step_1" "$run/global_step_2/actor"
+cp -r "$example/actor" "$run/global_step_1/"
+cp "$example/actor/fsdp_config.json" "$example/actor/model_world_size_2_rank_0.pt" "$run/global_step_2/actor/"
+printf 1 > "$run/latest_checkpointed_iteration.txt"
+"$vmerge" watch --root "$run" --target_root "$out" --once --settle 0 >"$work/pass1.log" 2>&1 || { cat "$work/pass1.log"; fail "first pass"; }
+check "$out/global_step_1" "$example/reference"
+[[ ! -e $out/global_step_2 ]] || fail "the half-written step 2 was merged"
+grep -q "global_step_2: waiting (1 of 2 rank files present)" "$work/pass1.log" || { cat "$work/pass1.log"; fail "no waiting line"; }
+echo "ok   step 1 merged bit-exact; half-written step 2 left alone"
+
+# Step 2 completes, without a tracker update: merged once its files have settled.
+cp -r "$example/actor/huggingface" "$example/actor/model_world_size_2_rank_1.pt" "$run/global_step_2/actor/"
+"$vmerge" watch --root "$run" --target_root "$out" --once --settle 3600 >"$work/pass2.log" 2>&1 || fail "second pass"
+[[ ! -e $out/global_step_2 ]] || fail "step 2 merged before its settle time"
+grep -q "global_step_2: waiting (all 2 rank files present, last changed" "$work/pass2.log" || { cat "$work/pass2.log"; fail "no settle line"; }
+before=$(stat -c %Y "$out/global_step_1/model.safetensors")
+"$vmerge" watch --root "$run" --target_root "$out" --once --settle 0 >"$work/pass3.log" 2>&1 || fail "third pass"
+check "$out/global_step_2" "$example/reference"
+grep -q "global_step_1: merging" "$work/pass3.log" && fail "step 1 merged twice"
+[[ $(stat -c %Y "$out/global_step_1/model.safetensors") == "$before" ]] || fail "step 1 rewritten"
+echo "ok   step 2 merged after settling; step 1 not merged again"
+
+# Step 3: a watcher killed while it writes; a second watcher is refused meanwhile; the next
+# watcher resumes the step.
+mkdir -p "$run/global_step_3"
+cp -r "$example/actor" "$run/global_step_3/"
+printf 3 > "$run/latest_checkpointed_iteration.txt"
+VMERGE_TEST_BLOCK_DELAY_MS=400 "$vmerge" watch --root "$run" --target_root "$out" --once --max-shard-size 300KB \
+    --max-memory 1MiB >"$work/killed.log" 2>&1 &
+watcher=$!
+for _ in $(seq 1 100); do
+    [[ -n $(cat "$out"/.global_step_3.vmerge-staging/.vmerge-journal/rank-* 2>/dev/null) ]] && break
+    sleep 0.1
+done
+"$vmerge" watch --root "$run" --target_root "$out" --once >"$work/second.log" 2>&1 && fail "a second watcher ran beside the first"
+grep -q "another merge into this target is running" "$work/second.log" || { cat "$work/second.log"; fail "second watcher: no clear refusal"; }
+kill -9 "$watcher"
+wait "$watcher" 2>/dev/null
+[[ ! -e $out/global_step_3 && -d $out/.global_step_3.vmerge-staging ]] || fail "the killed watcher left no staging folder"
+"$vmerge" watch --root "$run" --target_root "$out" --once --max-shard-size 300KB --max-memory 1MiB >"$work/resume.log" 2>&1 ||
+    { cat "$work/resume.log"; fail "resume pass"; }
+grep -q "global_step_3: resuming" "$work/resume.log" || { cat "$work/resume.log"; fail "the interrupted step was not resumed"; }
+check "$out/global_step_3" "$example/reference"
+echo "ok   killed watcher: a second one refused meanwhile, the next one resumed step 3 bit-exact"
+
+# --keep_last 2: step 1's output goes; a folder of the user's beside them stays.
+mkdir -p "$out/notes" && echo mine > "$out/notes/readme.txt"
+"$vmerge" watch --root "$run" --target_root "$out" --once --keep_last 2 >"$work/keep.log" 2>&1 || fail "keep_last pass"
+[[ ! -e $out/global_step_1 && -d $out/global_step_2 && -d $out/global_step_3 && -f $out/notes/readme.txt ]] ||
+    fail "--keep_last 2 did not keep exactly steps 2 and 3 (and the user's folder)"
+echo "ok   --keep_last 2 removed step 1's output only"
+
+# A Megatron-LM run (tracker at iteration 20) under mpirun -np 2.
+"$mpiexec" --oversubscribe -np 2 "$vmerge" watch --root "$megatron/mlm_llama_tp2_pp2/ckpt" --target_root "$work/mlm" \
+    --hf_config "$megatron/mlm_llama_tp2_pp2/hf" --once -q >"$work/mlm.log" 2>&1 || { cat "$work/mlm.log"; fail "Megatron run"; }
+check "$work/mlm/iter_0000010" "$megatron/mlm_llama_tp2_pp2/reference_iter10"
+check "$work/mlm/iter_0000020" "$megatron/mlm_llama_tp2_pp2/reference"
+echo "ok   Megatron-LM run: iterations 10 and 20 merged with 2 ranks, bit-exact"
+
+"$vmerge" watch --root "$run" --target_root "$run/merged" --once >"$work/inside.log" 2>&1 && fail "target root inside the run accepted"
+grep -q "error:" "$work/inside.log" || fail "target root inside the run: no error"
+echo "ok   a target root inside the run is refused"
+rm -rf "$work"
