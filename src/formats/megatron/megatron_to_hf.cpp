@@ -194,7 +194,7 @@ TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureI
                         list_names(unmapped) + hint);
         std::string all;  // every one: nothing leaves the merge unnamed
         for (const auto& n : unmapped) all += (all.empty() ? "" : ", ") + n;
-        notes.push_back("dropped " + std::to_string(unmapped.size()) + " unmapped tensors (--allow_unmapped): " + all);
+        notes.push_back("dropped unmapped tensors: " + all);
     }
     std::stable_sort(out.tensors.begin(), out.tensors.end(),
                      [](const OutputTensor& a, const OutputTensor& b) { return hf_tensor_less(a.name, b.name); });
