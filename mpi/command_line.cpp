@@ -13,6 +13,7 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "mapping/output_rules.h"
+#include "mapping/quantization.h"
 #include "formats/registry.h"
 #include "output/hdf5/zstd_codec.h"
 #include "output/registry.h"
@@ -131,10 +132,13 @@ namespace {
 struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
+    std::string quantize;  // the --quantize scheme ("int" when given alone)
     std::string tag;
-    int tp = 0, pp = 0, batch_size = 0, iteration = 0;
+    int tp = 0, pp = 0, batch_size = 0, iteration = 0, step = 0;
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
          use_rslora = false;
+    bool trust_remote_code = false, use_cpu_initialization = false;
+    std::string hf_model_path;
     double lora_alpha = 0;
 };
 
@@ -143,7 +147,7 @@ struct RawFlags {
 struct OptionTable {
     po::options_description input{"Checkpoint and model"};
     po::options_description output{"Output"};
-    po::options_description quantizing{"Quantized output (compressed-tensors pack-quantized, for vLLM)"};
+    po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_DYNAMIC; for vLLM)"};
     po::options_description lora{"LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)"};
     po::options_description run{"Running"};
     po::options_description testing{"test"};
@@ -179,6 +183,17 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
         ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest; torchtitan: this step-N")
+        ("step", po::value(&raw.step),
+         "verl run folder (--local_dir with global_step_N/): merge step N instead of the one "
+         "latest_checkpointed_iteration.txt names")
+        ("allow_incomplete", po::bool_switch(&o.level.allow_incomplete),
+         "read a verl layout v2 save that has no ckpt_contents.json (verl writes it last: the save did not finish)")
+        ("hf_model_path", po::value(&raw.hf_model_path),
+         "verl's legacy merger spelling of --hf_config")
+        ("trust_remote_code", po::bool_switch(&raw.trust_remote_code),
+         "accepted for verl compatibility; changes nothing (vmerge runs no model code)")
+        ("use_cpu_initialization", po::bool_switch(&raw.use_cpu_initialization),
+         "accepted for verl compatibility; changes nothing (vmerge builds no model)")
         ("tag", po::value(&raw.tag), "DeepSpeed: merge this tag folder instead of the one `latest` names")
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
@@ -197,7 +212,11 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
         ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("force", po::bool_switch(&o.output.force), "replace an existing target folder")
-        ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder");
+        ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder")
+        ("hf_upload_path", po::value(&o.hf_upload_path),
+         "after the merge is committed and verified, upload the target to this Hugging Face repo with `hf upload` "
+         "(or `huggingface-cli upload`) found on PATH; refused before merging when neither is there")
+        ("private", po::bool_switch(&o.hf_upload_private), "--hf_upload_path: create the repo as private");
     add_format_option(t.output, o);
     t.output.add_options()
         ("compress", po::value(&raw.compress)->default_value("none"),
@@ -208,7 +227,9 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
 
 void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.quantizing.add_options()
-        ("quantize", po::bool_switch(&o.quantize), "write Linear weights quantized (round to nearest), weights only")
+        ("quantize", po::value(&raw.quantize)->implicit_value("int"),
+         "write Linear weights quantized, weights only: int (alone: compressed-tensors pack-quantized, --bits), "
+         "fp8 (block FP8, DeepSeek/Qwen layout) or fp8-dynamic (compressed-tensors FP8_DYNAMIC); docs/quantization.md")
         ("bits", po::value(&o.quantize_spec.bits)->default_value(4), "4 or 8")
         ("group_size", po::value(&o.quantize_spec.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
         ("symmetric", po::bool_switch(&raw.symmetric), "symmetric quantization, no zero point (the default)")
@@ -227,7 +248,8 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
          "checkpoint; never guessed)")
         ("use_rslora", po::bool_switch(&raw.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
         ("lora_base", po::value(&o.map.lora_base),
-         "Megatron adapter checkpoints (adapter_checkpoint/): the Hugging Face base model the adapter was trained on");
+         "checkpoints that hold only the adapter (Megatron adapter_checkpoint/, Megatron-Bridge LoRA, verl FSDP "
+         "save_lora_only): the Hugging Face base model the adapter was trained on");
 }
 
 void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
@@ -261,7 +283,9 @@ void add_watch_options(OptionTable& t, Options& o) {
     t.watching.add_options()
         ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps)")
         ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/")
-        ("role", po::value(&o.watch.rules.role)->default_value("actor"), "verl: the role folder of each step (actor, critic)")
+        ("role", po::value(&o.watch.rules.role)->default_value("actor"),
+         "verl: the role folder of each step (actor, critic); merge/test/inspect: the role a step folder holding "
+         "actor/ and critic/ is merged from (default: its only role)")
         ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
         ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
         ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")
@@ -312,6 +336,9 @@ std::vector<std::string> normalized_args(int argc, const char* const* argv) {
             for (size_t k = 2; k < end; ++k)
                 if (a[k] == '-') a[k] = '_';
         }
+        // `--quantize fp8`: the scheme may follow as its own word (`--quantize` alone is the
+        // int scheme, so only a scheme name is taken as its value).
+        if (a == "--quantize" && i + 1 < argc && parse_quant_scheme(argv[i + 1])) a += std::string("=") + argv[++i];
         args.push_back(a);
     }
     return args;
@@ -335,6 +362,20 @@ po::variables_map parse_args(const std::vector<std::string>& args, const OptionT
     return vm;
 }
 
+// --quantize[=SCHEME]; the int scheme's flags are refused with an FP8 one (they would be ignored).
+void check_quantize_scheme(Options& o, const RawFlags& raw, const po::variables_map& vm) {
+    o.quantize = vm.count("quantize") > 0;
+    if (!o.quantize) return;
+    const auto scheme = parse_quant_scheme(raw.quantize);
+    if (!scheme) throw UsageError("--quantize " + raw.quantize + ": expected int, fp8 or fp8-dynamic");
+    o.quantize_spec.scheme = *scheme;
+    if (*scheme == QuantScheme::Int) return;
+    for (const char* flag : {"bits", "group_size", "symmetric", "asymmetric", "allow_unsupported_quantization"})
+        if (vm.count(flag) && !vm[flag].defaulted())
+            throw UsageError("--" + std::string(flag) + " applies to --quantize=int; --quantize=" + quant_scheme_name(*scheme) +
+                             " writes 8-bit floats with its own scales (docs/quantization.md)");
+}
+
 // The dtype, quantization and LoRA flags, in the order their errors are reported.
 void check_value_flags(Options& o, const RawFlags& raw, const po::variables_map& vm) {
     try {
@@ -342,6 +383,7 @@ void check_value_flags(Options& o, const RawFlags& raw, const po::variables_map&
     } catch (const Error& e) {
         throw UsageError(e.what());
     }
+    check_quantize_scheme(o, raw, vm);
     if (raw.symmetric && raw.asymmetric) throw UsageError("--symmetric and --asymmetric exclude each other");
     if (o.quantize_spec.bits != 4 && o.quantize_spec.bits != 8) throw UsageError("--bits " + std::to_string(o.quantize_spec.bits) + ": expected 4 or 8");
     check_number_flags(o);
@@ -371,6 +413,18 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (vm.count("tp_size")) o.map.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
     if (vm.count("pp_size")) o.map.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
     if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
+    // One --role: watch's (default actor) and, given explicitly, the one a step folder is read from.
+    if (vm.count("role") && !vm["role"].defaulted()) o.level.role = o.watch.rules.role;
+    if (vm.count("step")) o.level.step = bounded_flag("--step", raw.step, 0, kMaxIteration);
+    if (!raw.hf_model_path.empty()) {
+        if (!o.hf_config.empty() && o.hf_config != raw.hf_model_path)
+            throw UsageError("--hf_model_path and --hf_config name two folders (" + raw.hf_model_path + ", " +
+                             o.hf_config + "): --hf_model_path is verl's older spelling of --hf_config, give one");
+        o.hf_config = raw.hf_model_path;
+    }
+    if (o.hf_upload_private && o.hf_upload_path.empty()) throw UsageError("--private applies to --hf_upload_path");
+    if (!o.hf_upload_path.empty() && o.command != "merge")
+        throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
     if (vm.count("tag")) o.tag = raw.tag;
     if (o.command == "watch") {
         if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
@@ -411,6 +465,8 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (o.page_cache != "auto" && o.page_cache != "keep" && o.page_cache != "evict")
         throw UsageError("--page_cache " + o.page_cache + ": expected auto, keep or evict");
     parse_archive_options(o, raw.compress, !vm["compress"].defaulted());
+    if (!o.hf_upload_path.empty() && o.format != "safetensors")
+        throw UsageError("--hf_upload_path uploads a Hugging Face folder: it combines with --format safetensors only");
     // HDF5's chunk limit is 4 GiB.
     o.output.chunk_bytes = parse_byte_size(raw.hdf5_chunk, "--hdf5_chunk_size", (4ull << 30) - 1);
     return o;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "formats/checkpoint.h"
+#include "formats/registry.h"
 #include "mapping/lora_adapter.h"
 #include "mapping/quantization.h"
 #include "output/output_format.h"
@@ -22,6 +23,7 @@ struct Options {
     std::string local_dir;
     std::string hf_config;        // default <local_dir>/huggingface
     std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
+    LevelChoice level;             // verl run/step folders: --step, --role, --allow_incomplete
     std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
     std::string dtype = "auto";
     MapOptions map;
@@ -37,6 +39,8 @@ struct Options {
         defaults.chunk_bytes = 4ull << 20;       // --hdf5_chunk_size 4MiB
         return defaults;
     }();
+    std::string hf_upload_path;  // after the merge: upload the target to this Hub repo
+    bool hf_upload_private = false;
     // Run.
     uint64_t max_memory = 0;      // 0: auto, see default_max_memory
     bool low_cpu_mem_usage = false;  // verl's flag: a small automatic budget

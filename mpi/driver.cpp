@@ -19,6 +19,7 @@
 #include "core/stopwatch.h"
 #include "exec/copy_executor.h"
 #include "hdf5_commands.h"
+#include "hf_upload.h"
 #include "io/output_path_check.h"
 #include "io/record_crc.h"
 #include "merge_inputs.h"
@@ -61,6 +62,7 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     r.backend = in.checkpoint.backend;
     r.description = in.checkpoint.description;
     r.local_dir = o.local_dir;
+    r.resolved = in.checkpoint.resolved;
     r.hf_config = in.config.dir;
     r.architecture = in.config.architectures.empty() ? "" : in.config.architectures[0];
     // The backend's own facts: FSDP's DTensor shardings, Megatron's parallelism line.
@@ -83,9 +85,11 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     r.page_cache = page_cache_name(cache.policy);
     r.page_cache_reason = cache.reason;
     if (in.quantize)
-        r.quantization = InspectReport::Quantization{in.quantize->bits, in.quantize->group_size, in.quantize->symmetric,
+        r.quantization = InspectReport::Quantization{quant_scheme_name(in.quantize->scheme),
+                                                     quantization_description(*in.quantize),
+                                                     in.quantize->bits, in.quantize->group_size, in.quantize->symmetric,
                                                      in.quantization.bytes_before, in.quantization.bytes_after,
-                                                     in.quantization.ignored_modules};
+                                                     in.quantization.ignored_modules, in.quantization.shape_warnings};
     if (in.lora.found)
         r.lora = InspectReport::Lora{o.merge_lora(), in.lora.modules, in.lora.ranks, in.lora.alpha, in.lora.alpha_source};
     r.plan_seconds = plan.seconds;
@@ -154,6 +158,7 @@ OutputOptions merge_output_options(const Options& o, const Comm& comm, const Mer
     options.resumable = true;
     options.page_cache = page_cache_choice(o, comm, in.mapping()).policy;
     options.hf_dir = in.config.dir;
+    if (in.config.dir == in.checkpoint.default_hf_dir) options.hf_training_files = in.checkpoint.training_files;
     options.generated = generated_files(in);
     return options;
 }
@@ -169,13 +174,19 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
         return convert_hdf5_archive(o, comm, budget, out, err);
     }
+    std::string hf_cli;  // --hf_upload_path: found before anything is read
+    collective_step(comm, [&] {
+        if (comm.rank() == 0 && !o.hf_upload_path.empty()) hf_cli = require_hf_cli(o.hf_upload_path);
+    });
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
     guard_target(o, comm, input_folders(o, in), lock);
     const auto output = make_output_format(o.format, merge_output_options(o, comm, in, budget));
     output->check_adapter(o.local_dir, in.lora.found && !o.merge_lora());
-    if (comm.rank() == 0 && !o.quiet)
+    if (comm.rank() == 0 && !o.quiet) {
+        for (const auto& step : in.checkpoint.resolved) out << "vmerge: resolved " << step << "\n";
         for (const auto& note : in.mapped.notes) out << "vmerge: " << note << "\n";
+    }
     const auto write_start = Clock::now();
     OutputRun run;
     run.quantize = in.quantize ? &*in.quantize : nullptr;
@@ -189,6 +200,10 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         return 0;
     }
     report_merge(o, comm, in, output->layout(), written, start, budget, out);
+    collective_step(comm, [&] {
+        if (comm.rank() == 0 && !hf_cli.empty())
+            upload_merged_folder(hf_cli, o.hf_upload_path, o.output.target, o.hf_upload_private, out);
+    });
     return 0;
 }
 

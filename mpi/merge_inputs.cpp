@@ -31,6 +31,8 @@ void plan_quantized_output(MergeInputs& in, const Options& o) {
     if (o.quantize) in.quantize = o.quantize_spec;
     if (in.quantize) in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
     for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
+    // Printed once by merge and inspect (rank 0), each naming the loader rule.
+    for (const auto& warning : in.quantization.shape_warnings) in.mapped.notes.push_back(warning);
     in.output_config = plan_output_config(
         in.config, in.mapped.mapping, o.map.tie_word_embedding,
         in.quantize ? quantization_config(*in.quantize, in.quantization.ignored_modules) : nlohmann::ordered_json());
@@ -48,12 +50,12 @@ std::string lora_fingerprint(const TensorMapping& mapping) {
 
 void apply_lora_choice(MergeInputs& in, const Options& o, std::optional<LoraMetadataFiles> metadata) {
     LoraOptions lora = o.lora;
-    lora.checkpoint_dir = o.local_dir;
+    lora.checkpoint_dir = in.checkpoint.dir;
     lora.metadata = std::move(metadata);
     lora.task_type = o.map.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
     // The extracted adapter sits inside the folder that holds its base model.
     if (!o.output.target.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.output.target).lexically_normal().string();
-    in.lora = apply_lora(in.mapped.mapping, lora, o.local_dir);
+    in.lora = apply_lora(in.mapped.mapping, lora, in.checkpoint.dir);
     for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
 }
 
@@ -66,7 +68,11 @@ std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
 // read to the others (read_once.h), which then detect from them without opening any.
 DetectedCheckpoint discover(const Options& o, Comm& comm) {
     DetectedCheckpoint checkpoint;
-    auto detect = [&] { checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration, o.tag); };
+    auto detect = [&] {
+        checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration, o.tag, o.level);
+        // A save that records no config anywhere: the model it started from is the only source.
+        if (o.hf_config.empty() && !checkpoint.config_missing.empty()) throw Error(checkpoint.config_missing);
+    };
     std::string reads;
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
@@ -135,7 +141,9 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     const auto& tensors = in.mapped.mapping.tensors;
     if (std::any_of(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return is_peft_name(t.name); }))
         lora_metadata = deserialize_lora_metadata(
-            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(o.local_dir)); }));
+            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir, in.checkpoint.lora_adapter_dir.empty()
+                                                       ? ""
+                                                       : in.checkpoint.lora_adapter_dir + "/adapter_config.json")); }));
     collective_step(comm, [&] {
         apply_lora_choice(in, o, std::move(lora_metadata));
         check_tied_head(in.mapped.mapping, in.config, o.map.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
@@ -191,6 +199,7 @@ std::map<std::string, std::string> generated_files(const MergeInputs& in) {
 
 std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in) {
     return {{o.local_dir, "the checkpoint (--local_dir)"},
+            {in.checkpoint.dir, "the checkpoint folder --local_dir leads to"},
             {in.checkpoint.weights_dir, "the checkpoint's weights folder"},
             {in.config.dir, "the config folder (--hf_config)"},
             {o.map.lora_base, "the LoRA base model (--lora_base)"}};

@@ -90,6 +90,7 @@ Options step_options(const Options& o, const StepToDo& t) {
     Options step = o;
     step.command = "merge";
     step.local_dir = t.step.checkpoint_dir;
+    step.level = {};  // the watcher found the role folder itself
     step.output.target = t.target;
     step.output.resume = t.resume;
     return step;

@@ -12,6 +12,7 @@
 
 #include "exec/dtype_cast.h"
 #include "core/error.h"
+#include "exec/fp8_quantize.h"
 #include "exec/lora_kernel.h"
 #include "core/stopwatch.h"
 
@@ -173,6 +174,77 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
     return s;
 }
 
+// The rows of a quantized weight's Scale tensor that weight rows [row, end) write.
+std::pair<int64_t, int64_t> scale_rows(const OutputTensor& t, int64_t row, int64_t end) {
+    const int64_t per_scale_row = std::max<int64_t>(1, t.scale_row_block);
+    return {row / per_scale_row, (end + per_scale_row - 1) / per_scale_row};
+}
+
+// FP8 kernels over rows [0, rows) of `x`, split across up to `threads` threads at multiples of
+// `align` rows (whole 128-row stripes for block FP8): the parts are disjoint, so the bytes are
+// those of one call. Threads only where each gets about a million weights.
+template <typename Kernel>
+void run_split(int64_t rows, int64_t cols, int64_t align, int threads, QuantError& error, const Kernel& kernel) {
+    const int64_t useful = std::max<int64_t>(1, rows * cols / (1 << 20));
+    const int64_t units = (rows + align - 1) / align;
+    const int64_t n = std::clamp<int64_t>(std::min<int64_t>(threads, useful), 1, std::max<int64_t>(1, units));
+    if (n == 1) {
+        kernel(0, rows, error);
+        return;
+    }
+    const int64_t per = (units + n - 1) / n * align;
+    std::vector<QuantError> errors(static_cast<size_t>(n));
+    std::vector<std::thread> pool;
+    for (int64_t i = 1; i < n; ++i) {
+        const int64_t begin = std::min(rows, i * per), end = std::min(rows, begin + per);
+        if (begin < end) pool.emplace_back([&kernel, &errors, i, begin, end] { kernel(begin, end, errors[i]); });
+    }
+    kernel(0, std::min(rows, per), errors[0]);
+    for (auto& t : pool) t.join();
+    for (const QuantError& e : errors) {
+        error.sum += e.sum;
+        error.max = std::max(error.max, e.max);
+        error.count += e.count;
+    }
+}
+
+// Quantizes `rows` rows of `t` from `row` on (`x`: their values in the model dtype, as fp32)
+// with the planned scheme into the weight bytes `out` and the scale rows `scales`.
+void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const OutputTensor& scale, const float* x,
+                    int64_t row, size_t rows, int threads, std::vector<unsigned char>& out,
+                    std::vector<unsigned char>& scales, std::vector<int32_t>& zero_points, QuantError& error) {
+    const int64_t cols = t.source_shape[1];
+    const int64_t n = static_cast<int64_t>(rows);
+    const auto [scale_begin, scale_end] = scale_rows(t, row, row + n);
+    out.resize(rows * row_bytes(t));
+    scales.resize(static_cast<size_t>(scale_end - scale_begin) * row_bytes(scale));
+    uint8_t* codes = out.data();
+    unsigned char* scale_bytes = scales.data();
+    switch (spec.scheme) {
+        case QuantScheme::Fp8Block: {
+            const int64_t block_cols = scale.shape[1];
+            run_split(n, cols, 128, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
+                quantize_fp8_blocks(x + r0 * cols, r1 - r0, cols, codes + r0 * cols,
+                                    reinterpret_cast<float*>(scale_bytes) + (r0 / 128) * block_cols, e, t.name, row + r0);
+            });
+            return;
+        }
+        case QuantScheme::Fp8Dynamic: {
+            const size_t scale_size = element_size(scale.dtype);
+            run_split(n, cols, 1, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
+                quantize_fp8_channels(x + r0 * cols, r1 - r0, cols, scale.dtype, codes + r0 * cols,
+                                      scale_bytes + static_cast<size_t>(r0) * scale_size, e, t.name, row + r0);
+            });
+            return;
+        }
+        case QuantScheme::Int:
+            zero_points.resize(rows * static_cast<size_t>(scale.shape[1]));
+            quantize_rows(x, n, cols, spec, scale.dtype, reinterpret_cast<uint32_t*>(out.data()), scales.data(),
+                          zero_points.data(), error);
+            return;
+    }
+}
+
 }  // namespace
 
 void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip,
@@ -219,7 +291,8 @@ bool CopyExecutor::already_written(size_t tensor, const OutputTensor& t, int64_t
                                    const SkipBlock& skip) const {
     if (!skip(tensor, row, end)) return false;
     if (t.role != OutputTensor::Role::QuantPacked) return true;
-    if (!skip(t.scale_tensor, row, end)) return false;
+    const auto [scale_begin, scale_end] = scale_rows(t, row, end);
+    if (!skip(t.scale_tensor, scale_begin, scale_end)) return false;
     return !t.zero_point_tensor || skip(*t.zero_point_tensor, row / align, (end + align - 1) / align);
 }
 
@@ -256,20 +329,14 @@ void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int
     if (lora) {
         cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
         add_lora_delta(floats_.data(), row, end, *lora, threads_);
-        cast_.resize(count * element_size(model_dtype));
-        cast_elements(floats_.data(), DType::F32, cast_.data(), model_dtype, count);
-        cast_elements(cast_.data(), model_dtype, floats_.data(), DType::F32, count);
-    } else if (model_dtype != t.source_dtype) {
-        cast_.resize(count * element_size(model_dtype));
-        cast_elements(block_.data(), t.source_dtype, cast_.data(), model_dtype, count);
-        cast_elements(cast_.data(), model_dtype, floats_.data(), DType::F32, count);
+        round_through(floats_.data(), DType::F32, model_dtype, floats_.data(), count);
     } else {
-        cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
+        round_through(block_.data(), t.source_dtype, model_dtype, floats_.data(), count);
     }
 }
 
-// Rows [row, end) of a quantized weight: packed values, scales and (asymmetric) packed zero
-// points, each handed to the writer.
+// Rows [row, end) of a quantized weight: packed values or FP8 codes, scales and (asymmetric)
+// packed zero points, each handed to the writer.
 void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end,
                                          const LoraFactors* lora, int64_t align) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
@@ -281,17 +348,14 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     const auto start = Clock::now();
     const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
     const int64_t groups = scale.shape[1];
-    quantizer_input(t, scale.dtype, row, end, lora);
-    out_.resize(rows * row_bytes(t));
-    scales_.resize(rows * row_bytes(scale));
-    zero_points_.resize(rows * static_cast<size_t>(groups));
-    quantize_rows(floats_.data(), static_cast<int64_t>(rows), cols, *quantize_, scale.dtype,
-                  reinterpret_cast<uint32_t*>(out_.data()), scales_.data(), zero_points_.data(),
-                  stats_.quantization_error[quantized_kind(t.name)]);
+    quantizer_input(t, t.quantize_from, row, end, lora);
+    quantize_block(*quantize_, t, scale, floats_.data(), row, rows, threads_, out_, scales_, zero_points_,
+                   stats_.quantization_error[quantized_kind(t.name)]);
     stats_.cast_seconds += seconds_since(start);
     out_ = writer.submit(tensor, row, end, std::move(out_));
     const size_t scale_bytes = scales_.size();
-    scales_ = writer.submit(t.scale_tensor, row, end, std::move(scales_));
+    const auto [scale_begin, scale_end] = scale_rows(t, row, end);
+    scales_ = writer.submit(t.scale_tensor, scale_begin, scale_end, std::move(scales_));
     stats_.bytes_written += rows * row_bytes(t) + scale_bytes;
     if (!t.zero_point_tensor) return;
     const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -124,6 +125,39 @@ void cast_elements(const void* src, DType from, void* dst, DType to, size_t coun
             default: break;
         }
     }
+}
+
+}  // namespace vmerge
+
+namespace vmerge {
+
+void round_through(const void* src, DType from, DType through, float* dst, size_t count) {
+    if (from == DType::F32 && through == DType::BF16) {
+        const auto* in = static_cast<const unsigned char*>(src);
+        for (size_t i = 0; i < count; ++i) {
+            float f;
+            std::memcpy(&f, in + 4 * i, 4);
+            dst[i] = bf16_to_f32(f32_to_bf16(f));
+        }
+        return;
+    }
+    if (from == DType::BF16 && (through == DType::BF16 || through == DType::F32)) {  // exact
+        const auto* in = static_cast<const unsigned char*>(src);
+        for (size_t i = 0; i < count; ++i) {
+            uint16_t b;
+            std::memcpy(&b, in + 2 * i, 2);
+            dst[i] = bf16_to_f32(b);
+        }
+        return;
+    }
+    if (from == DType::F32 && through == DType::F32) {
+        if (src == dst) return;
+        cast_elements(src, from, dst, DType::F32, count);  // exact: no rounding step
+        return;
+    }
+    std::vector<unsigned char> rounded(count * element_size(through));
+    cast_elements(src, from, rounded.data(), through, count);
+    cast_elements(rounded.data(), through, dst, DType::F32, count);
 }
 
 }  // namespace vmerge

@@ -14,6 +14,10 @@ bool can_cast(DType from, DType to);
 // F32 -> BF16 maps every NaN to 0xFFFF as torch's CPU kernels do. Overflow gives infinity.
 void cast_elements(const void* src, DType from, void* dst, DType to, size_t count);
 
+// dst = the `from` values rounded to `through` (BF16/F16/F32; exactly as casting to it and
+// back), as fp32: what a quantizer reads. One pass, with fast loops for F32/BF16 sources.
+void round_through(const void* src, DType from, DType through, float* dst, size_t count);
+
 uint16_t f32_to_bf16(float value);
 uint16_t f32_to_f16(float value);
 float bf16_to_f32(uint16_t bits);

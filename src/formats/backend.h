@@ -16,6 +16,7 @@ struct DetectRequest {
     std::optional<int> iteration;
     std::string default_hf_dir;
     std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
+    bool allow_incomplete = false;  // --allow_incomplete: read a save that did not finish
 };
 
 // A backend's answer to "does this folder look like mine": `evidence` says what it saw when

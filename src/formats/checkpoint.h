@@ -32,6 +32,18 @@ struct DetectedCheckpoint {
     std::string description;  // for people: "verl FSDP", "Megatron-LM legacy (iteration 20)", ...
     std::string weights_dir;
     std::string default_hf_dir;
+    // Files in default_hf_dir that belong to training, not to the model (names, or "dir/"
+    // prefixes): never copied into the output.
+    std::vector<std::string> training_files;
+    // The folder read after following a verl run's levels (checkpoint_level.h), and how.
+    std::string dir;
+    std::vector<std::string> resolved;
+    // Set when the checkpoint records no config.json anywhere (a verl v2 dist-only save): the
+    // Error, asking for --hf_config, that a merge without --hf_config stops with.
+    std::string config_missing;
+    // A PEFT adapter export the checkpoint holds instead of model weights (Megatron-Bridge LoRA:
+    // model/huggingface/adapter/): adapter_model.safetensors and adapter_config.json.
+    std::string lora_adapter_dir;
     std::vector<std::string> notes;
     std::vector<ScanJob> jobs;
     FsdpCheckpoint fsdp;

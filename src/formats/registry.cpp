@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "formats/checkpoint_level.h"
 #include "io/input_file.h"
 #include "torch/torch_pickle.h"
 
@@ -11,6 +12,7 @@ namespace fs = std::filesystem;
 
 // Each backend's folder defines its entry (src/formats/<name>/*_layout.cpp).
 const Backend& fsdp_backend();
+const Backend& verl_v2_backend();
 const Backend& megatron_adapter_backend();
 const Backend& torch_dist_backend();
 const Backend& megatron_legacy_backend();
@@ -22,14 +24,16 @@ const Backend& deepspeed_backend();
 
 const std::vector<BackendChoice>& backend_choices() {
     // The order is the auto-detection order, and within "megatron" the order its layouts
-    // are tried: an adapter_checkpoint/ first (it sits beside the model files), torch_dist
+    // are tried: verl's layout v2 (ckpt_contents.json, model/) first, as its model/ subfolder
+    // decides what is read; an adapter_checkpoint/ next (it sits beside the model files), torch_dist
     // before legacy files, and HF safetensors only when no Megatron weights are there.
     static const std::vector<BackendChoice> choices{
         {"fsdp", "", ": no model_world_size_*_rank_*.pt files (--backend fsdp)", {&fsdp_backend()}},
         {"megatron", "",
          ": no Megatron checkpoint (no mp_rank_* folders, no dist_ckpt/ or metadata.json, "
          "no latest_checkpointed_iteration.txt)",
-         {&megatron_adapter_backend(), &torch_dist_backend(), &megatron_legacy_backend(), &hf_safetensors_backend()}},
+         {&verl_v2_backend(), &megatron_adapter_backend(), &torch_dist_backend(), &megatron_legacy_backend(),
+          &hf_safetensors_backend()}},
         {"torchtitan", "", ": no torchtitan step (step-N/.metadata with tok_embeddings.weight or layers.N.* keys)",
          {&torchtitan_backend()}},
         {"dcp", "", "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)", {&dcp_backend()}},
@@ -92,11 +96,14 @@ std::string default_hf_dir(const fs::path& dir) {
 
 }  // namespace
 
-DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
-                                     std::optional<int> iteration, std::optional<std::string> tag) {
+DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::string& backend,
+                                     std::optional<int> iteration, std::optional<std::string> tag,
+                                     const LevelChoice& choice) {
     std::error_code ec;
-    if (!fs::is_directory(local_dir, ec)) throw Error(local_dir + ": not a directory");
-    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), std::move(tag)};
+    if (!fs::is_directory(given_dir, ec)) throw Error(given_dir + ": not a directory");
+    const CheckpointLevel level = resolve_checkpoint_level(given_dir, choice.step, choice.role, list_folder);
+    const std::string& local_dir = level.dir;
+    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), std::move(tag), choice.allow_incomplete};
     const bool automatic = backend == kAutoBackend;
     std::string evidence;  // "fsdp: no ...; megatron: no ..., no ...; ..."
     for (const BackendChoice& choice : backend_choices()) {
@@ -105,6 +112,8 @@ DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::st
         for (const Backend* layout : choice.layouts) {
             DetectedCheckpoint d;
             d.default_hf_dir = request.default_hf_dir;
+            d.dir = level.dir;
+            d.resolved = level.steps;
             const Detection detection = layout->detect(request, d);
             if (detection.found) {
                 d.source = layout;

@@ -45,8 +45,17 @@ bool is_archive_backend(const std::string& value);
 // is auto (every auto-detected layout in list order) or a choice's name (its layouts in
 // order). Nothing matching is an Error: the forced choice's `missing` text, or for auto the
 // "cannot tell the checkpoint kind" message listing what every layout looked for.
+// Before any backend looks, a verl run or step folder is followed to its role folder
+// (resolve_checkpoint_level, with `level.step` and `level.role`); DetectedCheckpoint::dir and
+// ::resolved say where it led.
+struct LevelChoice {
+    std::optional<int> step;
+    std::string role;
+    bool allow_incomplete = false;
+};
 DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
-                                     std::optional<int> iteration, std::optional<std::string> tag = std::nullopt);
+                                     std::optional<int> iteration, std::optional<std::string> tag = std::nullopt,
+                                     const LevelChoice& level = {});
 
 // Scans one of `ckpt.jobs` the way its backend reads it (the torch state-dict scan by default).
 ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job);

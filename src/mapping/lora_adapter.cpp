@@ -173,11 +173,12 @@ bool is_peft_name(const std::string& name) {
     return false;
 }
 
-LoraMetadataFiles read_lora_metadata(const std::string& checkpoint_dir) {
+LoraMetadataFiles read_lora_metadata(const std::string& checkpoint_dir, const std::string& adapter_config) {
     const fs::path dir(checkpoint_dir);
     LoraMetadataFiles files;
-    files.adapter_config =
-        read_small_file_if_present((dir / "lora_adapter" / "adapter_config.json").string(), kMaxJsonBytes, "a JSON file");
+    const std::string config_path =
+        adapter_config.empty() ? (dir / "lora_adapter" / "adapter_config.json").string() : adapter_config;
+    files.adapter_config = read_small_file_if_present(config_path, kMaxJsonBytes, "a JSON file");
     for (const fs::path& meta : {dir / "lora_train_meta.json", dir.parent_path() / "lora_train_meta.json"}) {
         files.train_meta = read_small_file_if_present(meta.string(), kMaxJsonBytes, "a JSON file");
         if (files.train_meta.exists) break;

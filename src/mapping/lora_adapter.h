@@ -21,7 +21,9 @@ struct LoraMetadataFiles {
     SmallFile adapter_config;
     SmallFile train_meta;
 };
-LoraMetadataFiles read_lora_metadata(const std::string& checkpoint_dir);
+// `adapter_config`, when given, is read instead of <dir>/lora_adapter/adapter_config.json (an
+// adapter export elsewhere in the checkpoint).
+LoraMetadataFiles read_lora_metadata(const std::string& checkpoint_dir, const std::string& adapter_config = "");
 std::string serialize_lora_metadata(const LoraMetadataFiles& files);
 LoraMetadataFiles deserialize_lora_metadata(const std::string& text);
 

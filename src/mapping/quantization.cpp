@@ -9,6 +9,8 @@
 
 #include "exec/dtype_cast.h"
 #include "core/error.h"
+#include "mapping/fp8_quantization.h"
+#include "mapping/quantization_selection.h"
 
 namespace vmerge {
 namespace {
@@ -17,34 +19,6 @@ bool quantizable_name(const std::string& name) {
     static const std::regex linear(R"(^model\.layers\..*(_proj|\.w[123])\.weight$)");
     return std::regex_match(name, linear);
 }
-
-// 2-D weights of Linear modules that are not quantized but that a "Linear" target would match.
-bool linear_like(const OutputTensor& t) {
-    return t.shape.size() == 2 && t.name.ends_with(".weight") && t.name.find("norm") == std::string::npos &&
-           t.name.find("embed") == std::string::npos;
-}
-
-std::string module_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.size() - 7); }
-
-// --quantize_ignore: exact module names and `re:` patterns, each pattern compiled once (a
-// model has tens of thousands of tensors).
-class IgnoredModules {
-public:
-    explicit IgnoredModules(const std::vector<std::string>& ignore) {
-        for (const auto& pattern : ignore) {
-            if (pattern.starts_with("re:")) patterns_.emplace_back(pattern.substr(3));
-            else names_.push_back(pattern);
-        }
-    }
-    bool contains(const std::string& module) const {
-        return std::find(names_.begin(), names_.end(), module) != names_.end() ||
-               std::any_of(patterns_.begin(), patterns_.end(), [&](const std::regex& r) { return std::regex_match(module, r); });
-    }
-
-private:
-    std::vector<std::string> names_;
-    std::vector<std::regex> patterns_;
-};
 
 float to_f32(DType dtype, const unsigned char* p) {
     float f;
@@ -61,42 +35,35 @@ float eps_of(DType dtype) {
     }
 }
 
-// Experts of one MoE layer: `<layer>.experts.<e>.<projection>.weight`.
-struct ExpertName {
-    std::string layer, projection;
-};
-std::optional<ExpertName> expert_name(const std::string& module) {
-    static const std::regex expert(R"(^(.*\.experts)\.\d+\.(.+)$)");
-    std::smatch m;
-    if (!std::regex_match(module, m, expert)) return std::nullopt;
-    return ExpertName{m[1].str(), m[2].str()};
+}  // namespace
+
+std::optional<QuantScheme> parse_quant_scheme(const std::string& text) {
+    if (text == "int") return QuantScheme::Int;
+    if (text == "fp8") return QuantScheme::Fp8Block;
+    if (text == "fp8-dynamic" || text == "fp8_dynamic") return QuantScheme::Fp8Dynamic;
+    return std::nullopt;
 }
 
-// Per MoE layer and projection, one quantized and one unquantized expert, when both exist.
-class ExpertSchemes {
-public:
-    void add(const std::string& module, bool quantized) {
-        const auto e = expert_name(module);
-        if (!e) return;
-        auto& seen = seen_[e->layer + "|" + e->projection];
-        std::string& slot = quantized ? seen.first : seen.second;
-        if (slot.empty()) slot = module;
+std::string quant_scheme_name(QuantScheme scheme) {
+    switch (scheme) {
+        case QuantScheme::Fp8Block: return "fp8";
+        case QuantScheme::Fp8Dynamic: return "fp8-dynamic";
+        default: return "int";
     }
-    void check() const {
-        for (const auto& [key, seen] : seen_) {
-            if (seen.first.empty() || seen.second.empty()) continue;
-            const std::string layer = key.substr(0, key.find('|'));
-            throw Error("MoE layer " + layer + ": expert " + seen.first + " is quantized but " + seen.second +
-                        " is not (--quantize_ignore or its input size): vLLM's fused MoE layer loads every expert "
-                        "of a layer with one scheme; ignore all experts of " + layer + " or none");
-        }
+}
+
+std::string quantization_description(const QuantizeSpec& spec) {
+    switch (spec.scheme) {
+        case QuantScheme::Fp8Block:
+            return "FP8 e4m3 with a float32 scale per 128x128 block (--quantize=fp8)";
+        case QuantScheme::Fp8Dynamic:
+            return "FP8 e4m3 with a scale per output channel, FP8_DYNAMIC (--quantize=fp8-dynamic)";
+        default:
+            return std::to_string(spec.bits) + " bits (" +
+                   (spec.group_size ? "groups of " + std::to_string(spec.group_size) : std::string("per channel")) +
+                   ", " + (spec.symmetric ? "symmetric" : "asymmetric") + ")";
     }
-
-private:
-    std::map<std::string, std::pair<std::string, std::string>> seen_;  // quantized, unquantized
-};
-
-}  // namespace
+}
 
 std::string unsupported_by_vllm(const QuantizeSpec& spec) {
     if (spec.bits != 4 && spec.bits != 8)
@@ -119,6 +86,7 @@ std::string quantized_kind(const std::string& name) {
 }
 
 QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec) {
+    if (spec.scheme != QuantScheme::Int) return plan_fp8_quantization(mapping, spec);
     if (spec.bits != 4 && spec.bits != 8) throw Error("--bits " + std::to_string(spec.bits) + ": expected 4 or 8");
     if (spec.group_size < 0) throw Error("--group_size must be 0 (per channel) or positive");
     QuantizationPlan plan;
@@ -163,6 +131,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         packed.copies = std::move(t.copies);
         packed.zero_fill = t.zero_fill;
         packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
+        packed.quantize_from = t.dtype;
         // Zero points are packed along rows, so a rank or block boundary must not split a word.
         packed.row_align = spec.symmetric ? 1 : per_word;
 
@@ -206,6 +175,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
 }
 
 nlohmann::ordered_json quantization_config(const QuantizeSpec& spec, const std::vector<std::string>& ignored) {
+    if (spec.scheme != QuantScheme::Int) return fp8_quantization_config(spec, ignored);
     nlohmann::ordered_json weights = {
         {"num_bits", spec.bits},
         {"type", "int"},

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,9 +11,18 @@
 
 namespace vmerge {
 
-// Weight-only round-to-nearest quantization written as compressed-tensors `pack-quantized`
-// (output-formats.md §4), the format vLLM's WNA16 kernels and transformers load.
+// The layouts --quantize writes: compressed-tensors `pack-quantized` int4/int8 (output-formats.md
+// §4, vLLM's WNA16 kernels), block FP8 (`quant_method: fp8`, DeepSeek-V3 / Qwen3-*-FP8) and
+// compressed-tensors FP8_DYNAMIC (`float-quantized`), fp8-formats.md §2 and §3.
+enum class QuantScheme { Int, Fp8Block, Fp8Dynamic };
+// The --quantize values: "int", "fp8", "fp8-dynamic" (also "fp8_dynamic").
+std::optional<QuantScheme> parse_quant_scheme(const std::string& text);
+std::string quant_scheme_name(QuantScheme scheme);
+
+// Weight-only round-to-nearest quantization of the Linear weights.
 struct QuantizeSpec {
+    QuantScheme scheme = QuantScheme::Int;
+    // Int only:
     int bits = 4;               // 4 or 8
     int64_t group_size = 128;   // along the input dimension; 0 = one group per row (channel)
     bool symmetric = true;
@@ -25,9 +35,15 @@ struct QuantizeSpec {
 // [-1, 32, 64, 128]; Machete [-1, 64, 128]; Conch [-1, 128]; types uint4b8/uint8b128).
 std::string unsupported_by_vllm(const QuantizeSpec& spec);
 
+// "4 bits (groups of 128, symmetric)", "FP8 e4m3, 128x128 blocks (fp8)", for reports.
+std::string quantization_description(const QuantizeSpec& spec);
+
 struct QuantizationPlan {
     std::vector<std::string> ignored_modules;  // Linear modules left unquantized (config `ignore`)
     std::vector<std::string> notes;
+    // Block FP8: the shape rules of vLLM's loader the model breaks, one line per rule
+    // (fp8_shape_rules.h); the file is written anyway.
+    std::vector<std::string> shape_warnings;
     uint64_t bytes_before = 0;
     uint64_t bytes_after = 0;
 };
@@ -39,9 +55,10 @@ struct QuantizationPlan {
 // in `ignored_modules`, so loaders never look for quantized tensors that are not there.
 // Refuses (Error) a spec no vLLM kernel runs unless `allow_unsupported`, and experts of one
 // MoE layer quantized unlike each other (vLLM's fused MoE layer has one scheme for all).
+// FP8 schemes: fp8_quantization.h.
 QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec);
 
-// config.json's `quantization_config` block.
+// config.json's `quantization_config` block (any scheme).
 nlohmann::ordered_json quantization_config(const QuantizeSpec& spec, const std::vector<std::string>& ignored_modules);
 
 // Quantization error of one block, for the summary (by tensor kind: "self_attn.q_proj", ...).

@@ -89,4 +89,13 @@ void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef
     }
 }
 
+void append_mapping(TensorMapping& to, const TensorMapping& from) {
+    const uint32_t offset = static_cast<uint32_t>(to.sources.size());
+    to.sources.insert(to.sources.end(), from.sources.begin(), from.sources.end());
+    for (OutputTensor t : from.tensors) {
+        for (auto& c : t.copies) c.source += offset;
+        to.tensors.push_back(std::move(t));
+    }
+}
+
 }  // namespace vmerge

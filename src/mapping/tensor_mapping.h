@@ -29,7 +29,7 @@ struct OutputTensor {
     bool zero_fill = false;
 
     // Weight-only quantization (quantization.h): a Packed tensor's copies assemble the float
-    // weight of `source_shape`; its rows are quantized into itself and its Scale/ZeroPoint
+    // weight of `source_shape`; its rows are quantized (int words or FP8 codes) into itself and its Scale/ZeroPoint
     // tensors, which get no work of their own. A Constant tensor holds its bytes.
     enum class Role { Plain, QuantPacked, QuantScale, QuantZeroPoint, Constant };
     Role role = Role::Plain;
@@ -37,6 +37,10 @@ struct OutputTensor {
     size_t scale_tensor = 0;         // Packed: index of its Scale tensor
     std::optional<size_t> zero_point_tensor;  // Packed, asymmetric: index of its ZeroPoint tensor
     int64_t row_align = 1;           // rows are split only at multiples of this
+    // Packed: weight rows per row of its Scale tensor (128 for block FP8, else 1), and the
+    // dtype the unquantized merge writes the weight in: what is quantized is that weight.
+    int64_t scale_row_block = 1;
+    DType quantize_from = DType::F32;
     std::vector<unsigned char> constant;  // Constant: the bytes
     // A LoRA merge adds TensorMapping::lora_deltas[*lora_delta] to the assembled rows (lora.h).
     std::optional<size_t> lora_delta;
@@ -69,6 +73,10 @@ struct TensorMapping {
     std::vector<OutputTensor> tensors;  // in output (state dict) order
     std::vector<LoraDelta> lora_deltas;
 };
+
+// `from`'s tensors after `to`'s, their copies pointing at `from`'s sources appended to `to`'s
+// (an adapter beside the base model it was trained on).
+void append_mapping(TensorMapping& to, const TensorMapping& from);
 
 // The output names given so far and the source key each came from: after every renaming
 // rule, two source keys that give one output name, or a name safetensors reserves for its

@@ -113,7 +113,7 @@ void check_target(const std::string& target, bool force, const std::vector<Input
     check_target_replaceable(target, force);
 }
 
-HfFilePlan plan_hf_file_copies(const std::string& hf_dir) {
+HfFilePlan plan_hf_file_copies(const std::string& hf_dir, const std::vector<std::string>& training_files) {
     HfFilePlan plan;
     std::error_code ec;
     if (hf_dir.empty() || !fs::is_directory(hf_dir, ec)) return plan;
@@ -123,6 +123,13 @@ HfFilePlan plan_hf_file_copies(const std::string& hf_dir) {
         const fs::path path = fs::path(hf_dir) / rel;
         const fs::file_status st = fs::symlink_status(path, ec);
         if (fs::is_directory(st) || is_weight_file(path.filename().string())) continue;
+        const bool training = std::any_of(training_files.begin(), training_files.end(), [&](const std::string& t) {
+            return rel == t || (t.ends_with("/") && rel.starts_with(t));
+        });
+        if (training) {
+            plan.skipped.push_back(rel + ": training state of the checkpoint, not a model file");
+            continue;
+        }
         const fs::path real = fs::canonical(path, ec);
         std::string why;
         if (ec) why = "a link to nothing";

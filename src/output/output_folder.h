@@ -50,7 +50,9 @@ struct HfFilePlan {
     std::vector<HfFileCopy> copies;
     std::vector<std::string> skipped;
 };
-HfFilePlan plan_hf_file_copies(const std::string& hf_dir);
+// `training_files` (names or "folder/" prefixes in `hf_dir`) are the checkpoint's training
+// state kept beside the model files (a trainer's `latest`, `trainer_state.json`): skipped.
+HfFilePlan plan_hf_file_copies(const std::string& hf_dir, const std::vector<std::string>& training_files = {});
 std::string read_hf_file(const HfFileCopy& file);
 
 // Error unless `rel` is a plain relative path (no "..", no absolute path); `source` names who gave it.

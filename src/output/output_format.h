@@ -32,6 +32,7 @@ struct OutputOptions {
     int rank = 0;
     int ranks = 1;
     std::string hf_dir;                          // the HF folder whose non-weight files are kept ("" none)
+    std::vector<std::string> hf_training_files;  // in hf_dir, not copied (plan_hf_file_copies)
     std::map<std::string, std::string> generated;  // files the merge writes itself (they replace copied ones)
 };
 

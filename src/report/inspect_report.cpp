@@ -33,6 +33,7 @@ PlanBalance plan_balance(const InspectReport& report) {
 nlohmann::ordered_json inspect_json(const InspectReport& r) {
     nlohmann::ordered_json j = r.facts;
     j["local_dir"] = r.local_dir;
+    if (!r.resolved.empty()) j["resolved"] = r.resolved;
     j["hf_config"] = r.hf_config;
     j["scanned_archives"] = r.scanned_archives;
     j["notes"] = r.notes;
@@ -57,8 +58,10 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
     j["max_memory_per_rank"] = r.max_memory;
     j["page_cache"] = {{"policy", r.page_cache}, {"reason", r.page_cache_reason}};
     if (const auto& q = r.quantization)
-        j["quantization"] = {{"bits", q->bits}, {"group_size", q->group_size}, {"symmetric", q->symmetric},
-                             {"bytes_before", q->bytes_before}, {"bytes_after", q->bytes_after}, {"ignored", q->ignored}};
+        j["quantization"] = {{"scheme", q->scheme},          {"bits", q->bits},
+                             {"group_size", q->group_size},  {"symmetric", q->symmetric},
+                             {"bytes_before", q->bytes_before}, {"bytes_after", q->bytes_after},
+                             {"ignored", q->ignored},        {"shape_warnings", q->shape_warnings}};
     if (const auto& l = r.lora)
         j["lora"] = {{"mode", l->merge ? "merge" : "extract"}, {"modules", l->modules}, {"ranks", l->ranks},
                      {"alpha", l->alpha}, {"alpha_source", l->alpha_source}};
@@ -80,6 +83,7 @@ nlohmann::ordered_json fact(const InspectReport& r, const char* key) {
 void print_model_lines(const InspectReport& r, std::ostream& out) {
     out << "backend      " << r.backend << ": " << r.description << "\n";
     if (!r.local_dir.empty()) out << "local_dir    " << r.local_dir << "\n";
+    for (const auto& step : r.resolved) out << "resolved     " << step << "\n";
     out << "hf_config    " << r.hf_config << "\n"
         << "architecture " << (r.architecture.empty() ? "?" : r.architecture) << "\n";
     if (r.states_parallelism)
@@ -91,7 +95,8 @@ void print_model_lines(const InspectReport& r, std::ostream& out) {
     for (const auto& f : r.files)
         out << "output       " << f.name << "  " << human_bytes(f.bytes) << ", " << f.tensors << " tensors\n";
     if (const auto& q = r.quantization)
-        out << "quantized    " << q->bits << " bits: " << human_bytes(q->bytes_before) << " -> "
+        out << "quantized    " << (q->description.empty() ? std::to_string(q->bits) + " bits" : q->description) << ": "
+            << human_bytes(q->bytes_before) << " -> "
             << human_bytes(q->bytes_after) << " (" << q->ignored.size() << " Linear modules left unquantized)\n";
     if (const auto& l = r.lora) {
         out << "lora         " << l->modules << " adapted modules, r";

@@ -21,6 +21,8 @@ struct InspectReport {
     nlohmann::ordered_json facts;  // the mapping's facts (backend, layout, tp, pp, architecture, ...)
     std::string backend, description;
     std::string local_dir, hf_config;
+    // How --local_dir led to the checkpoint folder (a verl run or step folder); empty: it is one.
+    std::vector<std::string> resolved;
     std::string architecture;      // "" when config.json names none
     bool states_parallelism = false;  // the text states tp/pp/vpp/ep (from the facts)
     size_t scanned_archives = 0;
@@ -57,11 +59,14 @@ struct InspectReport {
     std::string page_cache;         // keep | evict
     std::string page_cache_reason;  // why (PageCacheChoice::reason)
     struct Quantization {
+        std::string scheme;       // int | fp8 | fp8-dynamic
+        std::string description;  // quantization_description
         int bits = 0;
         int64_t group_size = 0;
         bool symmetric = true;
         uint64_t bytes_before = 0, bytes_after = 0;
         std::vector<std::string> ignored;
+        std::vector<std::string> shape_warnings;  // block FP8: the vLLM shape rules broken
     };
     std::optional<Quantization> quantization;
     struct Lora {

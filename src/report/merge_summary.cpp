@@ -52,9 +52,7 @@ namespace {
 
 void print_quantization_lines(const MergeSummary& s, const MergeTotals& t, std::ostream& out) {
     const QuantizeSpec& q = *s.quantize;
-    out << "vmerge: quantized to " << q.bits << " bits ("
-        << (q.group_size ? "groups of " + std::to_string(q.group_size) : std::string("per channel")) << ", "
-        << (q.symmetric ? "symmetric" : "asymmetric") << "): " << human_bytes(s.quantization.bytes_before) << " -> "
+    out << "vmerge: quantized to " << quantization_description(q) << ": " << human_bytes(s.quantization.bytes_before) << " -> "
         << human_bytes(s.quantization.bytes_after) << "; |dequantized - original| by kind (mean, max):\n";
     for (const auto& [kind, e] : t.quantization_error)
         out << "  " << kind << ": " << std::scientific << std::setprecision(3)

@@ -30,6 +30,8 @@ foreign=(
     fsdp megatron size_gb world small tests module
     # placeholders in quoted error messages ("unrecognised option '--bogus'", "option '--Y'")
     X Y bogus
+    # the Hugging Face CLI (hf upload, --hf_upload_path)
+    repo_type
 )
 
 normalise() { sed -e 's/^--//' -e 's/-/_/g'; }

@@ -276,13 +276,19 @@ def check_config(out_file, src_file, weights_dtype, probs):
                   % (weights_dtype, src_file))
 
 
-def compare_hf(out_dir, hf_dir, probs, weights_dtype=None):
+def compare_hf(out_dir, hf_dir, probs, weights_dtype=None, training=()):
+    """Every non-weight file of HF_DIR copied into OUT unchanged, except the training-state files
+    `training` names (names, or "dir/" prefixes), which must not be in OUT."""
     for root, _dirs, files in os.walk(hf_dir):
         for f in sorted(files):
             rel = os.path.relpath(os.path.join(root, f), hf_dir)
             if WEIGHT_FILE_RE.fullmatch(f):
                 continue
             o = os.path.join(out_dir, rel)
+            if any(rel == t or (t.endswith("/") and rel.startswith(t)) for t in training):
+                if os.path.exists(o):
+                    probs.add("training file %s was copied into OUT" % rel)
+                continue
             if not os.path.isfile(o):
                 probs.add("HF file %s missing from OUT" % rel)
                 continue
@@ -294,7 +300,7 @@ def compare_hf(out_dir, hf_dir, probs, weights_dtype=None):
                     probs.add("HF file %s differs from %s" % (rel, hf_dir))
 
 
-def check(out_dir, ref_dir, hf_dir=None, strict_order=False):
+def check(out_dir, ref_dir, hf_dir=None, strict_order=False, training=()):
     probs = Problems()
     out = read_folder(out_dir, probs, strict_order, "OUT")
     rprobs = Problems()
@@ -303,7 +309,7 @@ def check(out_dir, ref_dir, hf_dir=None, strict_order=False):
     compare(out, ref, probs)
     if hf_dir:
         floating = {TORCH_NAMES.get(dt) for dt, _sh, _b in out.values() if dt in TORCH_NAMES}
-        compare_hf(out_dir, hf_dir, probs, floating.pop() if len(floating) == 1 else None)
+        compare_hf(out_dir, hf_dir, probs, floating.pop() if len(floating) == 1 else None, training)
     return probs, len(out)
 
 
@@ -467,6 +473,8 @@ def main(argv=None):
     ap.add_argument("--out")
     ap.add_argument("--ref")
     ap.add_argument("--hf")
+    ap.add_argument("--hf-training", action="append", default=[],
+                    help="a file (or dir/ prefix) of --hf that is training state: must not be copied")
     ap.add_argument("--strict-order", action="store_true",
                     help="also require the Rust writer's tensor order inside each file")
     ap.add_argument("--selftest", action="store_true")
@@ -475,7 +483,7 @@ def main(argv=None):
         return _selftest()
     if not a.out or not a.ref:
         ap.error("--out and --ref are required")
-    probs, n = check(a.out, a.ref, a.hf, a.strict_order)
+    probs, n = check(a.out, a.ref, a.hf, a.strict_order, a.hf_training)
     if probs:
         for p in probs[:MAX_REPORT]:
             print(p)

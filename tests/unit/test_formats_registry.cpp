@@ -56,11 +56,12 @@ TEST(BackendRegistry, AutoDetectionOrderIsListOrder) {
     std::vector<std::string> layouts;
     for (const auto& choice : backend_choices())
         for (const Backend* layout : choice.layouts) layouts.push_back(choice.name + "/" + layout->name());
-    EXPECT_EQ(layouts, (std::vector<std::string>{"fsdp/fsdp", "megatron/megatron_adapter", "megatron/torch_dist",
-                                                 "megatron/megatron_legacy", "megatron/hf_safetensors", "torchtitan/torchtitan", "dcp/dcp",
-                                                 "deepspeed/deepspeed", "hdf5/hdf5_archive"}));
+    EXPECT_EQ(layouts, (std::vector<std::string>{"fsdp/fsdp", "megatron/verl_v2", "megatron/megatron_adapter",
+                                                 "megatron/torch_dist", "megatron/megatron_legacy",
+                                                 "megatron/hf_safetensors", "torchtitan/torchtitan", "dcp/dcp", "deepspeed/deepspeed",
+                                                 "hdf5/hdf5_archive"}));
     for (const auto& choice : backend_choices()) EXPECT_EQ(choice.auto_detected, !choice.archive) << choice.name;
-    EXPECT_EQ(find_layout("torch_dist"), backend_choices()[1].layouts[1]);
+    EXPECT_EQ(find_layout("torch_dist"), backend_choices()[1].layouts[2]);
     EXPECT_EQ(find_layout("nonsense"), nullptr);
 }
 
@@ -106,7 +107,7 @@ TEST(BackendRegistry, TorchDistWithoutModelTensorsIsPassedOver) {
     fs::copy(kFixtures + "/fsdp2_w2_dcp", dir.path() + "/dist_ckpt");
     make_file(dir.path(), "dist_ckpt/metadata.json");
     const std::string msg = error_of([&] { detect_checkpoint(dir.path(), "auto", std::nullopt); });
-    EXPECT_TRUE(contains(msg, "megatron: no adapter_checkpoint/, " + dir.path() + "/dist_ckpt holds no model tensors, ")) << msg;
+    EXPECT_TRUE(contains(msg, "megatron: no ckpt_contents.json or model/dist_ckpt/, no adapter_checkpoint/, " + dir.path() + "/dist_ckpt holds no model tensors, ")) << msg;
 }
 
 TEST(BackendRegistry, CannotTellListsWhatEveryBackendLookedFor) {
@@ -114,7 +115,7 @@ TEST(BackendRegistry, CannotTellListsWhatEveryBackendLookedFor) {
     const std::string msg = error_of([&] { detect_checkpoint(empty.path(), "auto", std::nullopt); });
     EXPECT_EQ(msg, empty.path() +
                        ": cannot tell the checkpoint kind: fsdp: no model_world_size_*_rank_*.pt; megatron: no "
-                       "adapter_checkpoint/, no dist_ckpt/ or metadata.json with .metadata, no mp_rank_* folders, no "
+                       "ckpt_contents.json or model/dist_ckpt/, no adapter_checkpoint/, no dist_ckpt/ or metadata.json with .metadata, no mp_rank_* folders, no "
                        "latest_checkpointed_iteration.txt, no *.safetensors in huggingface/; torchtitan: no step-N/.metadata; dcp: no .metadata; deepspeed: no "
                        "latest file or *_optim_states.pt; pass --backend to name it (fsdp, megatron, torchtitan, dcp, deepspeed, hdf5)");
     // The old message's parts are all still there.

@@ -23,7 +23,13 @@ public:
         d.description = "DeepSpeed ZeRO (tag " + c.tag + ", " + std::to_string(c.optim_files.size()) + " ranks)";
         // HF Trainer saves config.json and the tokenizer beside `latest`.
         std::error_code ec;
-        if (fs::exists(fs::path(c.save_dir) / "config.json", ec)) d.default_hf_dir = c.save_dir;
+        if (fs::exists(fs::path(c.save_dir) / "config.json", ec)) {
+            d.default_hf_dir = c.save_dir;
+            // What HF Trainer and DeepSpeed keep beside the model files (deepspeed-formats.md §1).
+            d.training_files = {"latest", "zero_to_fp32.py", "trainer_state.json", "latest_universal"};
+            if (fs::path(c.tag_dir).parent_path() == fs::path(c.save_dir))
+                d.training_files.push_back(fs::path(c.tag_dir).filename().string() + "/");
+        }
         for (const auto& f : c.optim_files) d.jobs.push_back({f});
         for (const auto& f : c.model_files) d.jobs.push_back({f});
         return {true, "DeepSpeed tag folder " + c.tag_dir};

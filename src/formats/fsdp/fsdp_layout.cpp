@@ -1,6 +1,10 @@
 // The verl FSDP backend: model_world_size_{W}_rank_{R}.pt files, one per rank.
+#include <algorithm>
+
+#include "core/error.h"
 #include "formats/backend.h"
 #include "formats/fsdp/fsdp_backend.h"
+#include "formats/hf_safetensors/hf_safetensors_layout.h"
 
 namespace vmerge {
 namespace {
@@ -24,6 +28,26 @@ nlohmann::ordered_json shardings_of(const ScannedFile& rank0) {
     return meshes;
 }
 
+// verl's checkpoint.save_lora_only (formats-today.md §2): every key of the rank files is an
+// adapter key (`lora_` or `.adapter_`), the frozen base is saved nowhere.
+bool holds_only_adapters(const TensorMapping& mapping) {
+    return !mapping.tensors.empty() && std::all_of(mapping.tensors.begin(), mapping.tensors.end(), [](const OutputTensor& t) {
+        return t.name.find("lora_") != std::string::npos || t.name.find(".adapter_") != std::string::npos;
+    });
+}
+
+// The base model the adapter was trained on, before the adapter (apply_lora pairs them).
+void add_lora_base(const FsdpCheckpoint& fsdp, const MapOptions& options, MappedCheckpoint& m) {
+    if (options.lora_base.empty())
+        throw Error(fsdp.dir + ": a verl FSDP save_lora_only checkpoint (the rank files hold only lora_ adapter "
+                    "tensors; the frozen base is saved nowhere); pass --lora_base with the Hugging Face model it was "
+                    "trained on (actor_rollout_ref.model.path)");
+    TensorMapping merged = map_hf_safetensors(options.lora_base);
+    append_mapping(merged, m.mapping);
+    m.mapping = std::move(merged);
+    m.notes.push_back("LoRA-only checkpoint (save_lora_only): base weights from " + options.lora_base);
+}
+
 class FsdpBackend final : public Backend {
 public:
     std::string name() const override { return "fsdp"; }
@@ -37,12 +61,13 @@ public:
         return {true, "model_world_size_*_rank_*.pt files"};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions& options,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
         m.facts["world_size"] = d.fsdp.world_size;
         m.facts["world_size_inferred"] = d.fsdp.world_size_inferred;
         m.mapping = map_fsdp(scans, &ledger);
         drop_non_weight_buffers(m.mapping, ledger, m.notes);
+        if (holds_only_adapters(m.mapping)) add_lora_base(d.fsdp, options, m);
     }
 
     bool names_own_tensors() const override { return true; }

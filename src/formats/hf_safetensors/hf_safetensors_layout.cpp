@@ -41,25 +41,38 @@ public:
 
 }  // namespace
 
+namespace {
+
+// Every tensor of `file` copied whole.
+void add_file(TensorMapping& mapping, const SafetensorsFile& file) {
+    for (const auto& e : file.entries) {
+        TensorRef ref;
+        ref.dtype = e.dtype;
+        ref.shape = e.shape;
+        ref.stride = contiguous_strides(e.shape);
+        ref.storage = {file.path, e.name, e.begin, e.end - e.begin, std::nullopt};  // safetensors: no CRC
+        OutputTensor t;
+        t.name = e.name;
+        t.source_dtype = t.dtype = e.dtype;
+        t.shape = e.shape;
+        const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
+        mapping.sources.push_back(ref);
+        add_copy(t, source, Shape(e.shape.size(), 0), Shape(e.shape.size(), 0), e.shape);
+        mapping.tensors.push_back(std::move(t));
+    }
+}
+
+}  // namespace
+
 TensorMapping map_hf_safetensors(const std::string& dir) {
     TensorMapping mapping;
-    const HfWeights weights = read_hf_weights(dir);
-    for (const auto& file : weights.files)
-        for (const auto& e : file.entries) {
-            TensorRef ref;
-            ref.dtype = e.dtype;
-            ref.shape = e.shape;
-            ref.stride = contiguous_strides(e.shape);
-            ref.storage = {file.path, e.name, e.begin, e.end - e.begin, std::nullopt};  // safetensors: no CRC
-            OutputTensor t;
-            t.name = e.name;
-            t.source_dtype = t.dtype = e.dtype;
-            t.shape = e.shape;
-            const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
-            mapping.sources.push_back(ref);
-            add_copy(t, source, Shape(e.shape.size(), 0), Shape(e.shape.size(), 0), e.shape);
-            mapping.tensors.push_back(std::move(t));
-        }
+    for (const auto& file : read_hf_weights(dir).files) add_file(mapping, file);
+    return mapping;
+}
+
+TensorMapping map_safetensors_file(const std::string& path) {
+    TensorMapping mapping;
+    add_file(mapping, read_safetensors_header(path));
     return mapping;
 }
 

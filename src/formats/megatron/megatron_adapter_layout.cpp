@@ -35,12 +35,7 @@ public:
         const TensorMapping adapters = megatron_adapters_to_peft(canonical, arch, config, m.notes);
         m.mapping = map_hf_safetensors(options.lora_base);
         check_against_config(m.mapping, config, arch);
-        const uint32_t offset = static_cast<uint32_t>(m.mapping.sources.size());
-        m.mapping.sources.insert(m.mapping.sources.end(), adapters.sources.begin(), adapters.sources.end());
-        for (OutputTensor t : adapters.tensors) {
-            for (auto& c : t.copies) c.source += offset;
-            m.mapping.tensors.push_back(std::move(t));
-        }
+        append_mapping(m.mapping, adapters);
         m.notes.push_back("base weights from " + options.lora_base);
     }
 

@@ -4,6 +4,7 @@
 
 #include "formats/backend.h"
 #include "formats/megatron/megatron_backend.h"
+#include "formats/megatron/torch_dist_layout.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -22,22 +23,8 @@ public:
         const fs::path dir(request.local_dir);
         const fs::path iter = resolve_iteration_dir(request.local_dir, request.iteration);
         std::string evidence = "no dist_ckpt/ or metadata.json with .metadata";
-        for (const fs::path& candidate : {dir / "dist_ckpt", iter}) {
-            if (!path_exists(candidate / "metadata.json") || !path_exists(candidate / ".metadata")) continue;
-            DcpMetadata meta = read_dcp_metadata(candidate.string());
-            bool has_model = false;
-            for (const auto& t : meta.tensors)
-                has_model = has_model || t.fqn.starts_with("decoder.") || t.fqn.starts_with("embedding.");
-            if (!has_model) {  // verl >= 0.7: dist_ckpt holds only optimizer state
-                evidence = candidate.string() + " holds no model tensors";
-                continue;
-            }
-            d.dcp = std::move(meta);
-            d.weights_dir = candidate.string();
-            d.description = "Megatron-core torch_dist (" + candidate.string() + ")";
-            add_dcp_jobs(d);
-            return {true, candidate.string()};
-        }
+        for (const fs::path& candidate : {dir / "dist_ckpt", iter})
+            if (discover_torch_dist(candidate.string(), d, evidence)) return {true, candidate.string()};
         return {false, evidence};
     }
 
@@ -51,6 +38,24 @@ public:
 };
 
 }  // namespace
+
+bool discover_torch_dist(const std::string& folder, DetectedCheckpoint& d, std::string& evidence) {
+    const fs::path candidate(folder);
+    if (!path_exists(candidate / "metadata.json") || !path_exists(candidate / ".metadata")) return false;
+    DcpMetadata meta = read_dcp_metadata(candidate.string());
+    bool has_model = false;
+    for (const auto& t : meta.tensors)
+        has_model = has_model || t.fqn.starts_with("decoder.") || t.fqn.starts_with("embedding.");
+    if (!has_model) {  // verl >= 0.7: dist_ckpt holds only optimizer state
+        evidence = candidate.string() + " holds no model tensors";
+        return false;
+    }
+    d.dcp = std::move(meta);
+    d.weights_dir = candidate.string();
+    d.description = "Megatron-core torch_dist (" + candidate.string() + ")";
+    add_dcp_jobs(d);
+    return true;
+}
 
 const Backend& torch_dist_backend() {
     static const TorchDistBackend backend;

@@ -87,7 +87,7 @@ StagingState Hdf5Output::prepare(const ResumeIdentity&, const std::vector<InputF
 
 std::vector<std::string> Hdf5Output::gather_files() {
     std::vector<std::string> notes;
-    const HfFilePlan hf = plan_hf_file_copies(options_.hf_dir);
+    const HfFilePlan hf = plan_hf_file_copies(options_.hf_dir, options_.hf_training_files);
     for (const auto& copy : hf.copies)
         if (!options_.generated.count(copy.rel)) files_.emplace_back(copy.rel, read_hf_file(copy));
     files_.insert(files_.end(), options_.generated.begin(), options_.generated.end());

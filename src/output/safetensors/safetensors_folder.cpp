@@ -162,10 +162,9 @@ void OutputWriter::finish() {
 }
 
 std::vector<std::string> commit_staging(const std::string& target, bool force, const std::string& hf_dir,
-                                        const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
+                                        const HfFilePlan& hf, const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
                                         const std::map<std::string, std::string>& generated_files) {
     const std::string staging = staging_path(target);
-    const HfFilePlan hf = plan_hf_file_copies(hf_dir);
     std::map<std::string, std::string> files = generated_files;
     for (const auto& copy : hf.copies)
         if (!files.count(copy.rel)) files[copy.rel] = read_hf_file(copy);

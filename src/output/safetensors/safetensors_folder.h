@@ -59,10 +59,11 @@ private:
 };
 
 // Rank 0, after all ranks wrote: checks the staging folder holds exactly the plan, copies the
-// files of `hf_dir`, writes `generated_files` (path in the folder -> text; they replace copied
+// files of the HF folder (`hf_files`, plan_hf_file_copies), writes `generated_files` (path in the folder -> text; they replace copied
 // ones), the checksums, the index when the model has several shards, and publishes. Returns
 // notes on HF files not copied.
 std::vector<std::string> commit_staging(const std::string& target, bool force, const std::string& hf_dir,
+                                        const HfFilePlan& hf_files,
                                         const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
                                         const std::map<std::string, std::string>& generated_files = {});
 

@@ -41,7 +41,9 @@ void SafetensorsOutput::abandon() {
 
 std::vector<std::string> SafetensorsOutput::commit() {
     try {
-        return commit_staging(options_.target, options_.force, options_.hf_dir, *tensors_, layout_, options_.generated);
+        return commit_staging(options_.target, options_.force, options_.hf_dir,
+                              plan_hf_file_copies(options_.hf_dir, options_.hf_training_files), *tensors_, layout_,
+                              options_.generated);
     } catch (...) {
         if (!options_.resumable) discard_staging(options_.target);
         throw;

@@ -1,0 +1,153 @@
+#include "exec/fp8_quantize.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "exec/dtype_cast.h"
+#include "exec/float8_e4m3.h"
+
+namespace vmerge {
+namespace {
+
+constexpr int64_t kBlock = 128;
+constexpr float kE4m3Max = 448.0f;
+
+[[noreturn]] void refuse_non_finite(const std::string& tensor, int64_t row) {
+    throw Error(tensor + ": row " + std::to_string(row) + " holds a NaN or infinite value; an FP8 scale cannot be "
+                "computed for it (merge without --quantize to keep the weights as they are)");
+}
+
+inline float round_to_bf16(float value) {
+    const uint32_t bits = std::bit_cast<uint32_t>(value);
+    return std::bit_cast<float>(((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) << 16);
+}
+
+// The value rounded to the weight dtype, as a D tensor's arithmetic result is (values are
+// finite here: round to nearest even, inline since it runs twice per weight).
+inline float round_to(DType dtype, float value) {
+    if (dtype == DType::BF16) return round_to_bf16(value);
+    if (dtype == DType::F16) return f16_to_f32(f32_to_f16(value));
+    return value;
+}
+
+// compressed-tensors replaces a zero scale by the scale dtype's machine epsilon.
+float eps_of(DType dtype) {
+    switch (dtype) {
+        case DType::BF16: return 0.0078125f;      // 2^-7
+        case DType::F16: return 0.0009765625f;    // 2^-10
+        default: return 1.1920928955078125e-07f;  // 2^-23
+    }
+}
+
+constexpr uint32_t kInfinityBits = 0x7F800000u;
+
+// The largest |w| of n values as its bit pattern, or kInfinityBits when one is NaN or
+// infinite (an exponent of all ones). Float max and an integer flag: both vectorise with SSE2.
+inline uint32_t max_magnitude_bits(const float* w, int64_t n) {
+    float top = 0.0f;
+    uint32_t special = 0;
+    for (int64_t c = 0; c < n; ++c) {
+        const uint32_t bits = std::bit_cast<uint32_t>(w[c]);
+        special |= static_cast<uint32_t>((bits & kInfinityBits) == kInfinityBits);
+        const float a = std::bit_cast<float>(bits & 0x7FFFFFFFu);
+        top = top < a ? a : top;
+    }
+    return special ? kInfinityBits : std::bit_cast<uint32_t>(top);
+}
+
+int64_t first_non_finite_row(const float* x, int64_t r0, int64_t r1, int64_t cols, int64_t c0, int64_t c1) {
+    for (int64_t r = r0; r < r1; ++r)
+        if (max_magnitude_bits(x + r * cols + c0, c1 - c0) >= kInfinityBits) return r;
+    return r0;
+}
+
+// Sum and max of |dequantized - w| over n codes, in float (added to the double totals per
+// block), over 8 independent lanes so that the loop vectorises (only the statistics' last bits
+// depend on the order).
+inline void accumulate_errors(const uint8_t* q, const float* w, int64_t n, float scale, float& sum, float& max) {
+    constexpr int kLanes = 8;
+    float sums[kLanes] = {}, maxes[kLanes] = {};
+    int64_t c = 0;
+    for (; c + kLanes <= n; c += kLanes)
+        for (int k = 0; k < kLanes; ++k) {
+            const float err = std::fabs(e4m3fn_finite_to_float(q[c + k]) * scale - w[c + k]);
+            sums[k] += err;
+            maxes[k] = std::max(maxes[k], err);
+        }
+    for (; c < n; ++c) {
+        const float err = std::fabs(e4m3fn_finite_to_float(q[c]) * scale - w[c]);
+        sums[0] += err;
+        maxes[0] = std::max(maxes[0], err);
+    }
+    for (int k = 0; k < kLanes; ++k) {
+        sum += sums[k];
+        max = std::max(max, maxes[k]);
+    }
+}
+
+void add_errors(QuantError& error, float sum, float max) {
+    error.sum += static_cast<double>(sum);
+    error.max = std::max(error.max, static_cast<double>(max));
+}
+
+}  // namespace
+
+void quantize_fp8_blocks(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
+                         QuantError& error, const std::string& tensor, int64_t first_row) {
+    const int64_t block_cols = (cols + kBlock - 1) / kBlock;
+    for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+        const int64_t r1 = std::min(rows, r0 + kBlock);
+        for (int64_t j = 0; j < block_cols; ++j) {
+            const int64_t c0 = j * kBlock, c1 = std::min(cols, c0 + kBlock);
+            // max |w| as the largest magnitude bit pattern: NaN and Inf lie above every finite one.
+            uint32_t top = 0;
+            for (int64_t r = r0; r < r1; ++r) top = std::max(top, max_magnitude_bits(x + r * cols + c0, c1 - c0));
+            if (top >= kInfinityBits) refuse_non_finite(tensor, first_row + first_non_finite_row(x, r0, r1, cols, c0, c1));
+            // DeepGEMM's floor (the binary32 nearest 1e-4) keeps an all-zero block's scale finite.
+            const float amax = std::max(std::bit_cast<float>(top), 1e-4f);
+            const float scale = amax / kE4m3Max;
+            const float inverse = 1.0f / scale;
+            scale_inv[(r0 / kBlock) * block_cols + j] = scale;
+            float sum = 0.0f, max = 0.0f;
+            for (int64_t r = r0; r < r1; ++r) {
+                const float* w = x + r * cols + c0;
+                uint8_t* q = codes + r * cols + c0;
+                const int64_t n = c1 - c0;
+                for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_finite_clamped(w[c] * inverse);
+                accumulate_errors(q, w, n, scale, sum, max);
+            }
+            add_errors(error, sum, max);
+        }
+    }
+    error.count += static_cast<uint64_t>(rows * cols);
+}
+
+void quantize_fp8_channels(const float* x, int64_t rows, int64_t cols, DType dtype, uint8_t* codes,
+                           unsigned char* scales, QuantError& error, const std::string& tensor, int64_t first_row) {
+    const size_t scale_size = element_size(dtype);
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * cols;
+        const uint32_t top = max_magnitude_bits(row, cols);
+        if (top >= kInfinityBits) refuse_non_finite(tensor, first_row + r);
+        float scale = round_to(dtype, std::bit_cast<float>(top) / kE4m3Max);
+        if (scale == 0.0f) scale = eps_of(dtype);
+        cast_elements(&scale, DType::F32, scales + static_cast<size_t>(r) * scale_size, dtype, 1);
+        uint8_t* q = codes + r * cols;
+        if (dtype == DType::BF16) {
+            for (int64_t c = 0; c < cols; ++c) q[c] = e4m3fn_from_finite_clamped(round_to_bf16(row[c] / scale));
+        } else {
+            // F16 quotients may overflow to infinity: the clamp of the checked encoder takes them.
+            for (int64_t c = 0; c < cols; ++c) q[c] = e4m3fn_from_float_clamped(round_to(dtype, row[c] / scale));
+        }
+        float sum = 0.0f, max = 0.0f;
+        accumulate_errors(q, row, cols, scale, sum, max);
+        add_errors(error, sum, max);
+    }
+    error.count += static_cast<uint64_t>(rows * cols);
+}
+
+}  // namespace vmerge

@@ -1,0 +1,168 @@
+#include "mapping/fp8_quantization.h"
+
+#include <regex>
+#include <set>
+
+#include "core/error.h"
+#include "mapping/fp8_shape_rules.h"
+#include "mapping/quantization_selection.h"
+
+namespace vmerge {
+namespace {
+
+constexpr int64_t kBlock = 128;
+
+bool fp8_candidate_name(const std::string& name) {
+    static const std::regex linear(R"(^model\.layers\..*(_proj|\.kv_a_proj_with_mqa|\.w[123])\.weight$)");
+    // vLLM builds DeepSeek MTP's eh_proj as a plain torch Linear: it must stay unquantized.
+    return std::regex_match(name, linear) && !name.ends_with(".eh_proj.weight");
+}
+
+// The FP8 weight and its scale tensor, replacing `t`.
+std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::string& module, QuantScheme scheme) {
+    const int64_t rows = t.shape[0], cols = t.shape[1];
+    const bool block = scheme == QuantScheme::Fp8Block;
+    OutputTensor weight;
+    weight.name = t.name;
+    weight.role = OutputTensor::Role::QuantPacked;
+    weight.source_dtype = t.source_dtype;
+    weight.dtype = DType::F8_E4M3;
+    weight.source_shape = t.shape;
+    weight.shape = t.shape;
+    weight.copies = std::move(t.copies);
+    weight.zero_fill = t.zero_fill;
+    weight.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
+    weight.quantize_from = t.dtype;
+    // A block scale needs its whole 128-row stripe: ranks and blocks start on stripes.
+    weight.row_align = block ? kBlock : 1;
+    weight.scale_row_block = block ? kBlock : 1;
+
+    OutputTensor scale;
+    scale.role = OutputTensor::Role::QuantScale;
+    if (block) {
+        scale.name = module + ".weight_scale_inv";
+        scale.source_dtype = scale.dtype = DType::F32;
+        scale.shape = {(rows + kBlock - 1) / kBlock, (cols + kBlock - 1) / kBlock};
+    } else {
+        scale.name = module + ".weight_scale";
+        scale.source_dtype = scale.dtype = t.dtype;  // compressed-tensors: the observed weight's dtype
+        scale.shape = {rows, 1};
+    }
+    return {std::move(weight), std::move(scale)};
+}
+
+// Which candidate modules stay unquantized: the user's, and every part of a fused group one
+// part of which the user left out (vLLM refuses a half-quantized qkv_proj or gate_up_proj).
+struct Fp8Selection {
+    std::set<std::string> ignored_groups;
+    size_t widened = 0;
+    std::string widened_example;
+};
+
+Fp8Selection select_groups(const TensorMapping& mapping, const IgnoredModules& ignored) {
+    Fp8Selection s;
+    for (const OutputTensor& t : mapping.tensors) {
+        if (!fp8_candidate_name(t.name)) continue;
+        const FusedPart part = fused_part(module_of(t.name));
+        if (!part.group.empty() && ignored.contains(module_of(t.name))) s.ignored_groups.insert(part.group);
+    }
+    return s;
+}
+
+}  // namespace
+
+FusedPart fused_part(const std::string& module) {
+    static const std::vector<std::tuple<std::string, std::string, bool>> parts{
+        {"q_proj", "qkv", false},  {"k_proj", "qkv", false},          {"v_proj", "qkv", true},
+        {"gate_proj", "gate_up", false}, {"up_proj", "gate_up", true}, {"q_a_proj", "qkv_a", false},
+        {"kv_a_proj_with_mqa", "qkv_a", true}, {"w1", "w13", false},  {"w3", "w13", true}};
+    const size_t dot = module.rfind('.');
+    if (dot == std::string::npos) return {};
+    const std::string last = module.substr(dot + 1);
+    for (const auto& [name, group, is_last] : parts)
+        if (last == name) return {module.substr(0, dot) + "|" + group, is_last};
+    return {};
+}
+
+QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpec& spec) {
+    QuantizationPlan plan;
+    plan.ignored_modules.push_back("lm_head");
+    const IgnoredModules ignored(spec.ignore);
+    Fp8Selection selection = select_groups(mapping, ignored);
+    ExpertSchemes experts;
+    std::vector<QuantizedLinear> quantized_linears;
+    std::vector<OutputTensor> out;
+    for (OutputTensor& t : mapping.tensors) {
+        plan.bytes_before += t.nbytes();
+        const std::string module = t.name.ends_with(".weight") ? module_of(t.name) : "";
+        const bool candidate = fp8_candidate_name(t.name) && t.shape.size() == 2 && is_floating(t.dtype);
+        bool quantized = candidate && !ignored.contains(module);
+        if (quantized && selection.ignored_groups.count(fused_part(module).group)) {
+            quantized = false;
+            if (selection.widened++ == 0) selection.widened_example = module;
+        }
+        if (candidate) experts.add(module, quantized);
+        if (!quantized) {
+            // Every Linear a loader would expect in FP8 but that is not is named.
+            if (linear_like(t) && module != "lm_head" && !module.empty()) plan.ignored_modules.push_back(module);
+            plan.bytes_after += t.nbytes();
+            out.push_back(std::move(t));
+            continue;
+        }
+        if (t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F32)
+            throw Error(t.name + " is written as " + std::string(torch_name(t.dtype)) + "; --quantize=" +
+                        quant_scheme_name(spec.scheme) + " quantizes bfloat16, float16 or float32 weights (--dtype)");
+        quantized_linears.push_back({module, t.shape[0], t.shape[1]});
+        auto [weight, scale] = fp8_tensors(t, module, spec.scheme);
+        weight.scale_tensor = out.size() + 1;
+        plan.bytes_after += weight.nbytes() + scale.nbytes();
+        out.push_back(std::move(weight));
+        out.push_back(std::move(scale));
+    }
+    experts.check();
+    mapping.tensors = std::move(out);
+    if (selection.widened)
+        plan.notes.push_back(std::to_string(selection.widened) + " Linear modules left unquantized with the rest of their "
+                             "fused group (vLLM loads q/k/v and gate/up as one layer, all FP8 or none), e.g. " +
+                             selection.widened_example);
+    if (spec.scheme == QuantScheme::Fp8Block) plan.shape_warnings = block_fp8_shape_warnings(quantized_linears);
+    return plan;
+}
+
+nlohmann::ordered_json fp8_quantization_config(const QuantizeSpec& spec, const std::vector<std::string>& ignored) {
+    if (spec.scheme == QuantScheme::Fp8Block)
+        return {{"quant_method", "fp8"},
+                {"fmt", "e4m3"},
+                {"activation_scheme", "dynamic"},
+                {"weight_block_size", {kBlock, kBlock}},
+                {"modules_to_not_convert", ignored},
+                {"ignored_layers", ignored}};
+    auto args = [](const char* strategy, bool dynamic) {
+        return nlohmann::ordered_json{
+            {"num_bits", 8},
+            {"type", "float"},
+            {"symmetric", true},
+            {"group_size", nullptr},
+            {"strategy", strategy},
+            {"block_structure", nullptr},
+            {"dynamic", dynamic},
+            {"actorder", nullptr},
+            {"observer", dynamic ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json("minmax")},
+            {"observer_kwargs", nlohmann::ordered_json::object()}};
+    };
+    return {{"quant_method", "compressed-tensors"},
+            {"format", "float-quantized"},
+            {"quantization_status", "compressed"},
+            {"config_groups",
+             {{"group_0",
+               {{"targets", {"Linear"}},
+                {"weights", args("channel", false)},
+                {"input_activations", args("token", true)},
+                {"output_activations", nullptr}}}}},
+            {"ignore", ignored},
+            {"kv_cache_scheme", nullptr},
+            {"global_compression_ratio", nullptr},
+            {"sparsity_config", nlohmann::ordered_json::object()}};
+}
+
+}  // namespace vmerge

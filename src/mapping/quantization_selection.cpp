@@ -1,0 +1,61 @@
+#include "mapping/quantization_selection.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "core/error.h"
+
+namespace vmerge {
+namespace {
+
+// Experts of one MoE layer: `<layer>.experts.<e>.<projection>.weight`.
+struct ExpertName {
+    std::string layer, projection;
+};
+std::optional<ExpertName> expert_name(const std::string& module) {
+    static const std::regex expert(R"(^(.*\.experts)\.\d+\.(.+)$)");
+    std::smatch m;
+    if (!std::regex_match(module, m, expert)) return std::nullopt;
+    return ExpertName{m[1].str(), m[2].str()};
+}
+
+}  // namespace
+
+std::string module_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.size() - 7); }
+
+bool linear_like(const OutputTensor& t) {
+    return t.shape.size() == 2 && t.name.ends_with(".weight") && t.name.find("norm") == std::string::npos &&
+           t.name.find("embed") == std::string::npos;
+}
+
+IgnoredModules::IgnoredModules(const std::vector<std::string>& ignore) {
+    for (const auto& pattern : ignore) {
+        if (pattern.starts_with("re:")) patterns_.emplace_back(pattern.substr(3));
+        else names_.push_back(pattern);
+    }
+}
+
+bool IgnoredModules::contains(const std::string& module) const {
+    return std::find(names_.begin(), names_.end(), module) != names_.end() ||
+           std::any_of(patterns_.begin(), patterns_.end(), [&](const std::regex& r) { return std::regex_match(module, r); });
+}
+
+void ExpertSchemes::add(const std::string& module, bool quantized) {
+    const auto e = expert_name(module);
+    if (!e) return;
+    auto& seen = seen_[e->layer + "|" + e->projection];
+    std::string& slot = quantized ? seen.first : seen.second;
+    if (slot.empty()) slot = module;
+}
+
+void ExpertSchemes::check() const {
+    for (const auto& [key, seen] : seen_) {
+        if (seen.first.empty() || seen.second.empty()) continue;
+        const std::string layer = key.substr(0, key.find('|'));
+        throw Error("MoE layer " + layer + ": expert " + seen.first + " is quantized but " + seen.second +
+                    " is not (--quantize_ignore or its input size): vLLM's fused MoE layer loads every expert "
+                    "of a layer with one scheme; ignore all experts of " + layer + " or none");
+    }
+}
+
+}  // namespace vmerge

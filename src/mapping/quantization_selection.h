@@ -1,0 +1,45 @@
+#pragma once
+#include <map>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// What every quantization scheme shares when it picks the Linear weights to quantize.
+
+// `<module>.weight` -> `<module>`.
+std::string module_of(const std::string& weight_name);
+
+// A 2-D `*.weight` that is neither a norm nor an embedding: a Linear a compressed-tensors
+// "Linear" target (or transformers' nn.Linear replacement) matches, so it is listed when left
+// unquantized.
+bool linear_like(const OutputTensor& t);
+
+// --quantize_ignore: exact module names and `re:` patterns, each pattern compiled once (a
+// model has tens of thousands of tensors).
+class IgnoredModules {
+public:
+    explicit IgnoredModules(const std::vector<std::string>& ignore);
+    bool contains(const std::string& module) const;
+
+private:
+    std::vector<std::string> names_;
+    std::vector<std::regex> patterns_;
+};
+
+// Per MoE layer and projection, one quantized and one unquantized expert, when both exist:
+// vLLM's fused MoE layer loads every expert of a layer with one scheme (check() throws).
+class ExpertSchemes {
+public:
+    void add(const std::string& module, bool quantized);
+    void check() const;
+
+private:
+    std::map<std::string, std::pair<std::string, std::string>> seen_;  // quantized, unquantized
+};
+
+}  // namespace vmerge

@@ -1,0 +1,188 @@
+// FP8 planning (which modules, which tensors, config blocks, vLLM shape rules) and the two
+// FP8 kernels on values worked out by hand from fp8-formats.md.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "exec/fp8_quantize.h"
+#include "mapping/fp8_quantization.h"
+#include "mapping/fp8_shape_rules.h"
+
+namespace vmerge {
+namespace {
+
+OutputTensor weight(const std::string& name, Shape shape, DType dtype = DType::BF16) {
+    OutputTensor t;
+    t.name = name;
+    t.shape = std::move(shape);
+    t.dtype = t.source_dtype = dtype;
+    return t;
+}
+
+const OutputTensor* find(const TensorMapping& m, const std::string& name) {
+    for (const auto& t : m.tensors)
+        if (t.name == name) return &t;
+    return nullptr;
+}
+
+TensorMapping moe_layer() {
+    TensorMapping m;
+    m.tensors = {weight("model.embed_tokens.weight", {100, 64}),
+                 weight("model.layers.0.input_layernorm.weight", {64}),
+                 weight("model.layers.0.self_attn.q_proj.weight", {256, 64}),
+                 weight("model.layers.0.self_attn.k_proj.weight", {128, 64}),
+                 weight("model.layers.0.self_attn.v_proj.weight", {128, 64}),
+                 weight("model.layers.0.self_attn.q_proj.bias", {256}),
+                 weight("model.layers.0.self_attn.o_proj.weight", {64, 256}),
+                 weight("model.layers.0.mlp.gate.weight", {4, 64}),
+                 weight("model.layers.0.mlp.experts.0.gate_proj.weight", {200, 64}),
+                 weight("model.layers.0.mlp.experts.0.up_proj.weight", {200, 64}),
+                 weight("model.layers.0.mlp.experts.0.down_proj.weight", {64, 200}),
+                 weight("model.layers.0.mlp.shared_expert_gate.weight", {1, 64}),
+                 weight("model.layers.1.eh_proj.weight", {64, 128}),
+                 weight("model.layers.1.self_attn.kv_a_proj_with_mqa.weight", {576, 64}),
+                 weight("lm_head.weight", {100, 64})};
+    return m;
+}
+
+TEST(Fp8Quantization, BlockSchemeWritesCodesAndBlockScales) {
+    TensorMapping m = moe_layer();
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8Block;
+    const QuantizationPlan plan = plan_quantization(m, spec);
+    const OutputTensor* q = find(m, "model.layers.0.self_attn.q_proj.weight");
+    ASSERT_TRUE(q);
+    EXPECT_EQ(q->dtype, DType::F8_E4M3);
+    EXPECT_EQ(q->role, OutputTensor::Role::QuantPacked);
+    EXPECT_EQ(q->row_align, 128);
+    EXPECT_EQ(q->quantize_from, DType::BF16);
+    const OutputTensor& scale = m.tensors.at(q->scale_tensor);
+    EXPECT_EQ(scale.name, "model.layers.0.self_attn.q_proj.weight_scale_inv");
+    EXPECT_EQ(scale.dtype, DType::F32);
+    EXPECT_EQ(scale.shape, (Shape{2, 1}));
+    // Partial blocks: 576 rows are 4.5 stripes, 200 rows 1.56.
+    const OutputTensor* kv_a = find(m, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
+    ASSERT_TRUE(kv_a);
+    EXPECT_EQ(m.tensors.at(kv_a->scale_tensor).shape, (Shape{5, 1}));
+    const OutputTensor* down = find(m, "model.layers.0.mlp.experts.0.down_proj.weight");
+    EXPECT_EQ(m.tensors.at(down->scale_tensor).shape, (Shape{1, 2}));
+    // Left as they are, and listed: the router, the shared-expert gate, MTP eh_proj, lm_head.
+    for (const char* kept : {"model.layers.0.mlp.gate.weight", "model.layers.0.mlp.shared_expert_gate.weight",
+                             "model.layers.1.eh_proj.weight", "lm_head.weight", "model.embed_tokens.weight",
+                             "model.layers.0.self_attn.q_proj.bias"})
+        EXPECT_EQ(find(m, kept)->dtype, DType::BF16) << kept;
+    EXPECT_EQ(plan.ignored_modules, (std::vector<std::string>{"lm_head", "model.layers.0.mlp.gate",
+                                                              "model.layers.0.mlp.shared_expert_gate",
+                                                              "model.layers.1.eh_proj"}));
+    const auto config = quantization_config(spec, plan.ignored_modules);
+    EXPECT_EQ(config.dump(),
+              R"({"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128],)"
+              R"("modules_to_not_convert":["lm_head","model.layers.0.mlp.gate","model.layers.0.mlp.shared_expert_gate",)"
+              R"("model.layers.1.eh_proj"],"ignored_layers":["lm_head","model.layers.0.mlp.gate",)"
+              R"("model.layers.0.mlp.shared_expert_gate","model.layers.1.eh_proj"]})");
+}
+
+TEST(Fp8Quantization, DynamicSchemeWritesRowScalesInTheWeightDtype) {
+    TensorMapping m = moe_layer();
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8Dynamic;
+    const QuantizationPlan plan = plan_quantization(m, spec);
+    const OutputTensor* o = find(m, "model.layers.0.self_attn.o_proj.weight");
+    const OutputTensor& scale = m.tensors.at(o->scale_tensor);
+    EXPECT_EQ(scale.name, "model.layers.0.self_attn.o_proj.weight_scale");
+    EXPECT_EQ(scale.dtype, DType::BF16);
+    EXPECT_EQ(scale.shape, (Shape{64, 1}));
+    EXPECT_EQ(o->row_align, 1);
+    const auto config = quantization_config(spec, plan.ignored_modules);
+    EXPECT_EQ(config["format"], "float-quantized");
+    EXPECT_EQ(config["config_groups"]["group_0"]["weights"]["strategy"], "channel");
+    EXPECT_EQ(config["config_groups"]["group_0"]["input_activations"]["strategy"], "token");
+    EXPECT_EQ(config["config_groups"]["group_0"]["input_activations"]["dynamic"], true);
+    EXPECT_TRUE(config["config_groups"]["group_0"]["input_activations"]["observer"].is_null());
+    EXPECT_EQ(config["ignore"], plan.ignored_modules);
+}
+
+TEST(Fp8Quantization, IgnoringOnePartOfAFusedGroupLeavesTheGroup) {
+    TensorMapping m = moe_layer();
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8Block;
+    spec.ignore = {"model.layers.0.self_attn.k_proj"};
+    const QuantizationPlan plan = plan_quantization(m, spec);
+    for (const char* part : {"q_proj", "k_proj", "v_proj"})
+        EXPECT_EQ(find(m, std::string("model.layers.0.self_attn.") + part + ".weight")->dtype, DType::BF16) << part;
+    EXPECT_EQ(find(m, "model.layers.0.self_attn.o_proj.weight")->dtype, DType::F8_E4M3);
+    ASSERT_FALSE(plan.notes.empty());
+    EXPECT_NE(plan.notes[0].find("2 Linear modules left unquantized with the rest of their fused group"),
+              std::string::npos);
+    EXPECT_EQ(fused_part("model.layers.0.mlp.up_proj").group, "model.layers.0.mlp|gate_up");
+    EXPECT_TRUE(fused_part("model.layers.0.mlp.up_proj").last);
+    EXPECT_TRUE(fused_part("model.layers.0.mlp.down_proj").group.empty());
+}
+
+TEST(Fp8Quantization, ShapeRulesNameWhatVllmRefuses) {
+    // Llama-3-8B's dimensions load at TP 1..8: no warning.
+    EXPECT_TRUE(block_fp8_shape_warnings({{"model.layers.0.self_attn.q_proj", 4096, 4096},
+                                          {"model.layers.0.self_attn.k_proj", 1024, 4096},
+                                          {"model.layers.0.mlp.gate_proj", 14336, 4096},
+                                          {"model.layers.0.mlp.down_proj", 4096, 14336}})
+                    .empty());
+    // Qwen2-7B's 3584 is 3.5 blocks per rank at TP 8.
+    const auto qwen = block_fp8_shape_warnings({{"model.layers.0.self_attn.o_proj", 3584, 3584}});
+    ASSERT_EQ(qwen.size(), 1u);
+    EXPECT_NE(qwen[0].find("size 8"), std::string::npos);
+    EXPECT_NE(qwen[0].find("input 3584 / 8 = 448"), std::string::npos);
+    const auto w = block_fp8_shape_warnings({{"model.layers.0.self_attn.k_proj", 64, 128},
+                                             {"model.layers.0.mlp.experts.0.gate_proj", 200, 128},
+                                             {"model.layers.0.self_attn.o_proj", 128, 384}});
+    ASSERT_EQ(w.size(), 5u);  // fused parts, MoE intermediate, TP 2, 4, 8
+    EXPECT_NE(w[0].find("fused-parts-128"), std::string::npos);
+    EXPECT_NE(w[0].find("model.layers.0.self_attn.k_proj [64, 128]"), std::string::npos);
+    EXPECT_NE(w[1].find("moe-intermediate-128"), std::string::npos);
+    EXPECT_NE(w[2].find("tp-shard-128 (at tensor-parallel size 2"), std::string::npos);
+    EXPECT_NE(w[4].find("size 8"), std::string::npos);
+}
+
+TEST(Fp8Kernels, BlockScaleIsAmaxOver448AndCodesUseItsInverse) {
+    // A 2 x 130 weight: two column blocks, the second partial (2 columns).
+    std::vector<float> x(2 * 130, 0.0f);
+    x[0] = 448.0f;  // block 0: amax 448, scale 1, codes are e4m3 of the values
+    x[1] = -1.0625f;
+    x[128] = 0.0f;  // block 1: all zero -> the 1e-4 floor
+    std::vector<uint8_t> codes(x.size());
+    float scales[2];
+    QuantError error;
+    quantize_fp8_blocks(x.data(), 2, 130, codes.data(), scales, error, "w", 0);
+    EXPECT_EQ(scales[0], 1.0f);
+    EXPECT_EQ(scales[1], 1e-4f / 448.0f);
+    EXPECT_EQ(codes[0], 0x7E);
+    EXPECT_EQ(codes[1], 0xB8);  // tie between 1.0 and 1.125: even
+    EXPECT_EQ(codes[129], 0x00);
+    EXPECT_EQ(error.count, 260u);
+    x[5] = NAN;
+    EXPECT_THROW(quantize_fp8_blocks(x.data(), 2, 130, codes.data(), scales, error, "w", 0), Error);
+}
+
+TEST(Fp8Kernels, ChannelScaleAndQuotientAreRoundedToBf16) {
+    // Row 0: amax 1 -> s = bf16(1/448) = 146 * 2^-16; 1/s = 448.88 -> bf16 448 -> 0x7E;
+    // -0.5/s = -224.44 -> bf16 -224 -> 0xF6. Row 1 is zero: s = eps(bf16) = 2^-7.
+    const float x[6] = {1.0f, -0.5f, 0.0f, 0.0f, 0.0f, 0.0f};
+    uint8_t codes[6];
+    uint16_t scales[2];
+    QuantError error;
+    quantize_fp8_channels(x, 2, 3, DType::BF16, codes, reinterpret_cast<unsigned char*>(scales), error, "w", 0);
+    float s0;
+    const uint32_t bits = static_cast<uint32_t>(scales[0]) << 16;
+    std::memcpy(&s0, &bits, 4);
+    EXPECT_EQ(s0, 146.0f * std::ldexp(1.0f, -16));
+    EXPECT_EQ(scales[1], 0x3C00);
+    EXPECT_EQ(codes[0], 0x7E);
+    EXPECT_EQ(codes[1], 0xF6);
+    EXPECT_EQ(codes[2], 0x00);
+}
+
+}  // namespace
+}  // namespace vmerge

@@ -1,0 +1,65 @@
+// --quantize[=SCHEME]: alone it is the int scheme; fp8 schemes with `=` or as the next word;
+// the int scheme's flags are refused with an FP8 scheme.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "command_line.h"
+#include "core/error.h"
+
+namespace vmerge {
+namespace {
+
+std::optional<Options> parse_merge(std::vector<std::string> extra) {
+    std::vector<std::string> args{"vmerge-mpi", "merge", "--local_dir", "a", "--target_dir", "b"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    return parse_command_line(static_cast<int>(argv.size()), argv.data(), false);
+}
+
+std::string usage_error(std::vector<std::string> extra) {
+    try {
+        parse_merge(std::move(extra));
+    } catch (const UsageError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(QuantizeSchemeFlags, AloneIsTheIntScheme) {
+    const auto o = parse_merge({"--quantize", "--bits", "8"});
+    ASSERT_TRUE(o);
+    EXPECT_TRUE(o->quantize);
+    EXPECT_EQ(o->quantize_spec.scheme, QuantScheme::Int);
+    EXPECT_EQ(o->quantize_spec.bits, 8);
+    const auto last = parse_merge({"--quantize"});
+    ASSERT_TRUE(last);
+    EXPECT_EQ(last->quantize_spec.scheme, QuantScheme::Int);
+    EXPECT_FALSE(parse_merge({})->quantize);
+}
+
+TEST(QuantizeSchemeFlags, SchemeWithEqualsOrSpace) {
+    EXPECT_EQ(parse_merge({"--quantize=fp8"})->quantize_spec.scheme, QuantScheme::Fp8Block);
+    EXPECT_EQ(parse_merge({"--quantize", "fp8"})->quantize_spec.scheme, QuantScheme::Fp8Block);
+    EXPECT_EQ(parse_merge({"--quantize", "fp8-dynamic", "--quantize_ignore", "x"})->quantize_spec.scheme, QuantScheme::Fp8Dynamic);
+    EXPECT_EQ(parse_merge({"--quantize=fp8_dynamic"})->quantize_spec.scheme, QuantScheme::Fp8Dynamic);
+    EXPECT_EQ(parse_merge({"--quantize=int", "--bits", "8"})->quantize_spec.scheme, QuantScheme::Int);
+    const auto o = parse_merge({"--quantize", "fp8", "--quantize_ignore", "model.layers.0.mlp.down_proj"});
+    EXPECT_EQ(o->quantize_spec.ignore, std::vector<std::string>{"model.layers.0.mlp.down_proj"});
+}
+
+TEST(QuantizeSchemeFlags, IntFlagsWithFp8AreUsageErrors) {
+    EXPECT_EQ(usage_error({"--quantize=fp8", "--bits", "8"}),
+              "--bits applies to --quantize=int; --quantize=fp8 writes 8-bit floats with its own scales "
+              "(docs/quantization.md)");
+    EXPECT_NE(usage_error({"--quantize", "fp8-dynamic", "--group_size", "128"}).find("--group_size applies to"),
+              std::string::npos);
+    EXPECT_NE(usage_error({"--quantize=fp8", "--asymmetric"}).find("--asymmetric applies to"), std::string::npos);
+    EXPECT_EQ(usage_error({"--quantize=fp9"}), "--quantize fp9: expected int, fp8 or fp8-dynamic");
+    EXPECT_EQ(usage_error({"--quantize=fp8", "--format", "hdf5"}), "--format hdf5 does not combine with --quantize");
+}
+
+}  // namespace
+}  // namespace vmerge
