@@ -182,7 +182,7 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
-        ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest")
+        ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest; torchtitan: this step-N")
         ("step", po::value(&raw.step),
          "verl run folder (--local_dir with global_step_N/): merge step N instead of the one "
          "latest_checkpointed_iteration.txt names")
@@ -198,6 +198,10 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
+        ("drop_mtp", po::bool_switch(&o.map.drop_mtp),
+         "Megatron: leave the multi-token prediction layers (mtp.*) out of the output (recorded in the summary)")
+        ("architecture_table", po::value(&o.map.architecture_tables)->composing(),
+         "JSON name table to add or override (repeatable; docs/architecture-tables.md)")
         ("tp_size", po::value(&raw.tp), "expected tensor-parallel size (checked against the checkpoint)")
         ("pp_size", po::value(&raw.pp), "expected pipeline-parallel size (checked against the checkpoint)");
 }

@@ -16,6 +16,7 @@
 #include "io/read_once.h"
 #include "io/small_file.h"
 #include "io/record_crc.h"
+#include "mapping/architecture_table.h"
 #include "mapping/output_rules.h"
 #include "rank_resources.h"
 #include "read_on_rank_zero.h"
@@ -115,6 +116,19 @@ std::vector<ScannedFile> scan(const DetectedCheckpoint& checkpoint, Comm& comm) 
 void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     const std::string config_dir = o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config;
     const std::string config_text = shared_hf_config_text(comm, config_dir);
+    // The architecture tables (shipped and --architecture_table): rank 0 reads them, the other
+    // ranks map from its texts (or meet its read errors).
+    const std::string table_texts = read_on_rank_zero(comm, [&] {
+        start_recording_reads();
+        for (const auto& file : architecture_table_files(o.map.architecture_tables)) {
+            try {
+                read_architecture_table_text(file);
+            } catch (const Error&) {  // recorded: every rank meets it when mapping
+            }
+        }
+        return serialize_small_files(stop_recording_reads());
+    });
+    const ReplayedReads tables(deserialize_small_files(table_texts));
     MapOptions options = o.map;
     // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
     // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.

@@ -3,6 +3,7 @@
 #include "core/box_region.h"
 #include "core/error.h"
 #include "formats/backend.h"
+#include "mapping/architecture_table.h"
 
 namespace vmerge {
 namespace {
@@ -38,6 +39,17 @@ void drop_non_weight_buffers(TensorMapping& mapping, SourceLedger& ledger, std::
     if (dropped) notes.push_back(std::to_string(dropped) + " rotary inv_freq / _extra_state buffers not written (not model weights)");
 }
 
+// Tensors the HF architecture keeps in float32 (its source 'hf' table's keep_fp32, e.g.
+// DeepSeek-V3's e_score_correction_bias, which transformers loads in float32 whatever the
+// model dtype): marked for the output rules.
+static void mark_float32_tensors(MappedCheckpoint& m, const HfConfig& config, const MapOptions& options) {
+    if (config.architectures.empty()) return;
+    const auto tables = load_architecture_tables(options.architecture_tables);
+    const ArchitectureTable* table = find_architecture_table(tables, "hf", config.architectures[0]);
+    if (!table) return;
+    for (OutputTensor& t : m.mapping.tensors) t.keep_float32 = t.keep_float32 || table_keeps_fp32(*table, t.name);
+}
+
 void add_dcp_jobs(DetectedCheckpoint& d) {
     for (const auto& t : d.dcp.tensors)
         for (const auto& c : t.chunks) d.jobs.push_back({c.file, c.offset, c.length});
@@ -55,6 +67,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
                           " does not record them (its tensors carry their own placement)");
     SourceLedger ledger = open_ledger(ckpt, scans);
     ckpt.source->map(ckpt, scans, config, options, m, ledger);
+    mark_float32_tensors(m, config, options);
     m.account = ledger.settle(m.mapping);
     if (const std::string dropped = dropped_summary(m.account); !dropped.empty()) m.notes.push_back(dropped);
     return m;
@@ -76,7 +89,12 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
         score_head = score_head || t.name == "score.weight";
         lm_head = lm_head || t.name == "lm_head.weight";
     }
-    ArchitectureInfo arch = architecture_for(config, options.is_value_model || (score_head && !lm_head));
+    // HF models of an MTP architecture (transformers drops the MTP layer on load) are checked
+    // without it unless the checkpoint holds it.
+    bool mtp = false;
+    for (const OutputTensor& t : m.mapping.tensors) mtp = mtp || t.name.ends_with(".enorm.weight");
+    ArchitectureInfo arch =
+        architecture_for(config, options.is_value_model || (score_head && !lm_head), options.drop_mtp || !mtp);
     if (options.tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
     // Names and shapes are all the check reads; an extracted adapter is not part of the model.
     TensorMapping model;

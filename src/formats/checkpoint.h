@@ -59,6 +59,8 @@ struct MapOptions {
     std::optional<int> tp_size;
     std::optional<int> pp_size;
     std::string lora_base;  // MegatronAdapter: the HF folder of the base model
+    std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
+    bool drop_mtp = false;  // --drop_mtp: leave multi-token prediction layers out (recorded)
 };
 
 struct MappedCheckpoint {

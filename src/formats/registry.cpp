@@ -18,6 +18,7 @@ const Backend& torch_dist_backend();
 const Backend& megatron_legacy_backend();
 const Backend& hf_safetensors_backend();
 const Backend& dcp_backend();
+const Backend& torchtitan_backend();
 const Backend& hdf5_archive_backend();
 const Backend& deepspeed_backend();
 
@@ -33,6 +34,8 @@ const std::vector<BackendChoice>& backend_choices() {
          "no latest_checkpointed_iteration.txt)",
          {&verl_v2_backend(), &megatron_adapter_backend(), &torch_dist_backend(), &megatron_legacy_backend(),
           &hf_safetensors_backend()}},
+        {"torchtitan", "", ": no torchtitan step (step-N/.metadata with tok_embeddings.weight or layers.N.* keys)",
+         {&torchtitan_backend()}},
         {"dcp", "", "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)", {&dcp_backend()}},
         {"deepspeed", "DeepSpeed ZeRO 1/2/3: a folder with latest, or its tag folder",
          ": no DeepSpeed checkpoint (no latest file, no *_optim_states.pt)", {&deepspeed_backend()}},

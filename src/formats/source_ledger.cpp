@@ -34,6 +34,8 @@ const char* drop_reason_text(DropReason reason) {
         case DropReason::VocabPadding: return "vocabulary padding";
         case DropReason::Unmapped: return "--allow_unmapped: no HF name";
         case DropReason::BytesItem: return "DCP bytes item";
+        case DropReason::TableDrop: return "no HF name (architecture table drop rule)";
+        case DropReason::DroppedMtp: return "--drop_mtp: multi-token prediction layer";
         case DropReason::TrainingCopy: return "bit16 training copy (fp32 masters written)";
     }
     return "unknown";

@@ -24,6 +24,8 @@ enum class DropReason {
     VocabPadding,   // a shard of only padded vocabulary rows (trimmed to vocab_size)
     Unmapped,       // --allow_unmapped: no Hugging Face name
     BytesItem,      // a DCP bytes item (pickled object, not a tensor)
+    TableDrop,      // an architecture table's drop rule: no Hugging Face name (e.g. a router buffer)
+    DroppedMtp,     // --drop_mtp: a multi-token prediction layer left out on purpose
     TrainingCopy,   // DeepSpeed's bit16 module copy (the fp32 masters are written instead)
 };
 const char* drop_reason_text(DropReason reason);

@@ -83,6 +83,14 @@ constexpr std::array kDeepseekRules{
     NameRule{"decoder.layers.{i}.self_attention.linear_kv_up_proj.weight", "model.layers.{i}.self_attn.kv_b_proj.weight"},
 };
 
+// Megatron-Bridge's MTP block (canonical_mtp_key): the inner layer maps with the decoder rules.
+constexpr std::array kMtpRules{
+    NameRule{"decoder.layers.{i}.mtp.enorm.weight", "model.layers.{i}.enorm.weight"},
+    NameRule{"decoder.layers.{i}.mtp.hnorm.weight", "model.layers.{i}.hnorm.weight"},
+    NameRule{"decoder.layers.{i}.mtp.eh_proj.weight", "model.layers.{i}.eh_proj.weight"},
+    NameRule{"decoder.layers.{i}.mtp.final_layernorm.weight", "model.layers.{i}.shared_head.norm.weight"},
+};
+
 struct ArchitectureEntry {
     std::string_view name;
     std::string_view family;
@@ -139,6 +147,14 @@ bool has(const HfConfig& c, const char* key) {
 
 std::string layer_name(int64_t i, const std::string& rest) { return "model.layers." + std::to_string(i) + "." + rest; }
 
+// An MTP depth's own tensors (Megatron-Bridge names); its decoder layer follows as any other.
+void add_mtp_block_tensors(std::map<std::string, Shape>& req, int64_t i, int64_t H) {
+    req[layer_name(i, "enorm.weight")] = {H};
+    req[layer_name(i, "hnorm.weight")] = {H};
+    req[layer_name(i, "eh_proj.weight")] = {H, 2 * H};
+    req[layer_name(i, "shared_head.norm.weight")] = {H};
+}
+
 }  // namespace
 
 bool has_tensor_table(const HfConfig& config) {
@@ -148,7 +164,18 @@ bool has_tensor_table(const HfConfig& config) {
     return false;
 }
 
-ArchitectureInfo architecture_for(const HfConfig& config, bool value_model) {
+std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth) {
+    static const std::regex inner(R"(^mtp\.layers\.(\d{1,6})\.(?:transformer_layer|mtp_model_layer)\.(.*)$)");
+    static const std::regex own(R"(^mtp\.layers\.(\d{1,6})\.(enorm|hnorm|eh_proj|final_layernorm)\.(.*)$)");
+    std::smatch m;
+    const bool is_inner = std::regex_match(key, m, inner);
+    if (!is_inner && !std::regex_match(key, m, own)) return std::nullopt;
+    depth = std::stoll(m[1]);
+    const std::string layer = "decoder.layers." + std::to_string(layers + depth) + ".";
+    return is_inner ? layer + std::string(m[2]) : layer + "mtp." + std::string(m[2]) + "." + std::string(m[3]);
+}
+
+ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp) {
     if (config.architectures.empty())
         throw Error(config.dir + "/config.json: no 'architectures'; cannot choose a name table");
     ArchitectureInfo arch;
@@ -167,6 +194,9 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model) {
     arch.head_dim = get_int(config, "head_dim", arch.heads ? arch.hidden / arch.heads : 0);
     arch.vocab = get_int(config, "vocab_size");
     arch.layers = get_int(config, "num_hidden_layers");
+    arch.drop_mtp = drop_mtp;
+    arch.mtp_layers = drop_mtp ? 0 : get_int(config, "num_nextn_predict_layers", 0);
+    append(arch.rules, kMtpRules);
     if (arch.value_model) append(arch.rules, kValueHeadRules);
     append(arch.rules, kDenseRules);
     if (arch.family == "qwen2_moe") {
@@ -247,7 +277,8 @@ ExpectedTensors expected_hf_tensors(const HfConfig& c, const ArchitectureInfo& a
         req[layer_name(i, prefix + "up_proj.weight")] = {ffn, H};
         req[layer_name(i, prefix + "down_proj.weight")] = {H, ffn};
     };
-    for (int64_t i = 0; i < arch.layers; ++i) {
+    for (int64_t i = 0; i < arch.layers + arch.mtp_layers; ++i) {
+        if (i >= arch.layers) add_mtp_block_tensors(req, i, H);
         req[layer_name(i, "input_layernorm.weight")] = {H};
         req[layer_name(i, "post_attention_layernorm.weight")] = {H};
         if (deepseek) {

@@ -35,13 +35,23 @@ struct ArchitectureInfo {
     std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3
     bool value_model = false;
     int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
+    // Multi-token prediction depths written as model.layers.{layers + k} (config.json's
+    // num_nextn_predict_layers; 0 with --drop_mtp, whose mtp.* tensors are then dropped).
+    int64_t mtp_layers = 0;
+    bool drop_mtp = false;
     std::vector<NameRule> rules;
     ExpectedTensors expected;  // what config.json implies, see expected_hf_tensors
 };
 
 // Chooses the name table from config.json `architectures` (Error naming the architecture and
 // the supported ones when unknown). `value_model` forces the score head.
-ArchitectureInfo architecture_for(const HfConfig& config, bool value_model);
+ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp = false);
+
+// A Megatron MTP key (mtp.layers.{k}.transformer_layer.<rest>, also the runtime name
+// mtp_model_layer, and the MTP block's own enorm/hnorm/eh_proj/final_layernorm) as the
+// canonical decoder key of HF layer L + k that the name rules map (Megatron-Bridge's MTP
+// mapping); nullopt for other keys. `depth` is set to k.
+std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth);
 // Whether architecture_for knows config.json's architectures[0].
 bool has_tensor_table(const HfConfig& config);
 

@@ -69,6 +69,7 @@ std::pair<int64_t, int64_t> config_int_bounds(const std::string& key) {
         {"n_shared_experts", {0, 1024}},
         {"decoder_sparse_step", {1, kMaxLayers}},
         {"first_k_dense_replace", {0, kMaxLayers}},
+        {"num_nextn_predict_layers", {0, 64}},
         {"moe_layer_freq", {1, kMaxLayers}},
         {"qk_nope_head_dim", {0, kHeads}},
         {"qk_rope_head_dim", {0, kHeads}},

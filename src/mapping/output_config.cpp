@@ -47,6 +47,18 @@ void set_tied(nlohmann::ordered_json& config, OutputConfig& out) {
     }
 }
 
+// A config that declares multi-token prediction layers the output does not hold (--drop_mtp,
+// or an HF model transformers loaded without them) says 0, so no loader looks for them.
+void clear_missing_mtp(nlohmann::ordered_json& config, const TensorMapping& mapping, OutputConfig& out) {
+    auto it = config.find("num_nextn_predict_layers");
+    if (it == config.end() || !it->is_number_integer() || it->get<int64_t>() <= 0) return;
+    for (const auto& t : mapping.tensors)
+        if (t.name.ends_with(".enorm.weight")) return;
+    out.notes.push_back("config.json: num_nextn_predict_layers " + std::to_string(it->get<int64_t>()) +
+                        " -> 0 (no multi-token prediction layer is written)");
+    *it = 0;
+}
+
 }  // namespace
 
 std::optional<DType> weights_dtype(const TensorMapping& mapping) {
@@ -75,6 +87,7 @@ OutputConfig plan_output_config(const std::string& source_path, const std::strin
     OutputConfig out;
     if (const auto written = weights_dtype(mapping)) rewrite_dtype_keys(config, *written, out);
     if (tie_word_embeddings) set_tied(config, out);
+    clear_missing_mtp(config, mapping, out);
     if (!quantization_config.is_null()) config["quantization_config"] = quantization_config;
     if (!out.notes.empty() || !quantization_config.is_null()) out.text = config.dump(2) + "\n";
     return out;

@@ -40,16 +40,25 @@ std::vector<std::string> apply_output_rules(TensorMapping& mapping, const HfConf
             break;
     }
     if (!target) return notes;
-    size_t cast = 0;
+    size_t cast = 0, kept_fp32 = 0;
     for (auto& t : mapping.tensors) {
         // An extracted adapter keeps the dtype it was trained in, as PEFT saves it.
-        if (t.adapter || !is_floating(t.source_dtype) || t.source_dtype == *target) continue;
+        if (t.adapter || !is_floating(t.source_dtype)) continue;
+        if (choice == DTypeChoice::Auto && t.keep_float32) {
+            t.dtype = DType::F32;
+            ++kept_fp32;
+            continue;
+        }
+        if (t.source_dtype == *target) continue;
         if (!can_cast(t.source_dtype, *target))
             throw Error(t.name + ": cannot cast " + std::string(torch_name(t.source_dtype)) + " to " +
                         std::string(torch_name(*target)));
         t.dtype = *target;
         ++cast;
     }
+    if (kept_fp32 && *target != DType::F32)
+        notes.push_back(std::to_string(kept_fp32) + " tensors written in float32, which the architecture keeps in float32 "
+                        "(architecture table keep_fp32)");
     if (cast)
         notes.push_back(std::to_string(cast) + " tensors cast to " + std::string(torch_name(*target)) +
                         " (round to nearest even)");

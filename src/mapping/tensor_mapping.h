@@ -46,6 +46,9 @@ struct OutputTensor {
     std::optional<size_t> lora_delta;
     // Part of the extracted PEFT adapter (lora_adapter/adapter_model.safetensors), not the model.
     bool adapter = false;
+    // The HF architecture keeps it in float32 whatever the model dtype (an architecture table's
+    // keep_fp32, e.g. DeepSeek-V3's e_score_correction_bias): --dtype auto writes it as float32.
+    bool keep_float32 = false;
 
     uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
     // The shape the copies fill.

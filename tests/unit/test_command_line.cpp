@@ -56,7 +56,7 @@ TEST(CommandLine, NameListsGiveTheirOwnMessages) {
     EXPECT_EQ(usage_error({"merge", "--local_dir", "a", "--target_dir", "b", "--dtype", "int8"}),
               "--dtype int8: expected auto, keep, bf16, fp16 or fp32");
     EXPECT_EQ(usage_error({"merge", "--local_dir", "a", "--target_dir", "b", "--backend", "zip"}),
-              "--backend zip: expected auto, fsdp, megatron, dcp, deepspeed or hdf5");
+              "--backend zip: expected auto, fsdp, megatron, torchtitan, dcp, deepspeed or hdf5");
     EXPECT_EQ(usage_error({"merge", "--local_dir", "a", "--target_dir", "b", "--format", "gguf"}),
               "--format gguf: expected safetensors or hdf5");
     EXPECT_EQ(usage_error({"frobnicate"}), "unknown command 'frobnicate' (merge, test, inspect, verify or watch)");

@@ -41,10 +41,10 @@ std::optional<Options> parse(std::vector<std::string> args) {
 }
 
 TEST(BackendRegistry, ValuesAndHelpComeFromTheList) {
-    EXPECT_EQ(backend_values(), (std::vector<std::string>{"auto", "fsdp", "megatron", "dcp", "deepspeed", "hdf5"}));
-    EXPECT_EQ(backend_values_text(), "auto, fsdp, megatron, dcp, deepspeed or hdf5");
+    EXPECT_EQ(backend_values(), (std::vector<std::string>{"auto", "fsdp", "megatron", "torchtitan", "dcp", "deepspeed", "hdf5"}));
+    EXPECT_EQ(backend_values_text(), "auto, fsdp, megatron, torchtitan, dcp, deepspeed or hdf5");
     EXPECT_EQ(backend_help(),
-              "auto | fsdp | megatron | dcp | deepspeed (DeepSpeed ZeRO 1/2/3: a folder with latest, or its tag folder) | "
+              "auto | fsdp | megatron | torchtitan | dcp | deepspeed (DeepSpeed ZeRO 1/2/3: a folder with latest, or its tag folder) | "
               "hdf5 (a model.h5 archive: merge it back, inspect it)");
     for (const auto& value : backend_values()) EXPECT_TRUE(is_backend_value(value)) << value;
     EXPECT_FALSE(is_backend_value("torch_dist"));  // a layout, not a --backend value
@@ -58,7 +58,7 @@ TEST(BackendRegistry, AutoDetectionOrderIsListOrder) {
         for (const Backend* layout : choice.layouts) layouts.push_back(choice.name + "/" + layout->name());
     EXPECT_EQ(layouts, (std::vector<std::string>{"fsdp/fsdp", "megatron/verl_v2", "megatron/megatron_adapter",
                                                  "megatron/torch_dist", "megatron/megatron_legacy",
-                                                 "megatron/hf_safetensors", "dcp/dcp", "deepspeed/deepspeed",
+                                                 "megatron/hf_safetensors", "torchtitan/torchtitan", "dcp/dcp", "deepspeed/deepspeed",
                                                  "hdf5/hdf5_archive"}));
     for (const auto& choice : backend_choices()) EXPECT_EQ(choice.auto_detected, !choice.archive) << choice.name;
     EXPECT_EQ(find_layout("torch_dist"), backend_choices()[1].layouts[2]);
@@ -72,7 +72,7 @@ TEST(BackendRegistry, CommandLineTakesTheRegistryValues) {
     }
     EXPECT_EQ(parse({"inspect", "--local_dir", "c", "--backend", "hdf5"})->backend, "hdf5");
     EXPECT_EQ(error_of([] { parse({"merge", "--local_dir", "c", "--target_dir", "o", "--backend", "torch_dist"}); }),
-              "--backend torch_dist: expected auto, fsdp, megatron, dcp, deepspeed or hdf5");
+              "--backend torch_dist: expected auto, fsdp, megatron, torchtitan, dcp, deepspeed or hdf5");
     EXPECT_EQ(error_of([] { parse({"test", "--local_dir", "c", "--test_hf_dir", "r", "--backend", "hdf5"}); }),
               "--backend hdf5 works with merge (archive -> Hugging Face folder) and inspect");
 }
@@ -116,8 +116,8 @@ TEST(BackendRegistry, CannotTellListsWhatEveryBackendLookedFor) {
     EXPECT_EQ(msg, empty.path() +
                        ": cannot tell the checkpoint kind: fsdp: no model_world_size_*_rank_*.pt; megatron: no "
                        "ckpt_contents.json or model/dist_ckpt/, no adapter_checkpoint/, no dist_ckpt/ or metadata.json with .metadata, no mp_rank_* folders, no "
-                       "latest_checkpointed_iteration.txt, no *.safetensors in huggingface/; dcp: no .metadata; deepspeed: no "
-                       "latest file or *_optim_states.pt; pass --backend to name it (fsdp, megatron, dcp, deepspeed, hdf5)");
+                       "latest_checkpointed_iteration.txt, no *.safetensors in huggingface/; torchtitan: no step-N/.metadata; dcp: no .metadata; deepspeed: no "
+                       "latest file or *_optim_states.pt; pass --backend to name it (fsdp, megatron, torchtitan, dcp, deepspeed, hdf5)");
     // The old message's parts are all still there.
     for (const char* part : {"no model_world_size_*_rank_*.pt", "no mp_rank_* folders", "dist_ckpt/",
                              "latest_checkpointed_iteration.txt", "no .metadata"})

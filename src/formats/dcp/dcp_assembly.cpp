@@ -23,7 +23,8 @@ bool is_model_key(const std::string& key) {
 TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
                                    bool split_megatron_axes, SourceLedger* ledger) {
     static const std::regex stacked(R"(^decoder\.layers\.([^0-9].*)$)");
-    static const std::regex per_layer_experts(R"(^(decoder\.layers\.\d+\.mlp\.experts\.)experts\.(.*)$)");
+    static const std::regex per_layer_experts(
+        R"(^((?:decoder\.layers\.\d+|mtp\.layers\.\d+\.(?:transformer_layer|mtp_model_layer))\.mlp\.experts\.)experts\.(.*)$)");
     TensorMapping out;
     std::map<std::string, size_t> index;
     auto tensor_for = [&](const std::string& key, const DcpTensor& t, const Shape& shape) -> OutputTensor& {

@@ -3,7 +3,9 @@
 #include <filesystem>
 
 #include "formats/backend.h"
+#include "core/error.h"
 #include "formats/megatron/megatron_backend.h"
+#include "formats/torchtitan/torchtitan_keys.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -53,6 +55,11 @@ public:
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
         m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(d.dcp, scans, false, &ledger), d.dcp, ledger);
+        // A torchtitan step read as plain DCP would keep torchtitan's names, which no HF loader reads.
+        for (const auto& t : m.mapping.tensors)
+            if (is_torchtitan_model_key(t.name))
+                throw Error(d.dcp.dir + "/.metadata: '" + t.name +
+                            "' is a torchtitan name; plain DCP keeps names as they are: use --backend torchtitan");
         drop_non_weight_buffers(m.mapping, ledger, m.notes);
     }
 

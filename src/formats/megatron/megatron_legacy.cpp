@@ -84,6 +84,7 @@ TpRule megatron_tp_rule(const std::string& key, bool value_model) {
     if (ends("output_layer.weight")) return value_model ? TpRule::Replicated : TpRule::Concat0;
     if (ends("linear_qkv.weight") || ends("linear_qkv.bias")) return TpRule::Concat0;
     if (ends("linear_proj.weight") || ends("linear_fc2.weight")) return TpRule::Concat1;
+    if (ends("eh_proj.weight")) return TpRule::Concat0;  // MTP: TEColumnParallelLinear
     if (ends("linear_fc1.weight") || ends("linear_fc1.bias")) return TpRule::GluHalves;
     if (ends("linear_q_proj.weight") || ends("linear_q_up_proj.weight") || ends("linear_kv_up_proj.weight"))
         return TpRule::Concat0;

@@ -151,13 +151,23 @@ TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureI
     OutputNames produced("the Megatron checkpoint");
     const bool tied = (tie_word_embeddings || config.tie_word_embeddings) && !arch.value_model;
     bool dropped_tied_head = false;
+    size_t dropped_mtp = 0;
     for (const OutputTensor& t : canonical.tensors) {
+        if (arch.drop_mtp && t.name.starts_with("mtp.")) {
+            ++dropped_mtp;
+            if (ledger) ledger->drop_output(t, out.sources, DropReason::DroppedMtp);
+            continue;
+        }
         if (tied && t.name.starts_with("output_layer.")) {
             dropped_tied_head = true;
             if (ledger) ledger->drop_output(t, out.sources, DropReason::TiedHead);
             continue;
         }
-        auto match = match_rule(arch, t.name);
+        // An MTP depth the config declares maps as decoder layer L + k; others stay unmapped.
+        int64_t depth = 0;
+        const auto mtp_key = canonical_mtp_key(t.name, arch.layers, depth);
+        auto match = mtp_key ? (depth < arch.mtp_layers ? match_rule(arch, *mtp_key) : std::nullopt)
+                             : match_rule(arch, t.name);
         if (!match) {
             unmapped.push_back(t.name);
             if (ledger) ledger->drop_output(t, out.sources, DropReason::Unmapped);
@@ -172,11 +182,19 @@ TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureI
         }
     }
     if (dropped_tied_head) notes.push_back("tied word embeddings: the pipeline's output_layer copy is not written");
+    if (dropped_mtp)
+        notes.push_back("--drop_mtp: " + std::to_string(dropped_mtp) + " multi-token prediction tensors not written");
     if (!unmapped.empty()) {
+        const bool mtp = std::any_of(unmapped.begin(), unmapped.end(), [](const std::string& n) { return n.starts_with("mtp."); });
+        const std::string hint = mtp ? " (multi-token prediction layers beyond config.json's num_nextn_predict_layers " +
+                                           std::to_string(arch.mtp_layers) + ": --drop_mtp leaves them out)"
+                                     : "";
         if (!allow_unmapped)
             throw Error("no " + arch.name + " name for these checkpoint tensors (pass --allow_unmapped to drop them): " +
-                        list_names(unmapped));
-        notes.push_back("dropped unmapped tensors: " + list_names(unmapped));
+                        list_names(unmapped) + hint);
+        std::string all;  // every one: nothing leaves the merge unnamed
+        for (const auto& n : unmapped) all += (all.empty() ? "" : ", ") + n;
+        notes.push_back("dropped unmapped tensors: " + all);
     }
     std::stable_sort(out.tensors.begin(), out.tensors.end(),
                      [](const OutputTensor& a, const OutputTensor& b) { return hf_tensor_less(a.name, b.name); });

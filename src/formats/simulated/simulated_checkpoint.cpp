@@ -105,7 +105,7 @@ int parse_count(const std::string& spec, const std::string& text, const char* wh
 // ---------------------------------------------------------------- FSDP
 
 TensorMapping simulate_fsdp(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
-    const ArchitectureInfo arch = architecture_for(config, false);
+    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
     std::vector<std::pair<std::string, Shape>> tensors(arch.expected.required.begin(), arch.expected.required.end());
     // A tied model's state_dict() still lists lm_head.weight (the same Parameter): verl saves it.
     if (config.tie_word_embeddings && !arch.value_model) tensors.emplace_back("lm_head.weight", Shape{arch.vocab, arch.hidden});
@@ -406,7 +406,7 @@ void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const S
 }
 
 TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
-    const ArchitectureInfo arch = architecture_for(config, false);
+    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
     const std::vector<Canonical> canonical = canonical_from_hf(config, arch, s, notes);
     const LayerPlacement layers = place_layers(arch.layers, s, notes);
     int64_t experts = 0;

@@ -1,0 +1,169 @@
+#include "formats/table_mapping.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/box_region.h"
+#include "core/error.h"
+#include "formats/megatron/megatron_backend.h"
+#include "mapping/hf_architecture.h"
+#include "mapping/hf_tensor_order.h"
+
+namespace vmerge {
+namespace {
+
+OutputTensor renamed(const OutputTensor& from, const std::string& name) {
+    OutputTensor t;
+    t.name = name;
+    t.source_dtype = t.dtype = from.source_dtype;
+    t.shape = from.shape;
+    t.copies = from.copies;
+    return t;
+}
+
+// The head count a rope_permute rule names: the first of its '|'-separated config.json keys
+// that is present (num_key_value_heads falls back to num_attention_heads).
+int64_t rule_heads(const TableRule& rule, const ArchitectureTable& table, const HfConfig& config) {
+    const auto keys = split_names(rule.heads);
+    for (const auto& key : keys)
+        if (auto it = config.json.find(key); it != config.json.end() && !it->is_null()) return config_int(config, key);
+    throw Error(config.dir + "/config.json: no " + rule.heads + " (" + table.file + " rule " + std::to_string(rule.index) +
+                " needs it for its RoPE permutation)");
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : "") + names[i];
+    if (names.size() > 12) out += ", ... (" + std::to_string(names.size()) + " in all)";
+    return out;
+}
+
+nlohmann::ordered_json rule_json(const TableRule& rule, size_t tensors) {
+    nlohmann::ordered_json j{{"rule", rule.index}, {"from", rule.from}};
+    if (rule.drop.empty()) j["to"] = rule.to;
+    else j["drop"] = rule.drop;
+    if (rule.transform != TableTransform::None) j["transform"] = table_transform_name(rule.transform);
+    if (!rule.heads.empty()) j["heads"] = rule.heads;
+    if (rule.tied_head) j["tied_head"] = true;
+    j["tensors"] = tensors;
+    return j;
+}
+
+}  // namespace
+
+OutputTensor rope_permuted(const OutputTensor& assembled, int64_t heads, const std::string& name) {
+    const int64_t rows = assembled.shape.empty() ? 0 : assembled.shape[0];
+    if (heads <= 0 || rows % heads != 0 || (rows / heads) % 2 != 0)
+        throw Error(assembled.name + ": " + shape_to_string(assembled.shape) + " rows are not " + std::to_string(heads) +
+                    " heads of an even head dim (RoPE permutation)");
+    const int64_t d = rows / heads, half = d / 2;
+    OutputTensor out = renamed(assembled, name);
+    out.copies.clear();
+    Shape start(assembled.shape.size(), 0), extent = assembled.shape, dst(assembled.shape.size(), 0);
+    extent[0] = 1;
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < 2; ++j)
+            for (int64_t p = 0; p < half; ++p) {
+                start[0] = h * d + 2 * p + j;
+                dst[0] = h * d + j * half + p;
+                extract_region(assembled, start, extent, dst, out.copies);
+            }
+    return out;
+}
+
+std::vector<OutputTensor> split_experts(const OutputTensor& grouped, const std::string& name_pattern,
+                                        const std::string& layer, std::vector<TensorRef>& sources) {
+    if (grouped.shape.size() < 2)
+        throw Error(grouped.name + ": " + shape_to_string(grouped.shape) + " has no expert axis to split");
+    const int64_t experts = grouped.shape[0];
+    std::vector<OutputTensor> out;
+    for (int64_t e = 0; e < experts; ++e) {
+        OutputTensor t;
+        t.name = fill_table_pattern(name_pattern, layer, std::to_string(e));
+        t.source_dtype = t.dtype = grouped.source_dtype;
+        t.shape.assign(grouped.shape.begin() + 1, grouped.shape.end());
+        out.push_back(std::move(t));
+    }
+    for (const BoxCopy& c : grouped.copies)
+        for (int64_t k = 0; k < c.extent[0]; ++k) {
+            const TensorRef view = select_dim(sources[c.source], 0, c.src_start[0] + k);
+            const uint32_t source = static_cast<uint32_t>(sources.size());
+            sources.push_back(view);
+            add_copy(out[static_cast<size_t>(c.dst_start[0] + k)], source, Shape(c.src_start.begin() + 1, c.src_start.end()),
+                     Shape(c.dst_start.begin() + 1, c.dst_start.end()), Shape(c.extent.begin() + 1, c.extent.end()));
+        }
+    return out;
+}
+
+TableApplication apply_architecture_table(const TensorMapping& model, const ArchitectureTable& table,
+                                          const HfConfig& config, bool allow_unmapped,
+                                          std::vector<std::string>& notes, SourceLedger& ledger) {
+    TableApplication result;
+    TensorMapping& out = result.mapping;
+    out.sources = model.sources;
+    OutputNames names(table.file);
+    std::vector<std::string> unmapped;
+    std::map<size_t, size_t> used;  // rule index -> tensors it took
+    size_t tied = 0;
+    for (const OutputTensor& t : model.tensors) {
+        const auto match = match_table_rule(table, t.name);
+        if (!match) {
+            unmapped.push_back(t.name);
+            ledger.drop_output(t, out.sources, DropReason::Unmapped);
+            continue;
+        }
+        const TableRule& rule = *match->rule;
+        ++used[rule.index];
+        if (!rule.drop.empty() || (rule.tied_head && config.tie_word_embeddings)) {
+            ledger.drop_output(t, out.sources, rule.drop.empty() ? DropReason::TiedHead : DropReason::TableDrop);
+            tied += rule.drop.empty();
+            continue;
+        }
+        std::vector<OutputTensor> made;
+        const std::string name = fill_table_pattern(rule.to, match->layer, match->expert);
+        switch (rule.transform) {
+            case TableTransform::None: made.push_back(renamed(t, name)); break;
+            case TableTransform::RopePermute: made.push_back(rope_permuted(t, rule_heads(rule, table, config), name)); break;
+            case TableTransform::SplitExperts: made = split_experts(t, fill_table_pattern(rule.to, match->layer, "{e}"),
+                                                                    match->layer, out.sources);
+                break;
+        }
+        for (auto& o : made) {
+            names.claim(o.name, t.name);
+            check_copies_tile_output(o, out.sources);
+            out.tensors.push_back(std::move(o));
+        }
+    }
+    if (tied) notes.push_back("tied word embeddings: the checkpoint's output layer is not written");
+    if (!unmapped.empty()) {
+        if (!allow_unmapped)
+            throw Error(table.file + ": no rule for these checkpoint tensors (pass --allow_unmapped to drop them): " +
+                        list_names(unmapped));
+        std::string all;
+        for (const auto& n : unmapped) all += (all.empty() ? "" : ", ") + n;
+        notes.push_back("dropped " + std::to_string(unmapped.size()) + " unmapped tensors (--allow_unmapped): " + all);
+    }
+    std::stable_sort(out.tensors.begin(), out.tensors.end(),
+                     [](const OutputTensor& a, const OutputTensor& b) { return hf_tensor_less(a.name, b.name); });
+    nlohmann::ordered_json rules = nlohmann::ordered_json::array();
+    for (const TableRule& rule : table.rules)
+        if (auto it = used.find(rule.index); it != used.end()) rules.push_back(rule_json(rule, it->second));
+    result.applied = {{"name", table.name}, {"file", table.file}, {"source", table.source}, {"rules_applied", rules}};
+    return result;
+}
+
+void check_table_output(const TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
+                        std::vector<std::string>& notes) {
+    if (table.config_check.empty()) {
+        notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: " + table.file +
+                        " names no config_check architecture");
+        return;
+    }
+    HfConfig as_known = config;
+    as_known.architectures = {table.config_check};
+    if (!has_tensor_table(as_known))
+        throw Error(table.file + ": config_check '" + table.config_check + "' is not an architecture vmerge knows");
+    check_against_config(mapping, config, architecture_for(as_known, false));
+}
+
+}  // namespace vmerge

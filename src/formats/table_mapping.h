@@ -1,0 +1,47 @@
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/source_ledger.h"
+#include "mapping/architecture_table.h"
+#include "mapping/hf_config.h"
+#include "mapping/tensor_mapping.h"
+
+namespace vmerge {
+
+// `assembled` (a tensor [n*d, ...] described by its box copies) with its rows regrouped per
+// head from interleaved-complex RoPE order into HF's rotate-half order: HF row
+// h*d + j*(d/2) + p takes row h*d + 2p + j (head h, p < d/2, j in {0, 1}). Box copies only,
+// one row each. Error when the rows are not `heads` heads of an even head dim.
+OutputTensor rope_permuted(const OutputTensor& assembled, int64_t heads, const std::string& name);
+
+// A grouped tensor [E, ...] as E tensors [...], expert e named `name_of(e)`: each copy of
+// `grouped` becomes copies from views of its source at the expert's index (appended to
+// `sources`), so no byte moves twice.
+std::vector<OutputTensor> split_experts(const OutputTensor& grouped, const std::string& name_pattern,
+                                        const std::string& layer, std::vector<TensorRef>& sources);
+
+// What applying a table did: the output tensors in HF order, and per rule how many
+// checkpoint tensors it took (inspect --json's "architecture_table").
+struct TableApplication {
+    TensorMapping mapping;
+    nlohmann::ordered_json applied;
+};
+
+// Renames and regroups `model` (checkpoint tensors under their own names, training state
+// already taken out) into HF tensors by `table`. Tensors a rule drops, and the tied head
+// when config.json ties the embeddings, are dropped in `ledger` with their reason; a tensor
+// no rule matches is an Error listing every one (with `allow_unmapped`: dropped and listed in
+// `notes`). Two tensors that give one HF name are an Error.
+TableApplication apply_architecture_table(const TensorMapping& model, const ArchitectureTable& table,
+                                          const HfConfig& config, bool allow_unmapped,
+                                          std::vector<std::string>& notes, SourceLedger& ledger);
+
+// The HF tensors config.json implies, checked as for Megatron (check_against_config) with the
+// table's config_check architecture; a table without one gives a note instead.
+void check_table_output(const TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
+                        std::vector<std::string>& notes);
+
+}  // namespace vmerge

@@ -1,0 +1,108 @@
+// torchtitan checkpoints (formats-today.md §3): a DCP step folder `step-N/` under
+// {dump_folder}/checkpoint/ (standalone) or verl's `global_step_N/` (its torchtitan engine),
+// model FQNs at the top level beside the training state of a full step. Names go to HF by
+// the torchtitan architecture table of config.json's architecture (share/vmerge/architectures).
+#include <filesystem>
+#include <regex>
+
+#include "core/error.h"
+#include "formats/backend.h"
+#include "formats/table_mapping.h"
+#include "formats/torchtitan/torchtitan_keys.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+bool has_metadata(const fs::path& dir) {
+    std::error_code ec;
+    return fs::is_regular_file(dir / ".metadata", ec);
+}
+
+// The step folders (step-N with a .metadata) directly under `dir`, by N.
+std::map<int, fs::path> step_folders(const fs::path& dir) {
+    static const std::regex step(R"(^step-(\d{1,9})$)");
+    std::map<int, fs::path> steps;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        const std::string name = entry.path().filename().string();
+        std::smatch m;
+        if (std::regex_match(name, m, step) && has_metadata(entry.path())) steps[std::stoi(m[1])] = entry.path();
+    }
+    return steps;
+}
+
+// The step folder `local_dir` names: itself when it holds .metadata, else the latest step-N
+// (or --iteration's) under it or under its checkpoint/ folder; "" when there is none.
+fs::path find_step_folder(const fs::path& local_dir, std::optional<int> iteration) {
+    if (has_metadata(local_dir)) return local_dir;
+    for (const fs::path& dir : {local_dir, local_dir / "checkpoint"}) {
+        const auto steps = step_folders(dir);
+        if (steps.empty()) continue;
+        if (!iteration) return steps.rbegin()->second;
+        if (auto it = steps.find(*iteration); it != steps.end()) return it->second;
+        std::string found;
+        for (const auto& [n, _] : steps) found += (found.empty() ? "" : ", ") + std::to_string(n);
+        throw Error((dir / ("step-" + std::to_string(*iteration))).string() + ": missing (--iteration " +
+                    std::to_string(*iteration) + "; steps with a .metadata: " + found + ")");
+    }
+    return {};
+}
+
+class TorchtitanBackend final : public Backend {
+public:
+    std::string name() const override { return "torchtitan"; }
+
+    Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
+        const fs::path step = find_step_folder(request.local_dir, request.iteration);
+        if (step.empty()) return {false, "no step-N/.metadata"};
+        DcpMetadata meta = read_dcp_metadata(step.string());
+        const std::string key = first_torchtitan_key(meta);
+        if (key.empty()) return {false, "no torchtitan keys (tok_embeddings.weight, layers.N.attention...)"};
+        d.weights_dir = step.string();
+        d.dcp = std::move(meta);
+        d.description = "torchtitan DCP checkpoint " + step.filename().string();
+        add_dcp_jobs(d);
+        return {true, step.filename().string() + "/.metadata with torchtitan keys (" + key + ")"};
+    }
+
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config, const MapOptions& options,
+             MappedCheckpoint& m, SourceLedger& ledger) const override {
+        TensorMapping all = assemble_dcp_tensors(d.dcp, scans, false, &ledger);
+        TensorMapping model;
+        model.sources = std::move(all.sources);
+        size_t training_state = 0;
+        for (auto& t : all.tensors) {
+            if (!is_torchtitan_training_state(t.name)) {
+                model.tensors.push_back(std::move(t));
+                continue;
+            }
+            ledger.drop_output(t, model.sources, DropReason::OutsideModel);
+            ++training_state;
+        }
+        if (training_state)
+            m.notes.push_back("full training checkpoint: " + std::to_string(training_state) +
+                              " optimizer / lr_scheduler / dataloader / train_state tensors not written");
+        if (model.tensors.empty()) throw Error(d.dcp.dir + "/.metadata: no model tensors (only training state)");
+        const auto tables = load_architecture_tables(options.architecture_tables);
+        const std::string arch = config.architectures.empty() ? "" : config.architectures[0];
+        const ArchitectureTable* table = find_architecture_table(tables, "torchtitan", arch);
+        if (!table)
+            throw Error(config.dir + "/config.json: no torchtitan architecture table for '" + arch + "' (tables for: " +
+                        table_architectures(tables, "torchtitan") + "); pass --architecture_table FILE");
+        TableApplication applied =
+            apply_architecture_table(model, *table, config, options.allow_unmapped, m.notes, ledger);
+        check_table_output(applied.mapping, *table, config, m.notes);
+        m.mapping = std::move(applied.mapping);
+        m.facts["architecture_table"] = std::move(applied.applied);
+    }
+};
+
+}  // namespace
+
+const Backend& torchtitan_backend() {
+    static const TorchtitanBackend backend;
+    return backend;
+}
+
+}  // namespace vmerge

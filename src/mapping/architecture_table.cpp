@@ -1,0 +1,274 @@
+#include "mapping/architecture_table.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "io/input_file.h"
+#include "io/json_file.h"
+
+namespace vmerge {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int kTableVersion = 1;
+constexpr uint64_t kMaxTableBytes = uint64_t{16} << 20;
+const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "source", "architectures",
+                                       "config_check", "keep_fp32", "rules", "notes"};
+const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "note"};
+// torchtitan: name rules from torchtitan FQNs; hf: facts of the HF architecture itself
+// (keep_fp32, no rules), applied whatever the checkpoint layout.
+const std::set<std::string> kSources{"torchtitan", "hf"};
+
+// The placeholders a pattern uses, in order ("{i}", "{e}"); anything else in braces is an Error.
+std::vector<std::string> placeholders(const std::string& pattern, const std::string& where) {
+    std::vector<std::string> found;
+    for (size_t at = 0; (at = pattern.find('{', at)) != std::string::npos; ++at) {
+        const std::string p = pattern.substr(at, 3);
+        if (p != "{i}" && p != "{e}")
+            throw Error(where + ": '" + pattern + "': only {i} (layer) and {e} (expert) may stand in braces");
+        found.push_back(p);
+    }
+    return found;
+}
+
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where, bool required) {
+    auto it = j.find(key);
+    if (it == j.end()) {
+        if (required) throw Error(where + ": '" + key + "' missing");
+        return "";
+    }
+    if (!it->is_string() || it->get<std::string>().empty())
+        throw Error(where + ": '" + key + "' must be a non-empty string");
+    return it->get<std::string>();
+}
+
+std::vector<std::string> string_list(const nlohmann::json& j, const char* key, const std::string& where, bool required) {
+    auto it = j.find(key);
+    if (it == j.end()) {
+        if (required) throw Error(where + ": '" + key + "' missing");
+        return {};
+    }
+    if (!it->is_array() || (required && it->empty()))
+        throw Error(where + ": '" + key + "' must be a" + (required ? " non-empty" : "n") + " array of strings");
+    std::vector<std::string> out;
+    for (const auto& v : *it) {
+        if (!v.is_string() || v.get<std::string>().empty())
+            throw Error(where + ": '" + key + "' must hold non-empty strings");
+        out.push_back(v.get<std::string>());
+    }
+    return out;
+}
+
+void check_keys(const nlohmann::json& j, const std::set<std::string>& known, const std::string& where) {
+    for (const auto& [key, value] : j.items())
+        if (!known.count(key)) {
+            std::string list;
+            for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+            throw Error(where + ": unknown key '" + key + "' (expected " + list + ")");
+        }
+}
+
+TableTransform parse_transform(const std::string& text, const std::string& where) {
+    if (text.empty() || text == "none") return TableTransform::None;
+    if (text == "rope_permute") return TableTransform::RopePermute;
+    if (text == "split_experts") return TableTransform::SplitExperts;
+    throw Error(where + ": unknown transform '" + text + "' (expected none, rope_permute or split_experts)");
+}
+
+TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& file) {
+    std::string where = file + ": rule " + std::to_string(index);
+    if (!j.is_object()) throw Error(where + ": expected an object");
+    TableRule rule;
+    rule.index = index;
+    rule.from = string_field(j, "from", where, true);
+    where += " (from '" + rule.from + "')";
+    check_keys(j, kRuleKeys, where);
+    rule.to = string_field(j, "to", where, false);
+    rule.drop = string_field(j, "drop", where, false);
+    if (rule.to.empty() == rule.drop.empty()) throw Error(where + ": give exactly one of 'to' (its HF name) and 'drop' (why)");
+    rule.transform = parse_transform(string_field(j, "transform", where, false), where);
+    rule.heads = string_field(j, "heads", where, false);
+    if ((rule.transform == TableTransform::RopePermute) != !rule.heads.empty())
+        throw Error(where + ": 'heads' (the config.json key of the head count) goes with transform rope_permute, and only there");
+    if (auto it = j.find("tied_head"); it != j.end()) {
+        if (!it->is_boolean()) throw Error(where + ": 'tied_head' must be true or false");
+        rule.tied_head = it->get<bool>();
+    }
+    if (!rule.drop.empty() && (rule.transform != TableTransform::None || rule.tied_head))
+        throw Error(where + ": a 'drop' rule takes no transform or tied_head");
+    const auto from_marks = placeholders(rule.from, where);
+    if (std::count(from_marks.begin(), from_marks.end(), "{i}") > 1 || std::count(from_marks.begin(), from_marks.end(), "{e}") > 1)
+        throw Error(where + ": each placeholder may appear once in 'from'");
+    const bool from_expert = std::count(from_marks.begin(), from_marks.end(), "{e}") > 0;
+    for (const auto& mark : placeholders(rule.to, where)) {
+        const bool made_here = mark == "{e}" && rule.transform == TableTransform::SplitExperts;
+        if (!made_here && std::find(from_marks.begin(), from_marks.end(), mark) == from_marks.end())
+            throw Error(where + ": 'to' uses " + mark + ", which 'from' does not bind");
+    }
+    if (rule.transform == TableTransform::SplitExperts &&
+        (from_expert || rule.to.find("{e}") == std::string::npos))
+        throw Error(where + ": split_experts takes a grouped tensor (no {e} in 'from') to per-expert names ({e} in 'to')");
+    return rule;
+}
+
+bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Matches `key` against `pattern` whose {i}/{e} stand for decimal numbers; fills the numbers.
+bool match_pattern(const std::string& pattern, const std::string& key, std::string& layer, std::string& expert) {
+    size_t p = 0, k = 0;
+    while (p < pattern.size()) {
+        if (pattern.compare(p, 3, "{i}") == 0 || pattern.compare(p, 3, "{e}") == 0) {
+            const size_t start = k;
+            while (k < key.size() && is_digit(key[k])) ++k;
+            if (k == start) return false;
+            (pattern[p + 1] == 'i' ? layer : expert) = key.substr(start, k - start);
+            p += 3;
+            continue;
+        }
+        if (k >= key.size() || key[k] != pattern[p]) return false;
+        ++p;
+        ++k;
+    }
+    return k == key.size();
+}
+
+fs::path running_binary_dir() {
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? fs::path() : exe.parent_path();
+}
+
+}  // namespace
+
+const char* table_transform_name(TableTransform t) {
+    switch (t) {
+        case TableTransform::None: return "none";
+        case TableTransform::RopePermute: return "rope_permute";
+        case TableTransform::SplitExperts: return "split_experts";
+    }
+    return "none";
+}
+
+ArchitectureTable parse_architecture_table(const std::string& file, const nlohmann::json& doc) {
+    if (!doc.is_object()) throw Error(file + ": expected a JSON object (an architecture table)");
+    check_keys(doc, kTableKeys, file);
+    auto version = doc.find("vmerge_architecture_table");
+    if (version == doc.end() || !version->is_number_integer() || version->get<int64_t>() != kTableVersion)
+        throw Error(file + ": 'vmerge_architecture_table' must be " + std::to_string(kTableVersion) +
+                    " (the table format version)");
+    ArchitectureTable table;
+    table.file = file;
+    table.name = string_field(doc, "name", file, true);
+    table.source = string_field(doc, "source", file, true);
+    if (!kSources.count(table.source)) throw Error(file + ": source '" + table.source + "': expected torchtitan or hf");
+    table.architectures = string_list(doc, "architectures", file, true);
+    table.config_check = string_field(doc, "config_check", file, false);
+    table.keep_fp32 = string_list(doc, "keep_fp32", file, false);
+    for (const auto& pattern : table.keep_fp32) placeholders(pattern, file + ": keep_fp32");
+    auto rules = doc.find("rules");
+    if (table.source == "hf") {
+        if (rules != doc.end()) throw Error(file + ": a source 'hf' table holds facts of the HF architecture (keep_fp32), no rules");
+        if (table.keep_fp32.empty()) throw Error(file + ": a source 'hf' table needs 'keep_fp32'");
+        return table;
+    }
+    if (rules == doc.end() || !rules->is_array() || rules->empty()) throw Error(file + ": 'rules' must be a non-empty array");
+    std::map<std::string, size_t> seen;
+    for (size_t i = 0; i < rules->size(); ++i) {
+        TableRule rule = parse_rule((*rules)[i], i, file);
+        if (auto [it, fresh] = seen.emplace(rule.from, i); !fresh)
+            throw Error(file + ": rule " + std::to_string(i) + " (from '" + rule.from + "'): same 'from' as rule " +
+                        std::to_string(it->second));
+        table.rules.push_back(std::move(rule));
+    }
+    return table;
+}
+
+std::string read_architecture_table_text(const std::string& file) {
+    return read_small_file(file, kMaxTableBytes, "an architecture table");  // read_once inside
+}
+
+ArchitectureTable read_architecture_table(const std::string& file) {
+    return parse_architecture_table(file, parse_json_text(read_architecture_table_text(file), file));
+}
+
+std::string shipped_tables_dir() {
+    const fs::path bin = running_binary_dir();
+    std::error_code ec;
+    for (const fs::path& dir : {bin / "share/vmerge/architectures", bin / "../share/vmerge/architectures"})
+        if (!bin.empty() && fs::is_directory(dir, ec)) return fs::weakly_canonical(dir, ec).string();
+    return "";
+}
+
+std::vector<std::string> architecture_table_files(const std::vector<std::string>& extra_files) {
+    std::vector<std::string> files;
+    if (const std::string dir = shipped_tables_dir(); !dir.empty()) {
+        std::error_code ec;
+        for (const auto& entry : fs::directory_iterator(dir, ec))
+            if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+        std::sort(files.begin(), files.end());
+    }
+    files.insert(files.end(), extra_files.begin(), extra_files.end());
+    return files;
+}
+
+std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files) {
+    std::vector<ArchitectureTable> tables;
+    for (const auto& file : architecture_table_files(extra_files)) {
+        ArchitectureTable table = read_architecture_table(file);
+        // A later table takes the (source, architecture) pairs it names from earlier ones.
+        for (auto& earlier : tables)
+            std::erase_if(earlier.architectures, [&](const std::string& a) {
+                return earlier.source == table.source &&
+                       std::find(table.architectures.begin(), table.architectures.end(), a) != table.architectures.end();
+            });
+        tables.push_back(std::move(table));
+    }
+    return tables;
+}
+
+const ArchitectureTable* find_architecture_table(const std::vector<ArchitectureTable>& tables, const std::string& source,
+                                                 const std::string& architecture) {
+    for (const auto& table : tables)
+        if (table.source == source &&
+            std::find(table.architectures.begin(), table.architectures.end(), architecture) != table.architectures.end())
+            return &table;
+    return nullptr;
+}
+
+std::string table_architectures(const std::vector<ArchitectureTable>& tables, const std::string& source) {
+    std::string out;
+    for (const auto& table : tables)
+        if (table.source == source)
+            for (const auto& a : table.architectures) out += (out.empty() ? "" : ", ") + a;
+    return out.empty() ? "none" : out;
+}
+
+std::optional<TableMatch> match_table_rule(const ArchitectureTable& table, const std::string& key) {
+    for (const TableRule& rule : table.rules) {
+        std::string layer, expert;
+        if (match_pattern(rule.from, key, layer, expert)) return TableMatch{&rule, layer, expert};
+    }
+    return std::nullopt;
+}
+
+std::string fill_table_pattern(const std::string& pattern, const std::string& layer, const std::string& expert) {
+    std::string out = pattern;
+    for (auto [mark, value] : {std::pair{std::string("{i}"), layer}, std::pair{std::string("{e}"), expert}})
+        for (size_t at = 0; (at = out.find(mark, at)) != std::string::npos; at += value.size()) out.replace(at, mark.size(), value);
+    return out;
+}
+
+bool table_keeps_fp32(const ArchitectureTable& table, const std::string& name) {
+    std::string layer, expert;
+    for (const auto& pattern : table.keep_fp32)
+        if (match_pattern(pattern, name, layer, expert)) return true;
+    return false;
+}
+
+}  // namespace vmerge

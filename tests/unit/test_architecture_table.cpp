@@ -1,0 +1,182 @@
+// Architecture tables (share/vmerge/architectures/*.json): schema errors name file and rule;
+// the RoPE permutation and the expert split are box copies whose rows are checked here against
+// the formulas of formats-today.md §3.3, written independently of the code under test.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "formats/table_mapping.h"
+#include "mapping/hf_architecture.h"
+#include "test_support.h"
+
+namespace vmerge {
+namespace {
+
+using testing::tensor;
+
+TensorRef source(Shape shape, int64_t offset_elems = 0) {
+    TensorRef r;
+    r.dtype = DType::F32;
+    r.shape = shape;
+    r.stride = contiguous_strides(shape);
+    r.storage.file = "f";
+    r.storage.byte_offset = static_cast<uint64_t>(offset_elems) * 4;
+    r.storage.byte_size = static_cast<uint64_t>(numel(shape)) * 4;
+    return r;
+}
+
+// A tensor [rows, cols] assembled from two row chunks (FSDP2 Shard(0) over two ranks).
+TensorMapping two_chunk_tensor(int64_t rows, int64_t cols, int64_t split) {
+    TensorMapping m;
+    m.sources = {source({split, cols}), source({rows - split, cols}, 1000)};
+    OutputTensor t = tensor("w", DType::F32, {rows, cols});
+    t.copies.push_back({0, {0, 0}, {0, 0}, {split, cols}});
+    t.copies.push_back({1, {0, 0}, {split, 0}, {rows - split, cols}});
+    m.tensors.push_back(t);
+    return m;
+}
+
+std::string error_of(const std::string& text) {
+    try {
+        parse_architecture_table("t.json", nlohmann::json::parse(text));
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+const char* kMinimal = R"({"vmerge_architecture_table": 1, "name": "n", "source": "torchtitan",
+    "architectures": ["A"], "rules": [RULES]})";
+
+std::string with_rules(const std::string& rules) {
+    std::string text = kMinimal;
+    text.replace(text.find("RULES"), 5, rules);
+    return text;
+}
+
+TEST(RopePermutation, EveryHfRowTakesTheInterleavedRowOfItsHead) {
+    const int64_t heads = 3, d = 8, cols = 5, rows = heads * d;
+    const TensorMapping m = two_chunk_tensor(rows, cols, 10);
+    const OutputTensor out = rope_permuted(m.tensors[0], heads, "q");
+    EXPECT_EQ(out.shape, (Shape{rows, cols}));
+    check_copies_tile_output(out, m.sources);
+    // Torchtitan row h*d + q holds the pair element (p = q / 2, j = q % 2); HF puts it at
+    // h*d + j*(d/2) + p.
+    std::vector<int64_t> titan_row_of(rows, -1);
+    for (const BoxCopy& c : out.copies) {
+        ASSERT_EQ(c.extent[0], 1);
+        const int64_t global = c.src_start[0] + (c.source == 0 ? 0 : 10);
+        titan_row_of[c.dst_start[0]] = global;
+    }
+    for (int64_t s = 0; s < rows; ++s) {
+        const int64_t h = s / d, q = s % d;
+        EXPECT_EQ(titan_row_of[h * d + (q % 2) * (d / 2) + q / 2], s) << "torchtitan row " << s;
+    }
+}
+
+TEST(RopePermutation, RowsThatAreNotHeadsOfAnEvenDimAreAnError) {
+    const TensorMapping m = two_chunk_tensor(12, 2, 6);
+    EXPECT_THROW(rope_permuted(m.tensors[0], 4, "q"), Error);  // d = 3
+    EXPECT_THROW(rope_permuted(m.tensors[0], 5, "q"), Error);
+}
+
+TEST(ExpertSplit, EachExpertIsAViewOfItsChunk) {
+    TensorMapping m;
+    m.sources = {source({2, 3, 4}), source({2, 3, 4}, 500)};
+    OutputTensor grouped = tensor("w1_EFD", DType::F32, {4, 3, 4});
+    grouped.copies.push_back({0, {0, 0, 0}, {0, 0, 0}, {2, 3, 4}});
+    grouped.copies.push_back({1, {0, 0, 0}, {2, 0, 0}, {2, 3, 4}});
+    const auto experts = split_experts(grouped, "model.layers.7.mlp.experts.{e}.gate_proj.weight", "7", m.sources);
+    ASSERT_EQ(experts.size(), 4u);
+    for (int64_t e = 0; e < 4; ++e) {
+        const OutputTensor& t = experts[e];
+        EXPECT_EQ(t.name, "model.layers.7.mlp.experts." + std::to_string(e) + ".gate_proj.weight");
+        EXPECT_EQ(t.shape, (Shape{3, 4}));
+        ASSERT_EQ(t.copies.size(), 1u);
+        const TensorRef& view = m.sources[t.copies[0].source];
+        EXPECT_EQ(view.shape, (Shape{3, 4}));
+        // Expert e lives in chunk e / 2 at index e % 2: 12 elements per expert.
+        EXPECT_EQ(view.storage.byte_offset, (e < 2 ? 0u : 2000u));
+        EXPECT_EQ(view.storage_offset, (e % 2) * 12);
+        check_copies_tile_output(t, m.sources);
+    }
+}
+
+TEST(ArchitectureTable, RulesMatchLayerNumbers) {
+    const auto table = parse_architecture_table("t.json", nlohmann::json::parse(with_rules(
+        R"({"from": "layers.{i}.attention.wq.weight", "to": "model.layers.{i}.self_attn.q_proj.weight"},
+           {"from": "norm.weight", "to": "model.norm.weight"})")));
+    auto m = match_table_rule(table, "layers.12.attention.wq.weight");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->layer, "12");
+    EXPECT_EQ(fill_table_pattern(m->rule->to, m->layer, ""), "model.layers.12.self_attn.q_proj.weight");
+    EXPECT_FALSE(match_table_rule(table, "layers.x.attention.wq.weight"));
+    EXPECT_FALSE(match_table_rule(table, "layers.1.attention.wq.weight.extra"));
+    EXPECT_TRUE(match_table_rule(table, "norm.weight"));
+}
+
+TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a.{i}", "to": "b.{i}", "transform": "rotate"})")),
+              "t.json: rule 0 (from 'a.{i}'): unknown transform 'rotate' (expected none, rope_permute or split_experts)");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b.{i}"})")), "t.json: rule 0 (from 'a'): 'to' uses {i}, which 'from' does not bind");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "drop": "why"})")),
+              "t.json: rule 0 (from 'a'): give exactly one of 'to' (its HF name) and 'drop' (why)");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "transform": "rope_permute"})")),
+              "t.json: rule 0 (from 'a'): 'heads' (the config.json key of the head count) goes with transform rope_permute, "
+              "and only there");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b"}, {"from": "a", "to": "c"})")),
+              "t.json: rule 1 (from 'a'): same 'from' as rule 0");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a.{j}", "to": "b"})")),
+              "t.json: rule 0 (from 'a.{j}'): 'a.{j}': only {i} (layer) and {e} (expert) may stand in braces");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "colour": 1})")).substr(0, 44),
+              "t.json: rule 0 (from 'a'): unknown key 'colo");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "w", "to": "b.{e}", "transform": "split_experts"})")), "");
+    EXPECT_EQ(error_of(R"({"name": "n"})"), "t.json: 'vmerge_architecture_table' must be 1 (the table format version)");
+    EXPECT_EQ(error_of(R"({"vmerge_architecture_table": 1, "name": "n", "source": "megatron", "architectures": ["A"],
+                           "rules": [{"from": "a", "to": "b"}]})"),
+              "t.json: source 'megatron': expected torchtitan or hf");
+}
+
+TEST(ArchitectureTable, ShippedTablesParse) {
+    for (const char* name : {"torchtitan_llama3.json", "torchtitan_qwen3.json", "torchtitan_qwen3_moe.json"}) {
+        const auto table = read_architecture_table(std::string(VMERGE_SOURCE_DIR) + "/share/vmerge/architectures/" + name);
+        EXPECT_EQ(table.source, "torchtitan") << name;
+        EXPECT_FALSE(table.config_check.empty()) << name;
+    }
+}
+
+TEST(ArchitectureTable, ALaterTableTakesItsArchitecturesFromEarlierOnes) {
+    testing::TempDir dir;
+    const std::string file = dir.path() + "/mine.json";
+    std::ofstream(file) << R"({"vmerge_architecture_table": 1, "name": "mine", "source": "torchtitan",
+        "architectures": ["LlamaForCausalLM", "MyLlama"], "rules": [{"from": "a", "to": "b"}]})";
+    const auto tables = load_architecture_tables({file});
+    const ArchitectureTable* llama = find_architecture_table(tables, "torchtitan", "LlamaForCausalLM");
+    ASSERT_TRUE(llama);
+    EXPECT_EQ(llama->name, "mine");
+    EXPECT_EQ(find_architecture_table(tables, "torchtitan", "MyLlama"), llama);
+    EXPECT_EQ(find_architecture_table(tables, "megatron", "MyLlama"), nullptr);
+}
+
+}  // namespace
+}  // namespace vmerge
+
+namespace vmerge {
+namespace {
+
+TEST(MtpKeys, MtpDepthsBecomeDecoderLayersAfterTheLast) {
+    int64_t depth = -1;
+    EXPECT_EQ(canonical_mtp_key("mtp.layers.0.transformer_layer.self_attention.linear_proj.weight", 61, depth),
+              "decoder.layers.61.self_attention.linear_proj.weight");
+    EXPECT_EQ(depth, 0);
+    EXPECT_EQ(canonical_mtp_key("mtp.layers.2.mtp_model_layer.mlp.experts.3.linear_fc1.weight", 61, depth),
+              "decoder.layers.63.mlp.experts.3.linear_fc1.weight");
+    EXPECT_EQ(depth, 2);
+    EXPECT_EQ(canonical_mtp_key("mtp.layers.1.final_layernorm.weight", 4, depth), "decoder.layers.5.mtp.final_layernorm.weight");
+    EXPECT_FALSE(canonical_mtp_key("decoder.layers.1.input_layernorm.weight", 4, depth));
+    EXPECT_FALSE(canonical_mtp_key("mtp.layers.x.enorm.weight", 4, depth));
+}
+
+}  // namespace
+}  // namespace vmerge
