@@ -5,7 +5,7 @@
 # watcher on the same target root is refused while the first runs; a watcher killed mid-merge
 # resumes the step; --keep_last removes only older merged outputs; a Megatron-LM run (tracker
 # rule) merges under mpirun -np 2, each iteration bit-exact to its reference.
-# usage: watch_run.sh VMERGE MPIEXEC PYTHON SOURCE_DIR MEGATRON_FIXTURES WORK
+# usage: watch_run.sh VMERGE MPIEXEC PYTHON SOURCE_DIR MEGATRON_FIXTURES WORK   (KEEP=1 keeps WORK)
 set -uo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 megatron=$5 work=$6
 example=$source_dir/examples/tiny-qwen2-fsdp/global_step_1
@@ -68,6 +68,23 @@ mkdir -p "$out/notes" && echo mine > "$out/notes/readme.txt"
     fail "--keep_last 2 did not keep exactly steps 2 and 3 (and the user's folder)"
 echo "ok   --keep_last 2 removed step 1's output only"
 
+# What --keep_last may never remove: a user's folder at a step's target, and a link there to
+# the checkpoint itself. Both steps are refused (not merged), and nothing of either is touched.
+for k in 4 5; do mkdir -p "$run/global_step_$k" && cp -r "$example/actor" "$run/global_step_$k/"; done
+printf 5 > "$run/latest_checkpointed_iteration.txt"
+mkdir -p "$out/global_step_4" && echo mine > "$out/global_step_4/readme.txt"
+ln -s "$run/global_step_1/actor" "$out/global_step_5"
+before=$(find "$run" "$out/global_step_4" -type f -exec sha256sum {} + | sort)
+"$vmerge" watch --root "$run" --target_root "$out" --once --keep_last 1 >"$work/guard.log" 2>&1 &&
+    fail "steps whose targets are a user's folder and a link to the checkpoint were merged"
+grep -q "global_step_4: .*error\|error: global_step_4" "$work/guard.log" || { cat "$work/guard.log"; fail "step 4: no error"; }
+grep -q "error: global_step_5" "$work/guard.log" || { cat "$work/guard.log"; fail "step 5: no error"; }
+[[ -f $out/global_step_4/readme.txt && -L $out/global_step_5 ]] || fail "--keep_last removed a folder vmerge did not write"
+[[ $(find "$run" "$out/global_step_4" -type f -exec sha256sum {} + | sort) == "$before" ]] ||
+    fail "the run or the user's folder changed"
+[[ -d $out/global_step_3 && ! -e $out/global_step_2 ]] || fail "--keep_last 1 did not keep exactly the newest merged step"
+echo "ok   --keep_last never removes a user's folder or a link to the checkpoint at a step's target"
+
 # A Megatron-LM run (tracker at iteration 20) under mpirun -np 2.
 "$mpiexec" --oversubscribe -np 2 "$vmerge" watch --root "$megatron/mlm_llama_tp2_pp2/ckpt" --target_root "$work/mlm" \
     --hf_config "$megatron/mlm_llama_tp2_pp2/hf" --once -q >"$work/mlm.log" 2>&1 || { cat "$work/mlm.log"; fail "Megatron run"; }
@@ -78,4 +95,4 @@ echo "ok   Megatron-LM run: iterations 10 and 20 merged with 2 ranks, bit-exact"
 "$vmerge" watch --root "$run" --target_root "$run/merged" --once >"$work/inside.log" 2>&1 && fail "target root inside the run accepted"
 grep -q "error:" "$work/inside.log" || fail "target root inside the run: no error"
 echo "ok   a target root inside the run is refused"
-rm -rf "$work"
+[[ -n ${KEEP:-} ]] || rm -rf "$work"
