@@ -7,6 +7,7 @@
 #include "io/input_file.h"
 #include "io/read_once.h"
 #include "pickle/pickle.h"
+#include "torch/torch_pickle.h"
 
 namespace vmerge {
 namespace {
@@ -19,21 +20,6 @@ const Value& field(const Value& object, const char* name, const std::string& whe
     const Value* v = state ? pickle::dict_get(*state, name) : nullptr;
     if (!v) throw Error(where + ": " + pickle::describe(object) + " has no field '" + name + "'");
     return *v;
-}
-
-Shape size_of(const Value& v, const std::string& where) {
-    const Value* tuple = &v;
-    if (v.kind == Kind::Object && v.callable && pickle::is_global(*v.callable, "torch", "Size") && v.args &&
-        v.args->kind == Kind::Tuple && v.args->items.size() == 1)
-        tuple = v.args->items[0].get();
-    if (tuple->kind != Kind::Tuple && tuple->kind != Kind::List)
-        throw Error(where + ": expected a torch.Size, found " + pickle::describe(v));
-    Shape out;
-    for (const auto& d : tuple->items) {
-        if (d->kind != Kind::Int || d->integer < 0) throw Error(where + ": bad size element " + pickle::describe(*d));
-        out.push_back(d->integer);
-    }
-    return out;
 }
 
 std::string class_name(const Value& v) {
@@ -66,7 +52,7 @@ StorageLocations storage_locations(const Value& storage, const std::string& path
         if (fqn.kind != Kind::String) throw Error(where + ": MetadataIndex.fqn is not a string");
         const Value* offset = index->state ? pickle::dict_get(*index->state, "offset") : nullptr;
         Shape offsets;
-        if (offset && offset->kind != Kind::None) offsets = size_of(*offset, where + " '" + fqn.text + "'");
+        if (offset && offset->kind != Kind::None) offsets = torch_size_of(*offset, where + " '" + fqn.text + "'");
         const Value& relative = field(*info, "relative_path", where);
         const Value& start = field(*info, "offset", where);
         const Value& length = field(*info, "length", where);
@@ -128,15 +114,15 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
         DcpTensor tensor;
         tensor.fqn = key->text;
         tensor.dtype = properties_dtype(field(*value, "properties", where), where);
-        tensor.size = size_of(field(*value, "size", where), where);
+        tensor.size = torch_size_of(field(*value, "size", where), where);
         if (!checked_numel(tensor.size))
             throw Error(where + ": size " + shape_to_string(tensor.size) + " has more than 2^63 elements");
         const Value& chunks = field(*value, "chunks", where);
         if (chunks.kind != Kind::List) throw Error(where + ": chunks is not a list");
         for (const auto& c : chunks.items) {
             DcpChunk chunk;
-            const Shape offsets = size_of(field(*c, "offsets", where), where);
-            const Shape sizes = size_of(field(*c, "sizes", where), where);
+            const Shape offsets = torch_size_of(field(*c, "offsets", where), where);
+            const Shape sizes = torch_size_of(field(*c, "sizes", where), where);
             if (offsets.size() != tensor.size.size() || sizes.size() != tensor.size.size())
                 throw Error(where + ": chunk rank differs from the tensor's");
             for (size_t d = 0; d < sizes.size(); ++d)

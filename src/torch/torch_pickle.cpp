@@ -349,4 +349,20 @@ ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t le
     return scanned;
 }
 
+Shape torch_size_of(const Value& v, const std::string& where) {
+    const Value* tuple = &v;
+    if (v.kind == Kind::Object && v.callable && pickle::is_global(*v.callable, "torch", "Size") && v.args &&
+        v.args->kind == Kind::Tuple && v.args->items.size() == 1)
+        tuple = v.args->items[0].get();
+    if (tuple->kind != Kind::Tuple && tuple->kind != Kind::List)
+        throw Error(where + ": expected a torch.Size, found " + pickle::describe(v));
+    Shape out;
+    for (const auto& d : tuple->items) {
+        if (d->kind != Kind::Int || d->integer < 0) throw Error(where + ": bad size element " + pickle::describe(*d));
+        out.push_back(d->integer);
+    }
+    return out;
+}
+
+
 }  // namespace vmerge

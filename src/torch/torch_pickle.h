@@ -17,4 +17,8 @@ ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t le
 bool interpret_tensor(const pickle::Value& value, const ZipArchive& archive,
                       const InputFile& file, TensorRef& out, const std::string& where);
 
+// A pickled torch.Size((...)) or a plain tuple/list of non-negative ints, as a Shape; Error
+// naming `where` otherwise.
+Shape torch_size_of(const pickle::Value& value, const std::string& where);
+
 }  // namespace vmerge

@@ -52,20 +52,9 @@ int64_t int_of(const Value& v, const std::string& where) {
     throw Error(where + ": expected an int, found " + pickle::describe(v));
 }
 
-// torch.Size((...)) or a plain tuple/list of ints.
+// torch.Size((...)) or a plain tuple/list of ints, whose element count fits 64 bits.
 Shape shape_of(const Value& v, const std::string& where) {
-    const Value* tuple = &v;
-    if (v.kind == Kind::Object && v.callable && pickle::is_global(*v.callable, "torch", "Size") && v.args &&
-        v.args->kind == Kind::Tuple && v.args->items.size() == 1)
-        tuple = v.args->items[0].get();
-    if (tuple->kind != Kind::Tuple && tuple->kind != Kind::List)
-        throw Error(where + ": expected a torch.Size, found " + pickle::describe(v));
-    Shape shape;
-    for (const auto& d : tuple->items) {
-        const int64_t n = int_of(*d, where);
-        if (n < 0) throw Error(where + ": negative dimension " + std::to_string(n));
-        shape.push_back(n);
-    }
+    const Shape shape = torch_size_of(v, where);
     if (!checked_numel(shape)) throw Error(where + ": shape " + shape_to_string(shape) + " overflows 64 bits");
     return shape;
 }
