@@ -3,6 +3,7 @@
 #include <map>
 #include <regex>
 
+#include "core/bounded_number.h"
 #include "core/error.h"
 #include "formats/deepspeed/deepspeed_checkpoint.h"
 #include "io/input_file.h"
@@ -14,6 +15,13 @@ namespace {
 const std::regex kOptimFile(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
 const std::regex kRankModelFile(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
 const std::regex kModelFile(R"(mp_rank_(\d+)_model_states\.pt)");
+
+// A rank number in a file name (any count of digits matches the patterns above), bounded.
+long rank_in_name(const std::ssub_match& digits, const fs::path& file) {
+    const auto rank = parse_int_within(digits.str(), 0, kMaxWorldSize);
+    if (!rank) throw Error(file.string() + ": rank " + digits.str() + " in the file name is not within " + range_text(0, kMaxWorldSize));
+    return static_cast<long>(*rank);
+}
 const std::regex kExpertFile(R"((layer_\d+_expert_\d+_mp_rank_\d+_model_states|expp_rank_\d+_mp_rank_\d+_optim_states)\.pt)");
 const std::regex kLayerFile(R"(layer_\d+-model_\d+-model_states\.pt)");
 
@@ -107,14 +115,14 @@ DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::option
         const std::string name = e.path().filename().string();
         std::smatch m;
         if (std::regex_match(name, m, kOptimFile)) {
-            refuse_unsupported(c.tag_dir, name, std::stol(m[3]));
-            if (!optim.emplace(std::stol(m[2]), e.path().string()).second)
+            refuse_unsupported(c.tag_dir, name, rank_in_name(m[3], e.path()));
+            if (!optim.emplace(rank_in_name(m[2], e.path()), e.path().string()).second)
                 throw Error(e.path().string() + ": a second optimizer file for rank " + m[2].str());
         } else if (std::regex_match(name, m, kRankModelFile)) {
-            refuse_unsupported(c.tag_dir, name, std::stol(m[2]));
-            rank_models.emplace(std::stol(m[1]), e.path().string());
+            refuse_unsupported(c.tag_dir, name, rank_in_name(m[2], e.path()));
+            rank_models.emplace(rank_in_name(m[1], e.path()), e.path().string());
         } else if (std::regex_match(name, m, kModelFile)) {
-            refuse_unsupported(c.tag_dir, name, std::stol(m[1]));
+            refuse_unsupported(c.tag_dir, name, rank_in_name(m[1], e.path()));
             models.emplace(0, e.path().string());
         } else {
             refuse_unsupported(c.tag_dir, name, 0);
