@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "output/registry.h"
 #include "output_stage.h"
+#include "core/resident_memory.h"
 #include "core/stopwatch.h"
 #include "exec/copy_executor.h"
 #include "hdf5_commands.h"
@@ -103,7 +104,14 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     if (comm.rank() != 0) return 0;
     const int ranks = o.np > 0 ? o.np : comm.size();
     const uint64_t budget = max_memory(o, comm);
-    InspectReport report = inspect_report(o, in, plan_merge(in.mapping().tensors, o, ranks), ranks, budget, comm);
+    const MergePlan plan = plan_merge(in.mapping().tensors, o, ranks);
+    std::optional<ScanExchangeFigures> exchange = in.exchange;
+    if (exchange) {  // --simulate: a merging rank's planning ends here
+        exchange->plan_seconds = plan.seconds;
+        exchange->resident_peak_bytes = resident_peak_bytes();
+    }
+    InspectReport report = inspect_report(o, in, plan, ranks, budget, comm);
+    report.exchange = exchange;
     report.total_seconds = seconds_since(start);
     if (o.json) out << inspect_json(report).dump(2) << "\n";
     else print_inspect_text(report, out);

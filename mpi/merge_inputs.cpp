@@ -102,13 +102,8 @@ std::vector<ScannedFile> scan(const DetectedCheckpoint& checkpoint, Comm& comm) 
     collective_step(comm, [&] {
         for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) mine.push_back(scan_job(checkpoint, jobs[i]));
     });
-    const auto gathered = comm.allgather(serialize_scans(mine));
-    std::vector<ScannedFile> scans(jobs.size());
-    for (int r = 0; r < comm.size(); ++r) {
-        auto list = deserialize_scans(gathered[r]);
-        for (size_t k = 0; k < list.size(); ++k) scans[r + k * comm.size()] = std::move(list[k]);
-    }
-    return scans;
+    std::vector<std::string> gathered = comm.allgather(serialize_scans(mine));
+    return gathered_scans(gathered, jobs.size());
 }
 
 // Map: HF names, the LoRA adapter, the output rules and checks, quantization. The config and
@@ -178,7 +173,16 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
         in.config = parse_hf_config(o.hf_config, config_text);
         in.checkpoint.backend = "simulated";
         in.checkpoint.description = o.simulate + " (no files read)";
-        in.mapped.mapping = simulate_checkpoint(in.config, o.simulate, in.mapped.notes);
+        ScanExchangeFigures figures;
+        Clock::time_point decoded;
+        const int ranks = o.np > 0 ? o.np : comm.size();
+        in.mapped.mapping = simulate_checkpoint(in.config, o.simulate, in.mapped.notes, [&](std::vector<ScannedFile> scans) {
+            auto received = exchange_scans_as_ranks(std::move(scans), ranks, figures);
+            decoded = Clock::now();
+            return received;
+        });
+        figures.map_seconds = seconds_since(decoded);
+        in.exchange = figures;
         in.mapped.facts["backend"] = "simulated";
         in.mapped.facts["layout"] = o.simulate;
         in.mapped.facts["architecture"] = in.config.architectures.empty() ? "" : in.config.architectures[0];

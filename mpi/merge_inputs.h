@@ -7,6 +7,7 @@
 #include "command_line.h"
 #include "comm.h"
 #include "formats/checkpoint.h"
+#include "formats/simulated/scan_exchange_model.h"
 #include "mapping/hf_config.h"
 #include "mapping/lora_adapter.h"
 #include "mapping/output_config.h"
@@ -29,6 +30,8 @@ struct MergeInputs {
     QuantizationPlan quantization;
     OutputConfig output_config;
     LoraResult lora;
+    // inspect --simulate: the scan all-gather of a merge over --np ranks, done in this process.
+    std::optional<ScanExchangeFigures> exchange;
     const TensorMapping& mapping() const { return mapped.mapping; }
 };
 

@@ -22,6 +22,10 @@ void add_tensors_and_plan(InspectReport& report, const std::vector<OutputTensor>
     }
 }
 
+double exchange_planning_seconds(const ScanExchangeFigures& x) {
+    return x.encode_seconds + x.decode_seconds + x.map_seconds + x.plan_seconds;
+}
+
 PlanBalance plan_balance(const InspectReport& report) {
     PlanBalance b;
     for (const auto& p : report.per_rank) b.largest = std::max(b.largest, p.bytes);
@@ -69,6 +73,14 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
     j["plan"] = {{"ranks", r.ranks}, {"largest_rank_bytes", b.largest}, {"mean_rank_bytes", b.mean},
                  {"largest_over_mean", b.imbalance}, {"plan_seconds", r.plan_seconds},
                  {"total_seconds", r.total_seconds}, {"per_rank", plan}};
+    if (const auto& x = r.exchange)
+        j["scan_exchange"] = {{"ranks", x->ranks}, {"files", x->files}, {"entries", x->entries},
+                              {"received_bytes_per_rank", x->received_bytes}, {"largest_message_bytes", x->largest_message_bytes},
+                              {"encode_seconds", x->encode_seconds}, {"decode_seconds", x->decode_seconds},
+                              {"map_seconds", x->map_seconds}, {"plan_seconds", x->plan_seconds},
+                              {"planning_seconds", exchange_planning_seconds(*x)},
+                              {"peak_measured", x->peak_measured}, {"resident_before_decode_bytes", x->resident_before_bytes},
+                              {"resident_peak_bytes", x->resident_peak_bytes}};
     return j;
 }
 
@@ -119,6 +131,16 @@ void print_plan_lines(const InspectReport& r, std::ostream& out) {
         << " per rank, largest " << human_bytes(b.largest) << " (" << std::fixed << std::setprecision(3)
         << 100.0 * b.imbalance << "% over the mean); planned in " << std::setprecision(2) << r.plan_seconds << " s, "
         << r.total_seconds << " s in all\n";
+    if (const auto& x = r.exchange) {
+        out << "exchange     each of " << x->ranks << " ranks receives " << human_bytes(x->received_bytes) << " of scans ("
+            << x->files << " files, " << x->entries << " tensors; largest message " << human_bytes(x->largest_message_bytes)
+            << "); encode " << std::setprecision(3) << x->encode_seconds << " s, decode " << x->decode_seconds
+            << " s, map " << x->map_seconds << " s, plan " << x->plan_seconds << " s: " << exchange_planning_seconds(*x)
+            << " s per rank\n";
+        out << "rank memory  " << human_bytes(x->resident_peak_bytes) << " resident at the peak of planning ("
+            << human_bytes(x->resident_before_bytes) << " with the messages received"
+            << (x->peak_measured ? "" : "; the kernel keeps no resettable peak: the whole process's") << ")\n";
+    }
     // Long plans: the first and last ranks show the pattern.
     const auto& plan = r.per_rank;
     for (size_t k = 0; k < plan.size(); ++k) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/tensor_ref.h"
+#include "formats/simulated/scan_exchange_model.h"
 #include "mapping/tensor_mapping.h"
 #include "plan/output_layout.h"
 #include "plan/rank_work.h"
@@ -78,6 +79,7 @@ struct InspectReport {
     };
     std::optional<Lora> lora;
     double plan_seconds = 0, total_seconds = 0;
+    std::optional<ScanExchangeFigures> exchange;  // --simulate: one merging rank's planning
 };
 
 // The model's parts that come from the scans, the mapping and the plan.
@@ -91,6 +93,10 @@ struct PlanBalance {
     double imbalance = 0;
 };
 PlanBalance plan_balance(const InspectReport& report);
+
+// What one rank spends from encoding its scans to holding its plan (the all-gather's transfer
+// itself aside: docs/scaling.md models it).
+double exchange_planning_seconds(const ScanExchangeFigures& x);
 
 nlohmann::ordered_json inspect_json(const InspectReport& report);
 void print_inspect_text(const InspectReport& report, std::ostream& out);

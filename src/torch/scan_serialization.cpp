@@ -110,4 +110,18 @@ std::vector<ScannedFile> deserialize_scans(const std::string& text) {
     });
 }
 
+std::vector<ScannedFile> gathered_scans(std::vector<std::string>& messages, size_t files) {
+    std::vector<ScannedFile> scans(files);
+    const size_t ranks = messages.size();
+    for (size_t r = 0; r < ranks; ++r) {
+        auto list = deserialize_scans(messages[r]);
+        std::string().swap(messages[r]);
+        if (list.size() != (files > r ? (files - r + ranks - 1) / ranks : 0))
+            throw Error("internal: malformed scan message: rank " + std::to_string(r) + " sent " +
+                        std::to_string(list.size()) + " scans of the " + std::to_string(files) + " files");
+        for (size_t k = 0; k < list.size(); ++k) scans[r + k * ranks] = std::move(list[k]);
+    }
+    return scans;
+}
+
 }  // namespace vmerge

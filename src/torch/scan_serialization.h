@@ -14,4 +14,9 @@ ScannedFile deserialize_scan(const std::string& text);
 std::string serialize_scans(const std::vector<ScannedFile>& scans);
 std::vector<ScannedFile> deserialize_scans(const std::string& text);
 
+// The all-gather's messages (rank r's holds the scans of files r, r+P, r+2P, ... of P ranks)
+// back into the `files` scans in file order. Each message is released once decoded, so a rank
+// never holds all of them twice over.
+std::vector<ScannedFile> gathered_scans(std::vector<std::string>& messages, size_t files);
+
 }  // namespace vmerge

@@ -104,7 +104,8 @@ int parse_count(const std::string& spec, const std::string& text, const char* wh
 
 // ---------------------------------------------------------------- FSDP
 
-TensorMapping simulate_fsdp(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
+TensorMapping simulate_fsdp(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes,
+                            const ScanExchange& exchange) {
     const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
     std::vector<std::pair<std::string, Shape>> tensors(arch.expected.required.begin(), arch.expected.required.end());
     // A tied model's state_dict() still lists lm_head.weight (the same Parameter): verl saves it.
@@ -149,6 +150,7 @@ TensorMapping simulate_fsdp(const HfConfig& config, const SimulationSpec& s, std
         stored += f.stored;
         scans.push_back(std::move(f.scan));
     }
+    if (exchange) scans = exchange(std::move(scans));
     TensorMapping mapping = map_fsdp(scans);
     notes.push_back("simulated verl FSDP2 checkpoint: " + std::to_string(W) + " rank files " + kRoot +
                     "/model_world_size_" + std::to_string(W) + "_rank_*.pt, " + std::to_string(tensors.size()) +
@@ -405,7 +407,8 @@ void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const S
                 builders[(static_cast<size_t>(t) * s.pp + stage) * s.ep + e].add(key, c.dtype, local, bytes, chunk);
 }
 
-TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes) {
+TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes,
+                                const ScanExchange& exchange) {
     const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
     const std::vector<Canonical> canonical = canonical_from_hf(config, arch, s, notes);
     const LayerPlacement layers = place_layers(arch.layers, s, notes);
@@ -427,6 +430,7 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
         scans.push_back(std::move(b.scan));
     }
     builders.clear();
+    if (exchange) scans = exchange(std::move(scans));
 
     MegatronParallelism found;
     const TensorMapping merged = assemble_megatron_legacy(ckpt, scans, arch, found);
@@ -474,9 +478,10 @@ SimulationSpec parse_simulation_spec(const std::string& spec) {
     return s;
 }
 
-TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, std::vector<std::string>& notes) {
+TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, std::vector<std::string>& notes,
+                                  const ScanExchange& exchange) {
     const SimulationSpec s = parse_simulation_spec(spec);
-    return s.backend == "fsdp" ? simulate_fsdp(config, s, notes) : simulate_megatron(config, s, notes);
+    return s.backend == "fsdp" ? simulate_fsdp(config, s, notes, exchange) : simulate_megatron(config, s, notes, exchange);
 }
 
 uint64_t mapping_read_bytes(const TensorMapping& mapping) {

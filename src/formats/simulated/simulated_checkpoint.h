@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,11 @@ SimulationSpec parse_simulation_spec(const std::string& spec);
 // the real output names, shapes, order and box copies. Like map_checkpoint it does not apply
 // the output rules: call apply_output_rules (dtype, tied lm_head) on it, as the driver does.
 // `notes` gets what was assumed (padding, uneven pipeline split, ...) and a summary line.
-TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, std::vector<std::string>& notes);
+// `exchange`, when given, gets the synthetic scans before the backend does and returns the
+// scans to map (inspect --simulate: the all-gather a merge does, scan_exchange_model.h).
+using ScanExchange = std::function<std::vector<ScannedFile>(std::vector<ScannedFile>)>;
+TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, std::vector<std::string>& notes,
+                                  const ScanExchange& exchange = {});
 
 // What a merge reads: the source bytes every box copy of `mapping` covers (each byte once;
 // padding, replicas and dropped vocabulary rows are not read).

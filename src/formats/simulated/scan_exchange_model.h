@@ -1,0 +1,36 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor_ref.h"
+
+namespace vmerge {
+
+// What the scan all-gather costs one rank of a merge over `ranks` ranks, measured by doing
+// it in this process: every rank's message encoded as that rank would (files r, r+P, ...),
+// then all of them decoded as every rank does (gathered_scans). inspect --simulate reports it
+// with the mapping and planning that follow (docs/scaling.md).
+struct ScanExchangeFigures {
+    int ranks = 0;
+    size_t files = 0;
+    size_t entries = 0;                  // tensor entries in all scans
+    uint64_t received_bytes = 0;         // every message: what each rank receives and parses
+    uint64_t largest_message_bytes = 0;  // the largest rank's contribution
+    double encode_seconds = 0;           // the largest rank's encoding of its own message
+    double decode_seconds = 0;           // decoding every message (each rank does it all)
+    double map_seconds = 0;              // the backend's mapping of the decoded scans
+    double plan_seconds = 0;             // output layout and every rank's rows
+    // Resident memory from the exchange on (the simulated checkpoint built before it freed):
+    // the received messages, the decoded scans, the mapping and the plan, as a rank holds them.
+    bool peak_measured = false;          // false: the kernel keeps no resettable peak
+    uint64_t resident_before_bytes = 0;  // with the messages received, before decoding them
+    uint64_t resident_peak_bytes = 0;    // read after planning
+};
+
+// Encodes `scans` as the messages of `ranks` ranks, frees `scans`, and decodes the messages
+// back into scans in file order, filling `figures` (all but map, plan and the peak, which the
+// caller reads after its planning).
+std::vector<ScannedFile> exchange_scans_as_ranks(std::vector<ScannedFile> scans, int ranks, ScanExchangeFigures& figures);
+
+}  // namespace vmerge
