@@ -159,9 +159,14 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     in.checkpoint = discover(o, comm);
     const auto scan_start = Clock::now();
     in.scans = scan(in.checkpoint, comm);
+    if (comm.rank() == 0) {
+        const std::string scans = serialize_scans(in.scans);
+        in.scans_digest = hex64(xxh64(scans.data(), scans.size()));
+    }
     in.scan_seconds = seconds_since(scan_start);
     const auto map_start = Clock::now();
     map_stage(in, o, comm);
+    if (o.command != "inspect" || comm.rank() != 0) std::vector<ScannedFile>().swap(in.scans);
     in.map_seconds = seconds_since(map_start);
     return in;
 }
@@ -215,8 +220,7 @@ ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout,
     for (const auto& job : in.checkpoint.jobs) paths.push_back(job.path);
     if (!in.config.dir.empty()) paths.push_back(in.config.dir + "/config.json");
     id.inputs = stamp_inputs(paths);
-    const std::string scans = serialize_scans(in.scans);
-    id.scans = hex64(xxh64(scans.data(), scans.size()));
+    id.scans = in.scans_digest;
     return id;
 }
 

@@ -23,7 +23,10 @@ struct MergeInputs {
     double scan_seconds = 0;
     double map_seconds = 0;
     DetectedCheckpoint checkpoint;
+    // Every rank file's scan until the mapping is made; only inspect's rank 0 keeps them after
+    // (its backend facts): a rank's plan needs the mapping, not every file's storage details.
     std::vector<ScannedFile> scans;
+    std::string scans_digest;  // rank 0: XXH64 of the scans, for the --resume identity
     HfConfig config;
     MappedCheckpoint mapped;
     std::optional<QuantizeSpec> quantize;
@@ -50,6 +53,7 @@ std::map<std::string, std::string> generated_files(const MergeInputs& in);
 std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in);
 
 // What --resume must find unchanged: the plan, the split, the values' recipe and the inputs.
+// Rank 0 only (the scans digest is taken there).
 ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout, const Comm& comm, uint64_t budget);
 
 }  // namespace vmerge

@@ -86,8 +86,10 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
 // de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
 // result against the tensors config.json implies. Unmapped keys are an Error listing them
 // unless `allow_unmapped`.
-// The tied output layer and --allow_unmapped drops are recorded in `ledger`.
-TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
+// The tied output layer and --allow_unmapped drops are recorded in `ledger`. `canonical` is
+// taken by value: a caller that moves it in lends its sources to the result instead of
+// holding them twice (every rank maps every source, docs/scaling.md).
+TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& arch, const HfConfig& config,
                              bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
                              SourceLedger* ledger = nullptr);
 

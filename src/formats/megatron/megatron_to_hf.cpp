@@ -142,11 +142,11 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
     return made;
 }
 
-TensorMapping megatron_to_hf(const TensorMapping& canonical, const ArchitectureInfo& arch, const HfConfig& config,
+TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& arch, const HfConfig& config,
                              bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
                              SourceLedger* ledger) {
     TensorMapping out;
-    out.sources = canonical.sources;
+    out.sources = std::move(canonical.sources);
     std::vector<std::string> unmapped;
     OutputNames produced("the Megatron checkpoint");
     const bool tied = (tie_word_embeddings || config.tie_word_embeddings) && !arch.value_model;

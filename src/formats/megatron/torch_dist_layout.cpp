@@ -31,8 +31,8 @@ public:
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
         const ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp);
-        const TensorMapping canonical = assemble_dcp_tensors(d.dcp, scans, true, &ledger);
-        m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
+        TensorMapping canonical = assemble_dcp_tensors(d.dcp, scans, true, &ledger);
+        m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
                                    &ledger);
     }
 };

@@ -433,11 +433,11 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
     if (exchange) scans = exchange(std::move(scans));
 
     MegatronParallelism found;
-    const TensorMapping merged = assemble_megatron_legacy(ckpt, scans, arch, found);
+    TensorMapping merged = assemble_megatron_legacy(ckpt, scans, arch, found);
     if (found.tp != s.tp || found.pp != s.pp || found.ep != s.ep || found.vpp != s.vpp)
         throw Error("internal: the simulated folders read back as tp " + std::to_string(found.tp) + " pp " +
                     std::to_string(found.pp) + " ep " + std::to_string(found.ep) + " vpp " + std::to_string(found.vpp));
-    TensorMapping mapping = megatron_to_hf(merged, arch, config, false, false, notes);
+    TensorMapping mapping = megatron_to_hf(std::move(merged), arch, config, false, false, notes);
     notes.push_back("simulated Megatron-LM legacy checkpoint: " + std::to_string(scans.size()) + " rank files " + ckpt.dir +
                     "/mp_rank_*/model_optim_rng.pt (tp " + std::to_string(s.tp) + ", pp " + std::to_string(s.pp) +
                     ", ep " + std::to_string(s.ep) + ", vpp " + std::to_string(s.vpp) + "; TE spec, grouped experts, " +
