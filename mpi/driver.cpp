@@ -28,6 +28,7 @@
 #include "output/target_guard.h"
 #include "output/write_journal.h"
 #include "plan/output_layout.h"
+#include "plan/rank_inputs.h"
 #include "plan/rank_work.h"
 #include "rank_resources.h"
 #include "formats/registry.h"
@@ -109,6 +110,11 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     if (exchange) {  // --simulate: a merging rank's planning ends here
         exchange->plan_seconds = plan.seconds;
         exchange->resident_peak_bytes = resident_peak_bytes();
+        for (size_t files : input_files_per_rank(in.mapping(), plan.work)) {
+            exchange->input_files_max = std::max(exchange->input_files_max, files);
+            exchange->rank_file_opens += files;
+        }
+        exchange->input_files_mean = static_cast<double>(exchange->rank_file_opens) / ranks;
     }
     InspectReport report = inspect_report(o, in, plan, ranks, budget, comm);
     report.exchange = exchange;

@@ -79,6 +79,8 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
                               {"encode_seconds", x->encode_seconds}, {"decode_seconds", x->decode_seconds},
                               {"map_seconds", x->map_seconds}, {"plan_seconds", x->plan_seconds},
                               {"planning_seconds", exchange_planning_seconds(*x)},
+                              {"input_files_per_rank_max", x->input_files_max},
+                              {"input_files_per_rank_mean", x->input_files_mean}, {"rank_file_opens", x->rank_file_opens},
                               {"peak_measured", x->peak_measured}, {"resident_before_decode_bytes", x->resident_before_bytes},
                               {"resident_peak_bytes", x->resident_peak_bytes}};
     return j;
@@ -140,6 +142,8 @@ void print_plan_lines(const InspectReport& r, std::ostream& out) {
         out << "rank memory  " << human_bytes(x->resident_peak_bytes) << " resident at the peak of planning ("
             << human_bytes(x->resident_before_bytes) << " with the messages received"
             << (x->peak_measured ? "" : "; the kernel keeps no resettable peak: the whole process's") << ")\n";
+        out << "rank inputs  each rank opens at most " << x->input_files_max << " input files (mean " << std::setprecision(1)
+            << x->input_files_mean << "; " << x->rank_file_opens << " (rank, file) opens in all)\n";
     }
     // Long plans: the first and last ranks show the pattern.
     const auto& plan = r.per_rank;

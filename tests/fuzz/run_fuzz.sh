@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 build=$root/build-fuzz
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(zip pickle safetensors torch_scan dcp_metadata)
+[[ ${#targets[@]} -gt 0 ]] || targets=(zip pickle safetensors torch_scan dcp_metadata scan_message)
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMERGE_FUZZ=ON \
     -DVMERGE_BUILD_TESTS=OFF >/dev/null || exit 1

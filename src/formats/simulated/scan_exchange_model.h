@@ -21,6 +21,10 @@ struct ScanExchangeFigures {
     double decode_seconds = 0;           // decoding every message (each rank does it all)
     double map_seconds = 0;              // the backend's mapping of the decoded scans
     double plan_seconds = 0;             // output layout and every rank's rows
+    // What the plan asks of the file system: input files each rank opens (input_files_per_rank).
+    size_t input_files_max = 0;
+    double input_files_mean = 0;
+    uint64_t rank_file_opens = 0;        // (rank, input file) pairs over all ranks
     // Resident memory from the exchange on (the simulated checkpoint built before it freed):
     // the received messages, the decoded scans, the mapping and the plan, as a rank holds them.
     bool peak_measured = false;          // false: the kernel keeps no resettable peak
