@@ -179,7 +179,7 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
         in.checkpoint.backend = "simulated";
         in.checkpoint.description = o.simulate + " (no files read)";
         ScanExchangeFigures figures;
-        Clock::time_point decoded;
+        Clock::time_point decoded = Clock::now();
         const int ranks = o.np > 0 ? o.np : comm.size();
         in.mapped.mapping = simulate_checkpoint(in.config, o.simulate, in.mapped.notes, [&](std::vector<ScannedFile> scans) {
             auto received = exchange_scans_as_ranks(std::move(scans), ranks, figures);

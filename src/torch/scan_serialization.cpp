@@ -5,10 +5,16 @@
 // contiguous, a DTensor's mesh and placements only where they differ.
 //
 //   message := "VMSC" version:varint files:varint (record-length:varint record)*
-//   record  := path chunks:varint metadata skipped:varint (key kind)* tensors:varint entry*
+//   record  := path chunks:zigzag metadata skipped:varint (key kind)* tensors:varint entry*
+//   entry   := key-shared:varint key-rest flags:byte dtype:varint chunk:zigzag shape [strides]
+//              [storage-offset] [storage-file] storage-key-shared storage-key-rest byte-offset
+//              byte-size [crc32:4 bytes LE] [global-shape [mesh names coordinates placements]]
+//   (strings: length:varint bytes; shapes: ndim:varint dims:zigzag; flags: EntryFlag below)
 #include "torch/scan_serialization.h"
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <string_view>
 
 #include "core/binary_message.h"
@@ -32,6 +38,15 @@ enum EntryFlag : uint8_t {
 };
 constexpr uint8_t kKnownFlags = 63;
 constexpr uint64_t kDTypeCount = static_cast<uint64_t>(DType::C64) + 1;
+
+// contiguous_strides(shape) where its products fit in int64 (a 0-sized dim counts as 1, so a
+// shape of no elements can still overflow them); nullopt otherwise.
+std::optional<Shape> contiguous_strides_if_representable(const Shape& shape) {
+    int64_t product = 1;
+    for (size_t d = 1; d < shape.size(); ++d)
+        if (shape[d] < 0 || __builtin_mul_overflow(product, std::max<int64_t>(shape[d], 1), &product)) return std::nullopt;
+    return contiguous_strides(shape);
+}
 
 size_t shared_prefix(std::string_view a, std::string_view b) {
     size_t n = 0;
@@ -60,12 +75,6 @@ void put_shape(BinaryWriter& w, const Shape& shape) {
 Shape get_shape(BinaryReader& r, const char* field) {
     Shape shape(r.count(field, 1));
     for (auto& d : shape) d = r.zigzag(field, std::numeric_limits<int64_t>::min(), kInt64Max);
-    return shape;
-}
-
-Shape get_sizes(BinaryReader& r, const char* field) {  // sizes are never negative
-    Shape shape(r.count(field, 1));
-    for (auto& d : shape) d = r.zigzag(field, 0, kInt64Max);
     return shape;
 }
 
@@ -121,7 +130,7 @@ struct EntryContext {  // what the previous entry of the file left
 void put_entry(BinaryWriter& w, const ScannedFile& scanned, const StateDictEntry& e, EntryContext& previous) {
     const TensorRef& t = e.tensor;
     uint8_t flags = 0;
-    if (t.stride == contiguous_strides(t.shape)) flags |= kContiguous;
+    if (t.stride == contiguous_strides_if_representable(t.shape)) flags |= kContiguous;
     if (t.storage.crc32) flags |= kHasCrc;
     if (t.storage.file != scanned.path) flags |= kOtherFile;
     if (t.storage_offset != 0) flags |= kHasOffset;
@@ -160,9 +169,14 @@ StateDictEntry get_entry(BinaryReader& r, const ScannedFile& scanned, EntryConte
     TensorRef& t = e.tensor;
     t.dtype = static_cast<DType>(r.varint("dtype", kDTypeCount - 1));
     e.chunk = static_cast<int>(r.zigzag("model chunk", -kIntMax - 1, kIntMax));
-    t.shape = get_sizes(r, "shape");
-    if (flags & kContiguous) t.stride = contiguous_strides(t.shape);
-    else t.stride = get_shape(r, "strides");
+    t.shape = get_shape(r, "shape");
+    if (flags & kContiguous) {
+        auto strides = contiguous_strides_if_representable(t.shape);
+        if (!strides) r.fail("shape", shape_to_string(t.shape) + " has contiguous strides beyond 64 bits");
+        t.stride = std::move(*strides);
+    } else {
+        t.stride = get_shape(r, "strides");
+    }
     if (flags & kHasOffset) t.storage_offset = r.zigzag("storage offset", std::numeric_limits<int64_t>::min(), kInt64Max);
     t.storage.file = (flags & kOtherFile) ? std::string(r.bytes("storage file")) : scanned.path;
     t.storage.key = get_delta(r, previous.storage_key, "storage key");
@@ -171,7 +185,7 @@ StateDictEntry get_entry(BinaryReader& r, const ScannedFile& scanned, EntryConte
     if (flags & kHasCrc) t.storage.crc32 = r.fixed32("storage crc32");
     if (flags & kHasDTensor) {
         DTensorLayout layout;
-        layout.global_shape = get_sizes(r, "DTensor global shape");
+        layout.global_shape = get_shape(r, "DTensor global shape");
         if (flags & kSameMesh) {
             const DTensorLayout& m = *previous.mesh;
             layout.mesh_shape = m.mesh_shape;

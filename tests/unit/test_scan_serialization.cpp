@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "command_line.h"
+#include "core/binary_message.h"
 #include "core/error.h"
 #include "formats/simulated/scan_exchange_model.h"
 #include "io/checksum.h"
@@ -202,6 +203,46 @@ TEST(ScanSerialization, CorruptMessagesAreErrorsNamingTheField) {
                 EXPECT_NE(m.find("malformed scan message"), std::string::npos) << m;
             }
         }
+}
+
+// Found by fuzz_scan_message: a "contiguous" shape whose strides overflow int64 (a 0-sized dim
+// keeps the element count at 0) is an Error, not signed overflow in contiguous_strides.
+TEST(ScanSerialization, ContiguousStridesBeyond64BitsAreAnError) {
+    BinaryWriter record;
+    record.bytes("a");
+    record.zigzag(1);  // chunks
+    record.bytes("");  // metadata
+    record.varint(0);  // skipped
+    record.varint(1);  // one tensor
+    record.varint(0);
+    record.bytes("w");
+    record.byte(1);    // flags: contiguous
+    record.varint(3);  // bfloat16
+    record.zigzag(0);
+    record.varint(3);  // shape [0, 2^62, 2^62]
+    for (int64_t d : {int64_t{0}, int64_t{1} << 62, int64_t{1} << 62}) record.zigzag(d);
+    record.varint(0);
+    record.bytes("data/0");
+    record.varint(64);
+    record.varint(0);
+    BinaryWriter message;
+    for (char c : std::string("VMSC")) message.byte(static_cast<uint8_t>(c));
+    message.varint(1);
+    message.varint(1);
+    message.bytes(record.text());
+    try {
+        (void)deserialize_scans(message.text());
+        ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("contiguous strides beyond 64 bits"), std::string::npos) << e.what();
+    }
+    // The same tensor from a scan keeps its (explicit) strides through a round trip.
+    ScannedFile s;
+    s.path = "a";
+    s.tensors.push_back(entry("w", "a", "data/0", {1}, 64, 0));
+    s.tensors.back().tensor.shape = {0, int64_t{1} << 62, int64_t{1} << 62};
+    s.tensors.back().tensor.stride = {1, 1, 1};
+    expect_same(deserialize_scan(serialize_scan(s)), s);
 }
 
 ScannedFile named(const std::string& path) {
