@@ -65,8 +65,8 @@ public:
         m.mapping = lora_base_weights(d, canonical, config, arch, options, m, ledger);
         append_mapping(m.mapping, megatron_adapters_to_peft(adapters, arch, config, m.notes));
         m.notes.push_back("LoRA: the adapter (Megatron-Bridge linear_in/linear_out) from the shards in " + d.weights_dir);
-        m.lora_alpha_unrecorded = d.weights_dir + " holds Megatron-Bridge LoRA adapter shards, and Megatron-Bridge keeps "
-                                  "lora_alpha in no shard (verl writes it only into the HF adapter export, "
+        m.lora_alpha_unrecorded = d.weights_dir + " holds Megatron-Bridge LoRA adapter shards, which record no LoRA "
+                                  "alpha (verl writes it only into the HF adapter export "
                                   "model/huggingface/adapter/adapter_config.json, which this save does not have)";
     }
 };
