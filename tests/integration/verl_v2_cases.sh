@@ -97,6 +97,13 @@ on 2 merge --local_dir "$fx/bridge_lora_run" "${bridge[@]}" --merge_lora --targe
 "$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/bridge.merged" --ref "$fx/bridge_lora.merged" --mode merge
 expect_failed_merge "$work/bridge_nobase" "a Megatron-Bridge LoRA save holds the adapter only" \
     "$vmerge" merge --local_dir "$fx/bridge_lora_run" --target_dir "$work/bridge_nobase"
+# The same save's model/dist_ckpt: adapter shards only (what Megatron-Bridge itself saves with PEFT),
+# read directly onto --lora_base.
+shards=(--local_dir "$fx/bridge_lora_run/global_step_2/actor/model/dist_ckpt" --hf_config "$fx/base_model" --lora_alpha 32)
+on 1 test "${shards[@]}" "${bridge[@]}" --test_hf_dir "$fx/bridge_lora.extract" --quiet
+on 2 test "${shards[@]}" "${bridge[@]}" --merge_lora --test_hf_dir "$fx/bridge_lora.merged" --quiet
+expect_failed_merge "$work/shards_nobase" "holds only Megatron-Bridge LoRA adapter shards" \
+    "$vmerge" merge "${shards[@]}" --target_dir "$work/shards_nobase"
 
 # Megatron-Bridge LoRA with use_dist_checkpointing: frozen base, adapters (linear_in/out split by
 # TP per projection, fused qkv with GQA, gate/up in linear_fc1) and _extra_state all in
