@@ -92,7 +92,7 @@ public:
                         table_architectures(tables, "torchtitan") + "); pass --architecture_table FILE");
         TableApplication applied =
             apply_architecture_table(model, *table, config, options.allow_unmapped, m.notes, ledger);
-        check_table_output(applied.mapping, *table, config, m.notes);
+        check_table_output(applied.mapping, *table, config, options.architecture_tables, m.notes);
         m.mapping = std::move(applied.mapping);
         m.facts["architecture_table"] = std::move(applied.applied);
     }
