@@ -75,7 +75,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
 
 void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config,
                                  const MapOptions& options) {
-    if (!ckpt.source || !ckpt.source->names_own_tensors()) return;  // Megatron: in megatron_to_hf
+    if (!ckpt.source || !(ckpt.source->names_own_tensors() || ckpt.hf_named)) return;  // Megatron: in megatron_to_hf
     if (!has_tensor_table(config, options.architecture_tables)) {
         m.notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: no tensor table for " +
                           (config.architectures.empty() ? std::string("a config without 'architectures'")

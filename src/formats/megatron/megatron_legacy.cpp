@@ -35,11 +35,13 @@ struct Piece {
     const MegatronRankFile* file;
 };
 
-// A rank-file key taken apart: `decoder.layers.<layer>.<rest>`, and for an expert tensor
-// (grouped `mlp.experts.linear_fcN.<param><expert>` or sequential
+// A rank-file key taken apart: `decoder.layers.<layer>.<rest>` (or an MTP depth's inner
+// layer `mtp.layers.<k>.transformer_layer.<rest>`, whose k needs no pipeline offset), and for
+// an expert tensor (grouped `mlp.experts.linear_fcN.<param><expert>` or sequential
 // `mlp.experts.local_experts.<expert>.<what>`) its local expert index and the name after it.
 struct RankKey {
     int64_t layer = -1;
+    std::string mtp_layer;  // "mtp.layers.<k>.transformer_layer." of an MTP key, else ""
     std::string rest;
     int64_t expert = -1;
     std::string expert_rest;  // "linear_fc1.weight", or what follows a sequential expert's index
@@ -50,12 +52,19 @@ RankKey parse_rank_key(const std::string& key, const std::string& where) {
     static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
     static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
     static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
+    static const std::regex mtp_key(R"(^(mtp\.layers\.\d{1,6}\.(?:transformer_layer|mtp_model_layer)\.)(.*)$)");
     RankKey k;
     std::smatch m, x;
-    if (!std::regex_match(key, m, layer_key)) return k;
     const std::string source = where + ": key '" + key + "':";
-    k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
-    k.rest = m[2];
+    if (std::regex_match(key, m, mtp_key)) {
+        k.mtp_layer = m[1];
+        k.rest = m[2];
+    } else if (std::regex_match(key, m, layer_key)) {
+        k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
+        k.rest = m[2];
+    } else {
+        return k;
+    }
     if (std::regex_match(k.rest, x, grouped_expert)) {
         k.expert = parse_bounded_int(x.str(3), 0, kMaxExperts - 1, source + " expert number");
         k.expert_rest = std::string(x[1]) + "." + std::string(x[2]);
@@ -283,6 +292,9 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
                     expert ? "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." + k.expert_rest
                            : k.rest;
                 key = "decoder.layers." + std::to_string(global) + "." + rest;
+            } else if (expert) {  // an MTP depth's expert, numbered like the decoder's
+                key = k.mtp_layer + "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." +
+                      k.expert_rest;
             }
             // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's.
             if (!expert && f.ep != 0) {
