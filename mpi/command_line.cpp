@@ -86,6 +86,13 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
         throw UsageError("--compress applies to --format " + output_formats_with(&OutputFormatInfo::compression));
     if (o.command == "merge" && ((o.quantize && !format.quantized) || (o.output.resume && !format.resumable)))
         throw UsageError("--format " + o.format + " does not combine with " + (o.quantize && !format.quantized ? "--quantize" : "--resume"));
+    if (!o.output.reuse.empty()) {
+        if (o.command != "merge") throw UsageError("--reuse applies to merge (watch passes each step the previous one)");
+        if (!format.reusable) throw UsageError("--format " + o.format + " does not combine with --reuse");
+        // A resumed staging folder holds blocks of the earlier run: which of them equal the
+        // previous output was never checked, so no file of it may be linked in their place.
+        if (o.output.resume) throw UsageError("--reuse and --resume exclude each other");
+    }
     const bool archive_input = is_archive_backend(o.backend);
     const std::string& folder_format = output_formats().front().name;
     if (archive_input && o.format != folder_format)
@@ -213,6 +220,9 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("force", po::bool_switch(&o.output.force), "replace an existing target folder")
         ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder")
+        ("reuse", po::value(&o.output.reuse),
+         "an earlier merge's output folder (the previous step's): files whose bytes come out the same are "
+         "hard-linked from it, unchanged blocks of the others copied from it, not cast and written again")
         ("hf_upload_path", po::value(&o.hf_upload_path),
          "after the merge is committed and verified, upload the target to this Hugging Face repo with `hf upload` "
          "(or `huggingface-cli upload`) found on PATH; refused before merging when neither is there")
@@ -289,6 +299,8 @@ void add_watch_options(OptionTable& t, Options& o) {
         ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
         ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
         ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")
+        ("no_reuse", po::bool_switch(&o.watch.no_reuse),
+         "merge every step in full (default: --reuse the newest earlier merged step, so unchanged files are linked)")
         ("settle", po::value(&o.watch.rules.settle_seconds)->default_value(60),
          "FSDP steps without a completion marker: rank files unchanged this many seconds");
 }

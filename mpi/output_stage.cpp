@@ -120,6 +120,15 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
             throw;
         }
     }
+    if (!output.options().reuse.empty()) {
+        // Which files any rank found changed decides what each fills in and what is linked.
+        const auto states = comm.allgather(output.reuse_state());
+        collective_step(comm, [&] {
+            const auto notes = output.complete_reuse(states);
+            if (comm.rank() == 0 && !o.quiet)
+                for (const auto& note : notes) out << "vmerge: " << note << "\n";
+        }, hint);
+    }
     result.copy_seconds = seconds_since(copy_start);
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {

@@ -1,6 +1,8 @@
 #include "watch_command.h"
 
 #include <chrono>
+#include <iomanip>
+#include <sstream>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "collective_step.h"
 #include "core/error.h"
 #include "output/output_folder.h"
+#include "output/registry.h"
 #include "output/target_guard.h"
 #include "watch/run_folder.h"
 
@@ -86,14 +89,28 @@ void remove_old_outputs(const WatchOptions& w, const std::vector<StepToDo>& todo
     }
 }
 
-Options step_options(const Options& o, const StepToDo& t) {
+// `previous`: the newest earlier step's output ("" none), which the merge reuses unless this
+// step resumes (--reuse and --resume exclude each other), --no_reuse, or the format cannot.
+Options step_options(const Options& o, const StepToDo& t, const std::string& previous) {
     Options step = o;
     step.command = "merge";
     step.local_dir = t.step.checkpoint_dir;
     step.level = {};  // the watcher found the role folder itself
     step.output.target = t.target;
     step.output.resume = t.resume;
+    const OutputFormatInfo* format = find_output_format(o.format);
+    if (!t.resume && !o.watch.no_reuse && format && format->reusable) step.output.reuse = previous;
     return step;
+}
+
+// One line per merged step, after the merge's own report (which says what --reuse reused).
+std::string step_summary(const StepToDo& t, const Options& step, std::chrono::steady_clock::duration took) {
+    std::ostringstream line;
+    line << "vmerge watch: " << t.step.name << ": merged in " << std::fixed << std::setprecision(1)
+         << std::chrono::duration<double>(took).count() << " s";
+    if (!step.output.reuse.empty()) line << ", unchanged files taken from " << step.output.reuse;
+    if (step.output.resume) line << " (resumed)";
+    return line.str();
 }
 
 }  // namespace
@@ -112,7 +129,9 @@ int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     const bool speak = comm.rank() == 0 && !o.quiet;
     while (true) {
         const std::vector<StepToDo> todo = shared_look(w, comm);
+        std::string previous;  // the newest merged output so far, oldest step first
         for (const StepToDo& t : todo) {
+            if (t.merged) previous = t.target;
             if (t.merged || failed.count(t.step.name)) continue;
             if (!t.step.complete) {
                 if (speak && told[t.step.name] != t.step.why)
@@ -124,7 +143,11 @@ int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                 out << "vmerge watch: " << t.step.name << ": " << (t.resume ? "resuming" : "merging") << " "
                     << t.step.checkpoint_dir << " (" << t.step.why << ") into " << t.target << "\n";
             try {
-                merge(step_options(o, t));
+                const Options step = step_options(o, t, previous);
+                const auto start = std::chrono::steady_clock::now();
+                merge(step);
+                previous = t.target;
+                if (speak) out << step_summary(t, step, std::chrono::steady_clock::now() - start) << "\n";
             } catch (const std::exception& e) {
                 if (comm.rank() == 0) err << "vmerge-mpi: error: " << t.step.name << ": " << e.what() << "\n";
                 failed.insert(t.step.name);

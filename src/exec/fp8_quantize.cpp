@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/vector_clones.h"
 #include "exec/dtype_cast.h"
 #include "exec/float8_e4m3.h"
 
@@ -45,18 +46,13 @@ float eps_of(DType dtype) {
 
 constexpr uint32_t kInfinityBits = 0x7F800000u;
 
-// The largest |w| of n values as its bit pattern, or kInfinityBits when one is NaN or
-// infinite (an exponent of all ones). Float max and an integer flag: both vectorise with SSE2.
+// The largest |w| of n values as its bit pattern: the bits of non-negative floats order as their
+// values, and NaN and Inf (an exponent of all ones) lie at or above kInfinityBits, so one integer
+// max (which vectorises, where a float max without -ffinite-math-only does not) finds both.
 inline uint32_t max_magnitude_bits(const float* w, int64_t n) {
-    float top = 0.0f;
-    uint32_t special = 0;
-    for (int64_t c = 0; c < n; ++c) {
-        const uint32_t bits = std::bit_cast<uint32_t>(w[c]);
-        special |= static_cast<uint32_t>((bits & kInfinityBits) == kInfinityBits);
-        const float a = std::bit_cast<float>(bits & 0x7FFFFFFFu);
-        top = top < a ? a : top;
-    }
-    return special ? kInfinityBits : std::bit_cast<uint32_t>(top);
+    uint32_t top = 0;
+    for (int64_t c = 0; c < n; ++c) top = std::max(top, std::bit_cast<uint32_t>(w[c]) & 0x7FFFFFFFu);
+    return top;
 }
 
 int64_t first_non_finite_row(const float* x, int64_t r0, int64_t r1, int64_t cols, int64_t c0, int64_t c1) {
@@ -66,27 +62,20 @@ int64_t first_non_finite_row(const float* x, int64_t r0, int64_t r1, int64_t col
 }
 
 // Sum and max of |dequantized - w| over n codes, in float (added to the double totals per
-// block), over 8 independent lanes so that the loop vectorises (only the statistics' last bits
-// depend on the order).
+// block). `omp simd` (compiled with -fopenmp-simd: no OpenMP runtime) lets the sum be
+// reassociated across vector lanes, which only moves the statistic's last bits; the max is taken
+// on the bit patterns, which order as the values for these non-negative finite errors.
 inline void accumulate_errors(const uint8_t* q, const float* w, int64_t n, float scale, float& sum, float& max) {
-    constexpr int kLanes = 8;
-    float sums[kLanes] = {}, maxes[kLanes] = {};
-    int64_t c = 0;
-    for (; c + kLanes <= n; c += kLanes)
-        for (int k = 0; k < kLanes; ++k) {
-            const float err = std::fabs(e4m3fn_finite_to_float(q[c + k]) * scale - w[c + k]);
-            sums[k] += err;
-            maxes[k] = std::max(maxes[k], err);
-        }
-    for (; c < n; ++c) {
+    float total = 0.0f;
+    uint32_t top = 0;
+#pragma omp simd reduction(+ : total) reduction(max : top)
+    for (int64_t c = 0; c < n; ++c) {
         const float err = std::fabs(e4m3fn_finite_to_float(q[c]) * scale - w[c]);
-        sums[0] += err;
-        maxes[0] = std::max(maxes[0], err);
+        total += err;
+        top = std::max(top, std::bit_cast<uint32_t>(err));
     }
-    for (int k = 0; k < kLanes; ++k) {
-        sum += sums[k];
-        max = std::max(max, maxes[k]);
-    }
+    sum += total;
+    max = std::max(max, std::bit_cast<float>(top));
 }
 
 void add_errors(QuantError& error, float sum, float max) {
@@ -96,7 +85,7 @@ void add_errors(QuantError& error, float sum, float max) {
 
 }  // namespace
 
-void quantize_fp8_blocks(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
+VMERGE_VECTOR_CLONES void quantize_fp8_blocks(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
                          QuantError& error, const std::string& tensor, int64_t first_row) {
     const int64_t block_cols = (cols + kBlock - 1) / kBlock;
     for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
@@ -126,7 +115,7 @@ void quantize_fp8_blocks(const float* x, int64_t rows, int64_t cols, uint8_t* co
     error.count += static_cast<uint64_t>(rows * cols);
 }
 
-void quantize_fp8_channels(const float* x, int64_t rows, int64_t cols, DType dtype, uint8_t* codes,
+VMERGE_VECTOR_CLONES void quantize_fp8_channels(const float* x, int64_t rows, int64_t cols, DType dtype, uint8_t* codes,
                            unsigned char* scales, QuantError& error, const std::string& tensor, int64_t first_row) {
     const size_t scale_size = element_size(dtype);
     for (int64_t r = 0; r < rows; ++r) {

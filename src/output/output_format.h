@@ -20,6 +20,7 @@ struct OutputOptions {
     std::string target;           // --target_dir
     bool force = false;           // --force
     bool resume = false;          // --resume: continue an earlier staging folder
+    std::string reuse;            // --reuse: an earlier output whose unchanged files are taken over
     // A merge --resume can continue: ranks journal their blocks (progress display), CRCs are
     // checked before the commit, a failure keeps the staging folder. A format without --resume
     // turns it off.
@@ -71,6 +72,10 @@ public:
     virtual void task_done(const WriteTask& /*task*/) {}
     // This rank wrote its last block.
     virtual void finish() = 0;
+    // --reuse (formats that take it): this rank's findings, and, with every rank's, what
+    // completes the reuse before the commit (notes for rank 0 to print).
+    virtual std::string reuse_state() const { return ""; }
+    virtual std::vector<std::string> complete_reuse(const std::vector<std::string>& /*states*/) { return {}; }
     // This rank failed: close what it opened; the staging folder goes unless it is resumable.
     virtual void abandon() = 0;
     // Rank 0: everything into place. Returns notes for the user.

@@ -18,7 +18,8 @@ const std::vector<OutputFormatInfo>& output_formats() {
     static const std::vector<OutputFormatInfo> formats = {
         {"safetensors", "", make<SafetensorsOutput>},
         {"hdf5", "one model.h5 archive, written with parallel HDF5; docs/hdf5.md", make<Hdf5Output>,
-         /*compression=*/true, /*quantized=*/false, /*resumable=*/false},
+         /*compression=*/true, /*quantized=*/true, /*resumable=*/false,
+         /*reusable=*/false},
     };
     return formats;
 }

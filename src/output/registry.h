@@ -16,6 +16,7 @@ struct OutputFormatInfo {
     bool compression = false;  // takes --compress
     bool quantized = true;     // can hold --quantize's packed weights
     bool resumable = true;     // --resume continues its staging folder
+    bool reusable = true;      // --reuse takes over an earlier output's unchanged files
 };
 
 // Every output format, the default first. Adding a format: src/output/<new>/ and one line in

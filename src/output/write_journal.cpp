@@ -28,7 +28,11 @@ std::string journal_dir(const std::string& staging) { return staging + "/.vmerge
 ResumeIdentity resume_identity(const OutputLayout& layout, int ranks, uint64_t max_memory, const std::string& values) {
     std::string all = values;
     for (const auto& f : layout.files) all += f.name + "\n" + std::to_string(f.size) + "\n" + f.header;
-    return {hex64(xxh64(all.data(), all.size())), ranks, max_memory};
+    ResumeIdentity identity;
+    identity.plan = hex64(xxh64(all.data(), all.size()));
+    identity.ranks = ranks;
+    identity.max_memory = max_memory;
+    return identity;  // inputs and scans are filled by the caller, which knows the files
 }
 
 std::vector<InputStamp> stamp_inputs(std::vector<std::string> paths) {

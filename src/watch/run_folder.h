@@ -46,6 +46,8 @@ struct WatchOptions {
     int64_t every_seconds = 60;  // --every
     bool once = false;           // --once: one pass, then exit
     int64_t keep_last = 0;       // --keep_last K: remove older merged outputs (0: keep all)
+    bool no_reuse = false;       // --no_reuse; by default each step is merged with --reuse of the
+                                 // newest earlier merged step
 };
 
 }  // namespace vmerge

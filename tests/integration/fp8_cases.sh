@@ -52,6 +52,23 @@ run_case value "$megatron/verl_qwen2_tp2_pp2_value/actor" "$megatron/verl_qwen2_
 run_case fold "$lora/lora_w3_uneven/global_step_1/actor" "$lora/lora_w3_uneven.merged" 3 fp8 --merge_lora
 run_case fold "$lora/lora_w3_uneven/global_step_1/actor" "$lora/lora_w3_uneven.merged" 2 fp8-dynamic --merge_lora
 
+# The HDF5 archive holds the same FP8 bytes: merged into model.h5 (zstd, several ranks), converted
+# back with --backend hdf5, the folder passes the same checker.
+run_hdf5_case() {
+    local label=$1 actor=$2 ref=$3 np=$4 scheme=$5
+    local archive="$work/${label}_${scheme}_h5" out="$work/${label}_${scheme}_h5_hf"
+    echo "== $label: --quantize=$scheme into HDF5 (zstd), $np rank(s), and back"
+    "$mpiexec" --oversubscribe -np "$np" "$vmerge" merge --local_dir "$actor" --target_dir "$archive" \
+        --quantize "$scheme" --format hdf5 --compress zstd --max-memory 1MiB >"$archive.log" 2>&1 \
+        || { cat "$archive.log"; fail "hdf5 merge $label"; }
+    grep -q "F8_E4M3" "$archive.log" || fail "hdf5 summary has no F8_E4M3 row"
+    "$mpiexec" --oversubscribe -np 2 "$vmerge" merge -q --backend hdf5 --local_dir "$archive" --target_dir "$out" \
+        || fail "hdf5 -> HF $label"
+    "$python" "$checker" --out "$out" --ref "$ref" --scheme "$scheme" || fail "check_fp8 hdf5 $label $scheme"
+}
+run_hdf5_case example "$example" "$work/example_ref" 3 fp8
+run_hdf5_case moe "$megatron/verl_qwen2moe_tp2_ep2/actor" "$megatron/verl_qwen2moe_tp2_ep2/reference" 2 fp8-dynamic
+
 # inspect: sizes before and after, the rules by name.
 "$vmerge" inspect --local_dir "$example" --quantize=fp8 >"$work/inspect.txt"
 grep -q "^quantized    FP8 e4m3 with a float32 scale per 128x128 block (--quantize=fp8): 1.6 MiB -> 968.5 KiB" \

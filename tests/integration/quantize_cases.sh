@@ -35,6 +35,13 @@ check_case() {
 for c in "4 32 sym" "4 32 asym" "8 0 sym" "8 64 asym" "4 128 sym"; do
     check_case example "$actor" "$work/ref" 2 "$c"
 done
+# The same packed weights through the HDF5 archive: model.h5 with 3 ranks, back with 2.
+echo "== example: bits 4 group 32 sym into HDF5 and back"
+"$mpiexec" --oversubscribe -np 3 "$vmerge" merge -q --local_dir "$actor" --target_dir "$work/h5" --format hdf5 \
+    --quantize --bits 4 --group_size 32 --max-memory 1MiB || fail "quantized hdf5 merge"
+"$mpiexec" --oversubscribe -np 2 "$vmerge" merge -q --backend hdf5 --local_dir "$work/h5" --target_dir "$work/h5_hf" \
+    || fail "quantized hdf5 -> HF"
+"$python" "$checker" --out "$work/h5_hf" --ref "$work/ref" --bits 4 --group 32 || fail "check_quantized (hdf5)"
 if [[ -n $megatron_fixtures ]]; then
     moe="$megatron_fixtures/verl_qwen2moe_tp2_ep2/actor"  # H=32, experts Fm=16, shared 24
     "$vmerge" merge --local_dir "$moe" --target_dir "$work/moe_ref" --quiet || fail "unquantized MoE merge"

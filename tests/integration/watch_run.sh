@@ -85,6 +85,40 @@ grep -q "error: global_step_5" "$work/guard.log" || { cat "$work/guard.log"; fai
 [[ -d $out/global_step_3 && ! -e $out/global_step_2 ]] || fail "--keep_last 1 did not keep exactly the newest merged step"
 echo "ok   --keep_last never removes a user's folder or a link to the checkpoint at a step's target"
 
+# Reuse: steps 1 and 2 identical, step 3 with one tensor changed (the generator's --perturb, with
+# its own reference), 7 output files, 2 ranks. Step 2 links all 7 files of step 1; step 3 links
+# the 6 without that tensor and writes only the one with it; each step bit-exact.
+run2=$work/run2 out2=$work/out2 changed=model.layers.2.mlp.down_proj.weight
+"$python" "$source_dir/tests/fixtures/make_fsdp_fixtures.py" --example "$work/perturbed/actor" --perturb "$changed" >/dev/null ||
+    fail "perturbed example"
+for k in 1 2 3; do mkdir -p "$run2/global_step_$k"; done
+cp -r "$example/actor" "$run2/global_step_1/" && cp -r "$example/actor" "$run2/global_step_2/"
+cp -r "$work/perturbed/actor" "$run2/global_step_3/"
+printf 3 > "$run2/latest_checkpointed_iteration.txt"
+"$mpiexec" --oversubscribe -np 2 "$vmerge" watch --root "$run2" --target_root "$out2" --once --max-shard-size 300KB \
+    --max-memory 1MiB >"$work/reuse.log" 2>&1 || { cat "$work/reuse.log"; fail "reuse run"; }
+check "$out2/global_step_1" "$example/reference"
+check "$out2/global_step_2" "$example/reference"
+check "$out2/global_step_3" "$work/perturbed/reference"
+inode() { stat -c %i "$1"; }
+files=$(cd "$out2/global_step_1" && ls model-*.safetensors)
+[[ $(wc -w <<<"$files") == 7 ]] || fail "expected 7 output files, got: $files"
+with_changed=$("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['weight_map'][sys.argv[2]])" \
+    "$out2/global_step_3/model.safetensors.index.json" "$changed")
+for f in $files; do
+    [[ $(inode "$out2/global_step_2/$f") == $(inode "$out2/global_step_1/$f") ]] || fail "step 2: $f not linked from step 1"
+    if [[ $f == "$with_changed" ]]; then
+        [[ $(inode "$out2/global_step_3/$f") != $(inode "$out2/global_step_2/$f") ]] || fail "step 3: changed $f was linked"
+    else
+        [[ $(inode "$out2/global_step_3/$f") == $(inode "$out2/global_step_2/$f") ]] || fail "step 3: $f not linked"
+    fi
+done
+grep -q "reused $out2/global_step_1: 7 of 7 files unchanged" "$work/reuse.log" || { cat "$work/reuse.log"; fail "step 2: no reuse line"; }
+grep -q "reused $out2/global_step_2: 6 of 7 files unchanged" "$work/reuse.log" || { cat "$work/reuse.log"; fail "step 3: no reuse line"; }
+for k in 1 2 3; do "$vmerge" verify --target_dir "$out2/global_step_$k" >/dev/null || fail "verify step $k"; done
+grep -E "reused|merged in" "$work/reuse.log"
+echo "ok   --reuse: an unchanged step links all 7 files, a one-tensor change writes only $with_changed"
+
 # A Megatron-LM run (tracker at iteration 20) under mpirun -np 2.
 "$mpiexec" --oversubscribe -np 2 "$vmerge" watch --root "$megatron/mlm_llama_tp2_pp2/ckpt" --target_root "$work/mlm" \
     --hf_config "$megatron/mlm_llama_tp2_pp2/hf" --once -q >"$work/mlm.log" 2>&1 || { cat "$work/mlm.log"; fail "Megatron run"; }

@@ -106,9 +106,11 @@ job_mpirun=$(submit mpirun VMERGE_BIN="$bin" VMERGE_LAUNCHER=mpirun VMERGE_MAX_M
     "$src/slurm/vmerge.sbatch" merge --local_dir "$local_dir" --target_dir "$mpirun_target" "${merge_args[@]}")
 job_missing=$(submit missing VMERGE_BIN="$bin" -- --ntasks 3 "$src/slurm/vmerge.sbatch" \
     merge --local_dir "$work/no-such-checkpoint/actor" --target_dir "$missing_target")
-# 4. slurm/vmerge-watch.sbatch --once over a run folder holding the case as global_step_1.
+# 4. slurm/vmerge-watch.sbatch --once over a run folder holding the case as global_step_1 and,
+# unchanged, as global_step_2 (merged reusing step 1: its files hard-linked).
 run=$work/run
-rm -rf "$run" && mkdir -p "$run/global_step_1" && cp -r "$local_dir" "$run/global_step_1/actor" && printf 1 > "$run/latest_checkpointed_iteration.txt"
+rm -rf "$run" && mkdir -p "$run/global_step_1" "$run/global_step_2" && cp -r "$local_dir" "$run/global_step_1/actor" &&
+    cp -r "$local_dir" "$run/global_step_2/actor" && printf 2 > "$run/latest_checkpointed_iteration.txt"
 job_watch=$(submit watch VMERGE_BIN="$bin" VMERGE_SBATCH="$src/slurm/vmerge.sbatch" -- --ntasks 3 \
     "$src/slurm/vmerge-watch.sbatch" --root "$run" --target_root "$out/watch" "${merge_args[@]}" --once)
 for id in "$job_ok" "$job_mpirun" "$job_missing" "$job_watch"; do
@@ -196,8 +198,14 @@ echo "job $job_watch (watch --once): $state, exit $code"
 before=$failed
 [[ $state == COMPLETED && $code == 0:0 ]] || fail "watch: job ended $state $code, expected COMPLETED 0:0"
 grep -q "with 3 ranks" "$out/watch-$job_watch.out" 2>/dev/null || fail "watch: the log does not say 'with 3 ranks'"
-"$python" "$src/tests/tools/check_hf_output.py" --out "$out/watch/global_step_1" --ref "$reference" ||
-    fail "watch: $out/watch/global_step_1 differs from $reference"
+for step in global_step_1 global_step_2; do
+    "$python" "$src/tests/tools/check_hf_output.py" --out "$out/watch/$step" --ref "$reference" ||
+        fail "watch: $out/watch/$step differs from $reference"
+done
+for f in "$out"/watch/global_step_1/*.safetensors; do
+    [[ $(stat -c %i "$f") == $(stat -c %i "$out/watch/global_step_2/${f##*/}") ]] ||
+        fail "watch: ${f##*/} of the unchanged step 2 is not linked from step 1"
+done
 ((failed == before)) || show_log watch "$job_watch"
 
 ((failed == 0)) || exit 1

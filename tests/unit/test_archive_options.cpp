@@ -46,7 +46,6 @@ TEST(ArchiveOptions, Refusals) {
     EXPECT_THROW(parse(merge_with({"--compress", "zstd"})), UsageError);  // needs --format hdf5
     EXPECT_THROW(parse(merge_with({"--format", "h5"})), UsageError);
     EXPECT_THROW(parse(merge_with({"--format", "hdf5", "--resume"})), UsageError);
-    EXPECT_THROW(parse(merge_with({"--format", "hdf5", "--quantize"})), UsageError);
     EXPECT_THROW(parse(merge_with({"--format", "hdf5", "--backend", "hdf5"})), UsageError);
     EXPECT_THROW(parse(merge_with({"--format", "hdf5", "--hdf5_chunk_size", "4GiB"})), UsageError);
     EXPECT_THROW(parse(merge_with({"--backend", "hdf5", "--dtype", "bf16"})), UsageError);

@@ -58,7 +58,12 @@ TEST(QuantizeSchemeFlags, IntFlagsWithFp8AreUsageErrors) {
               std::string::npos);
     EXPECT_NE(usage_error({"--quantize=fp8", "--asymmetric"}).find("--asymmetric applies to"), std::string::npos);
     EXPECT_EQ(usage_error({"--quantize=fp9"}), "--quantize fp9: expected int, fp8 or fp8-dynamic");
-    EXPECT_EQ(usage_error({"--quantize=fp8", "--format", "hdf5"}), "--format hdf5 does not combine with --quantize");
+}
+
+TEST(QuantizeSchemeFlags, EverySchemeCombinesWithTheArchive) {
+    for (const char* scheme : {"--quantize", "--quantize=fp8", "--quantize=fp8-dynamic"})
+        EXPECT_EQ(usage_error({scheme, "--format", "hdf5"}), "") << scheme;
+    EXPECT_EQ(usage_error({"--resume", "--format", "hdf5"}), "--format hdf5 does not combine with --resume");
 }
 
 }  // namespace

@@ -199,7 +199,7 @@ std::vector<std::string> archive_storage_lines(const std::vector<ArchiveTensor>&
     std::vector<std::string> lines;
     for (const auto& s : archive_storage_by_dtype(tensors)) {
         std::ostringstream line;
-        line << std::left << std::setw(5) << safetensors_name(s.dtype) << std::right << " " << s.tensors << " tensors, "
+        line << std::left << std::setw(7) << safetensors_name(s.dtype) << std::right << " " << s.tensors << " tensors, "
              << human_bytes(s.bytes) << " -> " << human_bytes(s.stored_bytes) << " stored (ratio "
              << archive_ratio_text(s.bytes, s.stored_bytes) << ")";
         lines.push_back(line.str());

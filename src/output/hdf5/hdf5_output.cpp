@@ -21,6 +21,14 @@ int64_t rows_per_piece(const OutputTensor& t, int64_t chunk_rows, uint64_t max_m
     return rows;
 }
 
+// Chunk rows a multiple of the rows the plan already splits at (block FP8's 128-row stripes,
+// packed zero points' words), so that making chunks the split unit keeps that alignment too.
+int64_t aligned_chunk_rows(const OutputTensor& t, int64_t chunk_rows) {
+    const int64_t align = std::max<int64_t>(1, t.row_align);
+    if (chunk_rows <= 0 || chunk_rows >= row_count(t) || chunk_rows % align == 0) return chunk_rows;
+    return std::min(row_count(t), std::max(align, chunk_rows / align * align));
+}
+
 std::vector<WriteTask> pieces_of(const WriteTask& task, int64_t rows) {
     std::vector<WriteTask> out;
     for (int64_t row = task.row_begin; row < task.row_end; row += rows)
@@ -52,8 +60,10 @@ void Hdf5Output::plan(TensorMapping& mapping) {
     chunk_rows_.assign(mapping.tensors.size(), 0);
     if (options_.zstd_level > 0)
         for (size_t i = 0; i < mapping.tensors.size(); ++i) {
-            chunk_rows_[i] = archive_chunk_rows(mapping.tensors[i], options_.chunk_bytes);
-            if (chunk_rows_[i] > 0) mapping.tensors[i].row_align = chunk_rows_[i];
+            OutputTensor& t = mapping.tensors[i];
+            if (t.is_derived()) continue;  // written with its weight's blocks, unchunked
+            chunk_rows_[i] = aligned_chunk_rows(t, archive_chunk_rows(t, options_.chunk_bytes));
+            if (chunk_rows_[i] > 0) t.row_align = chunk_rows_[i];
         }
     tensors_ = &mapping.tensors;
     const auto& tensors = mapping.tensors;
@@ -125,13 +135,16 @@ void Hdf5Output::write(size_t tensor, int64_t row_begin, int64_t row_end, const 
         writer_->write_rows(tensor, row_begin, row_end, data);
         return;
     }
-    piece_.insert(piece_.end(), data, data + size);
+    if (!(*tensors_)[tensor].is_derived()) piece_.insert(piece_.end(), data, data + size);
+    else derived_.push_back({tensor, row_begin, row_end, std::vector<unsigned char>(data, data + size)});
 }
 
 void Hdf5Output::task_done(const WriteTask& task) {
     if (!writer_->parallel()) return;
     writer_->write_rows(task.tensor, task.row_begin, task.row_end, piece_.empty() ? nullptr : piece_.data());
     piece_.clear();
+    for (const DerivedRows& rows : derived_) writer_->write_rows(rows.tensor, rows.row_begin, rows.row_end, rows.data.data());
+    derived_.clear();
 }
 
 void Hdf5Output::finish() {

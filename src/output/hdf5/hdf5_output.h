@@ -14,7 +14,9 @@ namespace vmerge {
 // share through parallel HDF5, plus the HF files inside it. Compressed datasets are written in
 // collective rounds: every rank joins every round, with an empty piece once it has nothing left;
 // the executor gets those pieces as tasks, the sink gathers a piece's blocks and task_done
-// writes it (HDF5 is only called on the executor's own thread under MPI).
+// writes it (HDF5 is only called on the executor's own thread under MPI). A quantized weight's
+// scales and zero points come with its blocks: they are stored unchunked (independent writes,
+// no rounds; they are small) and written in task_done after the weight's piece.
 class Hdf5Output final : public OutputFormat {
 public:
     explicit Hdf5Output(OutputOptions options);
@@ -48,6 +50,12 @@ private:
     std::vector<std::pair<std::string, std::string>> files_;
     std::unique_ptr<ArchiveWriter> writer_;
     std::vector<unsigned char> piece_;  // the blocks of the piece being gathered
+    struct DerivedRows {                // scale or zero-point rows that came with the piece
+        size_t tensor;
+        int64_t row_begin, row_end;
+        std::vector<unsigned char> data;
+    };
+    std::vector<DerivedRows> derived_;
 };
 
 }  // namespace vmerge

@@ -9,6 +9,7 @@
 #include "output/output_folder.h"
 #include "output/target_guard.h"
 #include "output/write_journal.h"
+#include "output/safetensors/previous_output.h"
 #include "plan/output_layout.h"
 
 namespace vmerge {
@@ -31,11 +32,13 @@ void check_planned_files(const std::string& staging, const OutputLayout& layout)
 void check_staging_files(const std::string& staging, const OutputLayout& layout,
                          const std::vector<std::string>& other_files);
 // Writes row blocks at their planned offsets (pwrite); one per rank. With a journal, every
-// block is made durable (fdatasync) and then recorded with its checksum.
+// block is made durable (fdatasync) and then recorded with its checksum. With `previous`
+// (--reuse), a block equal to the previous output's is journaled but not written.
 class OutputWriter {
 public:
     OutputWriter(const std::string& staging, const std::vector<OutputTensor>& tensors,
-                 const OutputLayout& layout, JournalWriter* journal = nullptr, bool evict_written = false);
+                 const OutputLayout& layout, JournalWriter* journal = nullptr, bool evict_written = false,
+                 PreviousOutput* previous = nullptr);
     ~OutputWriter();
     OutputWriter(const OutputWriter&) = delete;
     OutputWriter& operator=(const OutputWriter&) = delete;
@@ -53,6 +56,7 @@ private:
     const OutputLayout& layout_;
     JournalWriter* journal_;
     bool evict_written_;  // PageCachePolicy::Evict: durable blocks dropped from the page cache
+    PreviousOutput* previous_;
     std::mutex fds_mutex_;  // write() runs on the executor's writer thread, holds() on the main one
     std::vector<int> fds_;
     std::vector<unsigned char> readback_;

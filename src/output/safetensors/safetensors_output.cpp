@@ -9,15 +9,17 @@ void SafetensorsOutput::plan(TensorMapping& mapping) {
 }
 
 StagingState SafetensorsOutput::prepare(const ResumeIdentity& identity, const std::vector<InputFolder>& inputs) {
+    if (!options_.reuse.empty()) check_reusable(options_.reuse, options_.target);
     return prepare_staging(options_.target, options_.force, options_.resume, layout_, identity, inputs);
 }
 
 void SafetensorsOutput::open() {
     const std::string staging = staging_path(options_.target);
     if (options_.resume) done_ = blocks_by_key(read_journals(staging));
+    if (!options_.reuse.empty()) previous_ = std::make_unique<PreviousOutput>(options_.reuse, staging, layout_);
     journal_ = std::make_unique<JournalWriter>(staging, options_.rank);
     writer_ = std::make_unique<OutputWriter>(staging, *tensors_, layout_, journal_.get(),
-                                             options_.page_cache == PageCachePolicy::Evict);
+                                             options_.page_cache == PageCachePolicy::Evict, previous_.get());
 }
 
 void SafetensorsOutput::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
@@ -32,6 +34,12 @@ bool SafetensorsOutput::holds(size_t tensor, int64_t row_begin, int64_t row_end)
 
 void SafetensorsOutput::finish() { writer_->finish(); }
 
+std::string SafetensorsOutput::reuse_state() const { return previous_ ? previous_->reuse_state() : ""; }
+
+std::vector<std::string> SafetensorsOutput::complete_reuse(const std::vector<std::string>& states) {
+    return previous_ ? previous_->complete(states) : std::vector<std::string>{};
+}
+
 void SafetensorsOutput::abandon() {
     writer_.reset();
     journal_.reset();
@@ -41,6 +49,7 @@ void SafetensorsOutput::abandon() {
 
 std::vector<std::string> SafetensorsOutput::commit() {
     try {
+        if (previous_) previous_->link_unchanged();
         return commit_staging(options_.target, options_.force, options_.hf_dir,
                               plan_hf_file_copies(options_.hf_dir, options_.hf_training_files), *tensors_, layout_,
                               options_.generated);

@@ -22,6 +22,8 @@ public:
     void write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) override;
     bool holds(size_t tensor, int64_t row_begin, int64_t row_end) override;
     void finish() override;
+    std::string reuse_state() const override;
+    std::vector<std::string> complete_reuse(const std::vector<std::string>& states) override;
     void abandon() override;
     std::vector<std::string> commit() override;
 
@@ -30,6 +32,7 @@ private:
     OutputLayout layout_;
     std::vector<WriteTask> work_;
     std::map<BlockKey, WrittenBlock> done_;  // --resume: what the interrupted run wrote
+    std::unique_ptr<PreviousOutput> previous_;  // --reuse
     std::unique_ptr<JournalWriter> journal_;
     std::unique_ptr<OutputWriter> writer_;
 };
