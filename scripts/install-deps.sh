@@ -9,6 +9,8 @@ packages=(cmake g++ make libopenmpi-dev openmpi-bin nlohmann-json3-dev libboost-
 packages+=(libhdf5-openmpi-dev libzstd-dev pkg-config)
 # libdeflate + zlib: CRC-32 of the ZIP records of torch.save files (src/io/record_crc.cpp).
 packages+=(libdeflate-dev zlib1g-dev)
+# libxxhash: the XXH64 of every written block (the resume journal, vmerge.checksums.json).
+packages+=(libxxhash-dev)
 if [[ ${1:-} == --tests ]]; then
     packages+=(libgtest-dev python3-torch python3-numpy)
     # tests/tools/check_hdf5_archive.py: h5py reads the archive, an independent zstd its chunks;

@@ -19,6 +19,7 @@
 namespace vmerge {
 namespace {
 constexpr uint64_t kMaxBlockSourceBytes = 64ull << 20;
+constexpr uint64_t kReadPiece = 1ull << 20;  // bytes read and CRC'd at once
 }  // namespace
 
 // Hands assembled blocks to the sink on a second thread, which also casts them, so reading the
@@ -389,13 +390,18 @@ const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
 
 void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out,
                         uint64_t length) {
-    const auto start = Clock::now();
-    file.read_exact(offset, out, length, "tensor data");
-    stats_.read_seconds += seconds_since(start);
-    // The CRC runs on the bytes just read, while they are in cache, before they are evicted.
-    const auto crc_start = Clock::now();
-    if (!skip_crc_) crcs_.add(storage, offset - storage.byte_offset, out, length);
-    stats_.crc_seconds += seconds_since(crc_start);
+    // Read in pieces, each CRC'd right after its read, while it is in the CPU cache (a whole
+    // block's CRC after one large read would fetch it from memory again).
+    for (uint64_t done = 0; done < length;) {
+        const uint64_t n = std::min<uint64_t>(kReadPiece, length - done);
+        const auto start = Clock::now();
+        file.read_exact(offset + done, out + done, n, "tensor data");
+        const auto crc_start = Clock::now();
+        stats_.read_seconds += std::chrono::duration<double>(crc_start - start).count();
+        if (!skip_crc_) crcs_.add(storage, offset + done - storage.byte_offset, out + done, n);
+        stats_.crc_seconds += seconds_since(crc_start);
+        done += n;
+    }
     if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.bytes_read += length;
     ++stats_.reads;

@@ -1,68 +1,23 @@
 #include "io/checksum.h"
 
-#include <cstring>
+#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t by value
+#include <xxhash.h>
 
 namespace vmerge {
-namespace {
 
-constexpr uint64_t P1 = 0x9E3779B185EBCA87ull;
-constexpr uint64_t P2 = 0xC2B2AE3D27D4EB4Full;
-constexpr uint64_t P3 = 0x165667B19E3779F9ull;
-constexpr uint64_t P4 = 0x85EBCA77C2B2AE63ull;
-constexpr uint64_t P5 = 0x27D4EB2F165667C5ull;
+uint64_t xxh64(const void* data, size_t size, uint64_t seed) { return XXH64(data, size, seed); }
 
-inline uint64_t rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-inline uint64_t read64(const unsigned char* p) {
-    uint64_t v;
-    std::memcpy(&v, p, 8);
-    return v;
-}
-inline uint32_t read32(const unsigned char* p) {
-    uint32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
-inline uint64_t round(uint64_t acc, uint64_t input) { return rotl(acc + input * P2, 31) * P1; }
-inline uint64_t merge_round(uint64_t acc, uint64_t val) { return (acc ^ round(0, val)) * P1 + P4; }
+struct Xxh64Stream::State {
+    XXH64_state_t xxh;
+};
 
-}  // namespace
+Xxh64Stream::Xxh64Stream(uint64_t seed) : state_(std::make_unique<State>()) { XXH64_reset(&state_->xxh, seed); }
 
-uint64_t xxh64(const void* data, size_t size, uint64_t seed) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    const unsigned char* const end = p + size;
-    uint64_t h;
-    if (size >= 32) {
-        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
-        const unsigned char* const limit = end - 32;
-        do {
-            v1 = round(v1, read64(p));
-            v2 = round(v2, read64(p + 8));
-            v3 = round(v3, read64(p + 16));
-            v4 = round(v4, read64(p + 24));
-            p += 32;
-        } while (p <= limit);
-        h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
-        h = merge_round(h, v1);
-        h = merge_round(h, v2);
-        h = merge_round(h, v3);
-        h = merge_round(h, v4);
-    } else {
-        h = seed + P5;
-    }
-    h += static_cast<uint64_t>(size);
-    for (; p + 8 <= end; p += 8) h = rotl(h ^ round(0, read64(p)), 27) * P1 + P4;
-    if (p + 4 <= end) {
-        h = rotl(h ^ (static_cast<uint64_t>(read32(p)) * P1), 23) * P2 + P3;
-        p += 4;
-    }
-    for (; p < end; ++p) h = rotl(h ^ (static_cast<uint64_t>(*p) * P5), 11) * P1;
-    h ^= h >> 33;
-    h *= P2;
-    h ^= h >> 29;
-    h *= P3;
-    h ^= h >> 32;
-    return h;
-}
+Xxh64Stream::~Xxh64Stream() = default;
+
+void Xxh64Stream::update(const void* data, size_t size) { XXH64_update(&state_->xxh, data, size); }
+
+uint64_t Xxh64Stream::digest() const { return XXH64_digest(&state_->xxh); }
 
 std::string hex64(uint64_t value) {
     static const char* digits = "0123456789abcdef";
