@@ -46,6 +46,9 @@ struct DetectedCheckpoint {
     // checkpoint's shards hold no adapter.
     std::string lora_adapter_dir;
     std::vector<std::string> notes;
+    // The weights are saved under their HF names by a backend that names none itself (a
+    // torchtitan last_save_in_hf step): checked against config.json like names_own_tensors.
+    bool hf_named = false;
     std::vector<ScanJob> jobs;
     FsdpCheckpoint fsdp;
     MegatronLegacyCheckpoint legacy;

@@ -35,7 +35,8 @@ TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping
     }
     if (!options.lora_base.empty())
         m.notes.push_back("LoRA: --lora_base " + options.lora_base + " is not read: the frozen base is in " + d.weights_dir);
-    return megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes, &ledger);
+    return megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes, &ledger,
+                          &m.facts["architecture_table"]);
 }
 
 class TorchDistBackend final : public Backend {
@@ -53,12 +54,13 @@ public:
 
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        const ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp);
+        const ArchitectureInfo arch =
+            architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
         TensorMapping canonical = assemble_dcp_tensors(d.dcp, scans, true, &ledger);
         const TensorMapping adapters = take_megatron_adapters(canonical);
         if (adapters.tensors.empty()) {
             m.mapping = megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped,
-                                       m.notes, &ledger);
+                                       m.notes, &ledger, &m.facts["architecture_table"]);
             return;
         }
         // Megatron-Bridge PEFT: the adapters in PEFT form beside the base, for apply_lora.
