@@ -52,6 +52,7 @@ void apply_lora_choice(MergeInputs& in, const Options& o, std::optional<LoraMeta
     LoraOptions lora = o.lora;
     lora.checkpoint_dir = in.checkpoint.dir;
     lora.metadata = std::move(metadata);
+    lora.alpha_unrecorded = in.mapped.lora_alpha_unrecorded;
     lora.task_type = o.map.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
     // The extracted adapter sits inside the folder that holds its base model.
     if (!o.output.target.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.output.target).lexically_normal().string();

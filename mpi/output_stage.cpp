@@ -77,8 +77,11 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     const std::string staging = staging_path(o.output.target);
     const std::string hint = output.options().resumable ? staging : "";
     const auto plan_start = Clock::now();
-    collective_step(comm, [&] { output.check(mapping); });
-    output.plan(mapping);
+    collective_step(comm, [&] {
+        output.check(mapping);
+        output.plan(mapping);
+        check_blocks_fit(mapping, output.options().max_memory, run.quantize != nullptr);
+    });
     const OutputLayout& layout = output.layout();
     result.plan_seconds = seconds_since(plan_start);
     collective_step(comm, [&] {

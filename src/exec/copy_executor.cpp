@@ -12,6 +12,7 @@
 
 #include "exec/dtype_cast.h"
 #include "core/error.h"
+#include "core/human_units.h"
 #include "exec/fp8_quantize.h"
 #include "exec/lora_kernel.h"
 #include "core/stopwatch.h"
@@ -150,6 +151,7 @@ struct BlockSizing {
     uint64_t src_row = 0;    // bytes of one assembled source row
     int64_t block_rows = 1;  // rows per block, a multiple of `align`
     int64_t align = 1;       // a block starts on a multiple of this (packed zero points)
+    uint64_t per_row = 0;    // executor memory per row of a block
 };
 
 BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint64_t max_memory) {
@@ -166,6 +168,7 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
     else if (lora) per_row = s.src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + s.out_row;
     else if (cast) per_row = 2 * s.src_row + s.out_row;
     s.align = std::max<int64_t>(1, t.row_align);
+    s.per_row = per_row;
     // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
     // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
     const uint64_t block_budget =
@@ -174,6 +177,22 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
     s.block_rows = std::max(s.align, s.block_rows / s.align * s.align);
     return s;
 }
+
+}  // namespace
+
+void check_blocks_fit(const TensorMapping& mapping, uint64_t max_memory, bool quantizing) {
+    for (const OutputTensor& t : mapping.tensors) {
+        const bool quantized = quantizing && t.role == OutputTensor::Role::QuantPacked;
+        const BlockSizing s = block_sizing(t, quantized, t.lora_delta.has_value(), max_memory);
+        const uint64_t smallest = s.per_row * static_cast<uint64_t>(s.align);
+        if (s.align > 1 && smallest > max_memory)
+            throw Error(t.name + ": its smallest block (" + std::to_string(s.align) + " rows: " + human_bytes(smallest) +
+                        " with its buffers) needs --max-memory of at least " + human_bytes(smallest) +
+                        " per rank; this merge has " + human_bytes(max_memory));
+    }
+}
+
+namespace {
 
 // The rows of a quantized weight's Scale tensor that weight rows [row, end) write.
 std::pair<int64_t, int64_t> scale_rows(const OutputTensor& t, int64_t row, int64_t end) {

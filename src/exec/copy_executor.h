@@ -39,6 +39,11 @@ using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row
 // that thread, one block at a time.
 class PipelinedSink;
 
+// Error, before anything is written, when a tensor split only at multiples of its row_align
+// (block FP8's 128-row stripes, packed zero points' words) has a smallest block that does not
+// fit the rank's `max_memory`: the executor would have to exceed it.
+void check_blocks_fit(const TensorMapping& mapping, uint64_t max_memory, bool quantizing);
+
 class CopyExecutor {
 public:
     // `quantize` (optional) is the spec QuantPacked tensors were planned with; `threads` is how

@@ -75,8 +75,8 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
 
 void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config,
                                  const MapOptions& options) {
-    if (!ckpt.source || !ckpt.source->names_own_tensors()) return;  // Megatron: in megatron_to_hf
-    if (!has_tensor_table(config)) {
+    if (!ckpt.source || !(ckpt.source->names_own_tensors() || ckpt.hf_named)) return;  // Megatron: in megatron_to_hf
+    if (!has_tensor_table(config, options.architecture_tables)) {
         m.notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: no tensor table for " +
                           (config.architectures.empty() ? std::string("a config without 'architectures'")
                                                         : "architecture " + config.architectures[0]));
@@ -94,7 +94,8 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
     bool mtp = false;
     for (const OutputTensor& t : m.mapping.tensors) mtp = mtp || t.name.ends_with(".enorm.weight");
     ArchitectureInfo arch =
-        architecture_for(config, options.is_value_model || (score_head && !lm_head), options.drop_mtp || !mtp);
+        architecture_for(config, options.is_value_model || (score_head && !lm_head), options.drop_mtp || !mtp,
+                         options.architecture_tables);
     if (options.tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
     // Names and shapes are all the check reads; an extracted adapter is not part of the model.
     TensorMapping model;

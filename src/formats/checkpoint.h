@@ -41,10 +41,14 @@ struct DetectedCheckpoint {
     // Set when the checkpoint records no config.json anywhere (a verl v2 dist-only save): the
     // Error, asking for --hf_config, that a merge without --hf_config stops with.
     std::string config_missing;
-    // A PEFT adapter export the checkpoint holds instead of model weights (Megatron-Bridge LoRA:
-    // model/huggingface/adapter/): adapter_model.safetensors and adapter_config.json.
+    // A PEFT adapter export (Megatron-Bridge LoRA: model/huggingface/adapter/): its
+    // adapter_config.json gives alpha; its adapter_model.safetensors is read when the
+    // checkpoint's shards hold no adapter.
     std::string lora_adapter_dir;
     std::vector<std::string> notes;
+    // The weights are saved under their HF names by a backend that names none itself (a
+    // torchtitan last_save_in_hf step): checked against config.json like names_own_tensors.
+    bool hf_named = false;
     std::vector<ScanJob> jobs;
     FsdpCheckpoint fsdp;
     MegatronLegacyCheckpoint legacy;
@@ -68,6 +72,9 @@ struct MappedCheckpoint {
     nlohmann::ordered_json facts;  // detected parallelism, architecture, ... for inspect
     std::vector<std::string> notes;
     SourceAccount account;  // every scanned entry: written, or dropped for a named reason
+    // Set when the adapter's alpha is recorded nowhere in the checkpoint (Megatron-Bridge LoRA
+    // shards): why, for the error that asks for --lora_alpha.
+    std::string lora_alpha_unrecorded;
 };
 
 // Applies the detecting backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`).

@@ -19,11 +19,14 @@ namespace {
 constexpr int kTableVersion = 1;
 constexpr uint64_t kMaxTableBytes = uint64_t{16} << 20;
 const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "source", "architectures",
-                                       "config_check", "keep_fp32", "rules", "notes"};
-const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "note"};
-// torchtitan: name rules from torchtitan FQNs; hf: facts of the HF architecture itself
-// (keep_fp32, no rules), applied whatever the checkpoint layout.
-const std::set<std::string> kSources{"torchtitan", "hf"};
+                                       "config_check", "config_tensors", "keep_fp32", "rules", "notes"};
+const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "split", "tp", "value_head", "note"};
+const std::set<std::string> kConfigTensorKeys{"family", "qkv_bias", "qk_norm"};
+const std::set<std::string> kFamilies{"dense", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3"};
+// torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
+// (global layer and expert numbers); hf: facts of the HF architecture itself (keep_fp32, no
+// rules), applied whatever the checkpoint layout.
+const std::set<std::string> kSources{"torchtitan", "megatron", "hf"};
 
 // The placeholders a pattern uses, in order ("{i}", "{e}"); anything else in braces is an Error.
 std::vector<std::string> placeholders(const std::string& pattern, const std::string& where) {
@@ -81,7 +84,67 @@ TableTransform parse_transform(const std::string& text, const std::string& where
     throw Error(where + ": unknown transform '" + text + "' (expected none, rope_permute or split_experts)");
 }
 
-TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& file) {
+NameSplit parse_split(const std::string& text, const std::string& where) {
+    if (text.empty() || text == "none") return NameSplit::None;
+    if (text == "qkv") return NameSplit::Qkv;
+    if (text == "gate_up") return NameSplit::GateUp;
+    if (text == "vocab") return NameSplit::Vocab;
+    throw Error(where + ": unknown split '" + text + "' (expected none, qkv, gate_up or vocab)");
+}
+
+TpRule parse_tp(const std::string& text, const std::string& where) {
+    if (text.empty() || text == "replicated") return TpRule::Replicated;
+    if (text == "dim0") return TpRule::Concat0;
+    if (text == "dim1") return TpRule::Concat1;
+    if (text == "glu_halves") return TpRule::GluHalves;
+    if (text == "replicated_if_full") return TpRule::ReplicatedIfFull;
+    throw Error(where + ": unknown tp '" + text + "' (expected dim0, dim1, replicated, glu_halves or replicated_if_full)");
+}
+
+bool bool_field(const nlohmann::json& j, const char* key, const std::string& where) {
+    auto it = j.find(key);
+    if (it == j.end()) return false;
+    if (!it->is_boolean()) throw Error(where + ": '" + key + "' must be true or false");
+    return it->get<bool>();
+}
+
+// A Megatron rule's `to`: one HF name, or the list a split makes (q, k, v / gate, up),
+// kept joined by '|' (split_names takes them apart).
+std::string megatron_targets(const nlohmann::json& j, NameSplit split, const std::string& where) {
+    auto it = j.find("to");
+    if (it == j.end()) return "";
+    const size_t want = split == NameSplit::Qkv ? 3 : split == NameSplit::GateUp ? 2 : 1;
+    std::vector<std::string> names;
+    if (it->is_string()) names.push_back(it->get<std::string>());
+    else if (it->is_array())
+        for (const auto& v : *it) names.push_back(v.is_string() ? v.get<std::string>() : "");
+    if (names.size() != want || std::any_of(names.begin(), names.end(), [](const std::string& n) {
+            return n.empty() || n.find('|') != std::string::npos;
+        }))
+        throw Error(where + ": 'to' must be " +
+                    (want == 1 ? std::string("one HF name (a string)")
+                               : "a list of " + std::to_string(want) + " HF names (split " +
+                                     (split == NameSplit::Qkv ? "qkv: q, k, v" : "gate_up: gate, up") + ")"));
+    std::string joined;
+    for (const auto& n : names) joined += (joined.empty() ? "" : "|") + n;
+    return joined;
+}
+
+// The Megatron-only keys of a rule; a torchtitan rule may not use them (nor a Megatron rule
+// the torchtitan transforms).
+void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatron, const std::string& where) {
+    for (const char* key : {"split", "tp", "value_head"})
+        if (!megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'megatron' tables");
+    for (const char* key : {"transform", "heads"})
+        if (megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'torchtitan' tables");
+    if (!megatron) return;
+    rule.split = parse_split(string_field(j, "split", where, false), where);
+    rule.tp = parse_tp(string_field(j, "tp", where, false), where);
+    rule.value_head = bool_field(j, "value_head", where);
+    rule.to = megatron_targets(j, rule.split, where);
+}
+
+TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& file, bool megatron) {
     std::string where = file + ": rule " + std::to_string(index);
     if (!j.is_object()) throw Error(where + ": expected an object");
     TableRule rule;
@@ -89,24 +152,26 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
     rule.from = string_field(j, "from", where, true);
     where += " (from '" + rule.from + "')";
     check_keys(j, kRuleKeys, where);
-    rule.to = string_field(j, "to", where, false);
+    if (megatron) parse_megatron_fields(j, rule, true, where);
+    else {
+        parse_megatron_fields(j, rule, false, where);
+        rule.to = string_field(j, "to", where, false);
+    }
     rule.drop = string_field(j, "drop", where, false);
     if (rule.to.empty() == rule.drop.empty()) throw Error(where + ": give exactly one of 'to' (its HF name) and 'drop' (why)");
     rule.transform = parse_transform(string_field(j, "transform", where, false), where);
     rule.heads = string_field(j, "heads", where, false);
     if ((rule.transform == TableTransform::RopePermute) != !rule.heads.empty())
         throw Error(where + ": 'heads' (the config.json key of the head count) goes with transform rope_permute, and only there");
-    if (auto it = j.find("tied_head"); it != j.end()) {
-        if (!it->is_boolean()) throw Error(where + ": 'tied_head' must be true or false");
-        rule.tied_head = it->get<bool>();
-    }
-    if (!rule.drop.empty() && (rule.transform != TableTransform::None || rule.tied_head))
-        throw Error(where + ": a 'drop' rule takes no transform or tied_head");
+    rule.tied_head = bool_field(j, "tied_head", where);
+    if (!rule.drop.empty() && (rule.transform != TableTransform::None || rule.tied_head || rule.split != NameSplit::None ||
+                               rule.value_head))
+        throw Error(where + ": a 'drop' rule takes no transform, split, tied_head or value_head");
     const auto from_marks = placeholders(rule.from, where);
     if (std::count(from_marks.begin(), from_marks.end(), "{i}") > 1 || std::count(from_marks.begin(), from_marks.end(), "{e}") > 1)
         throw Error(where + ": each placeholder may appear once in 'from'");
     const bool from_expert = std::count(from_marks.begin(), from_marks.end(), "{e}") > 0;
-    for (const auto& mark : placeholders(rule.to, where)) {
+    for (const auto& mark : placeholders(rule.to, where + ": 'to'")) {
         const bool made_here = mark == "{e}" && rule.transform == TableTransform::SplitExperts;
         if (!made_here && std::find(from_marks.begin(), from_marks.end(), mark) == from_marks.end())
             throw Error(where + ": 'to' uses " + mark + ", which 'from' does not bind");
@@ -144,7 +209,41 @@ fs::path running_binary_dir() {
     return ec ? fs::path() : exe.parent_path();
 }
 
+ConfigTensors parse_config_tensors(const nlohmann::json& j, const std::string& file) {
+    const std::string where = file + ": config_tensors";
+    if (!j.is_object()) throw Error(where + ": expected an object {\"family\": ..., \"qkv_bias\": ..., \"qk_norm\": ...}");
+    check_keys(j, kConfigTensorKeys, where);
+    ConfigTensors c;
+    c.family = string_field(j, "family", where, true);
+    if (!kFamilies.count(c.family))
+        throw Error(where + ": unknown family '" + c.family + "' (expected dense, qwen2_moe, qwen3_moe, mixtral or deepseek_v3)");
+    c.qkv_bias = bool_field(j, "qkv_bias", where);
+    c.qk_norm = bool_field(j, "qk_norm", where);
+    return c;
+}
+
 }  // namespace
+
+const char* name_split_name(NameSplit s) {
+    switch (s) {
+        case NameSplit::None: return "none";
+        case NameSplit::Qkv: return "qkv";
+        case NameSplit::GateUp: return "gate_up";
+        case NameSplit::Vocab: return "vocab";
+    }
+    return "none";
+}
+
+const char* tp_rule_name(TpRule r) {
+    switch (r) {
+        case TpRule::Concat0: return "dim0";
+        case TpRule::Concat1: return "dim1";
+        case TpRule::Replicated: return "replicated";
+        case TpRule::GluHalves: return "glu_halves";
+        case TpRule::ReplicatedIfFull: return "replicated_if_full";
+    }
+    return "replicated";
+}
 
 const char* table_transform_name(TableTransform t) {
     switch (t) {
@@ -166,11 +265,17 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     table.file = file;
     table.name = string_field(doc, "name", file, true);
     table.source = string_field(doc, "source", file, true);
-    if (!kSources.count(table.source)) throw Error(file + ": source '" + table.source + "': expected torchtitan or hf");
+    if (!kSources.count(table.source))
+        throw Error(file + ": source '" + table.source + "': expected torchtitan, megatron or hf");
     table.architectures = string_list(doc, "architectures", file, true);
     table.config_check = string_field(doc, "config_check", file, false);
     table.keep_fp32 = string_list(doc, "keep_fp32", file, false);
     for (const auto& pattern : table.keep_fp32) placeholders(pattern, file + ": keep_fp32");
+    if (auto ct = doc.find("config_tensors"); ct != doc.end()) {
+        if (table.source != "megatron") throw Error(file + ": 'config_tensors' belongs to source 'megatron' tables");
+        if (!table.config_check.empty()) throw Error(file + ": give 'config_tensors' or 'config_check', not both");
+        table.config_tensors = parse_config_tensors(*ct, file);
+    }
     auto rules = doc.find("rules");
     if (table.source == "hf") {
         if (rules != doc.end()) throw Error(file + ": a source 'hf' table holds facts of the HF architecture (keep_fp32), no rules");
@@ -180,8 +285,9 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     if (rules == doc.end() || !rules->is_array() || rules->empty()) throw Error(file + ": 'rules' must be a non-empty array");
     std::map<std::string, size_t> seen;
     for (size_t i = 0; i < rules->size(); ++i) {
-        TableRule rule = parse_rule((*rules)[i], i, file);
-        if (auto [it, fresh] = seen.emplace(rule.from, i); !fresh)
+        TableRule rule = parse_rule((*rules)[i], i, file, table.source == "megatron");
+        // A value model's head rule may share its `from` with the causal LM's.
+        if (auto [it, fresh] = seen.emplace(rule.from + (rule.value_head ? " (value head)" : ""), i); !fresh)
             throw Error(file + ": rule " + std::to_string(i) + " (from '" + rule.from + "'): same 'from' as rule " +
                         std::to_string(it->second));
         table.rules.push_back(std::move(rule));

@@ -15,6 +15,20 @@ enum class TableTransform {
     SplitExperts,  // a grouped [E, ...] tensor -> one tensor per expert ({e} in `to`)
 };
 
+// How a Megatron tensor splits into HF tensors (source 'megatron' tables).
+enum class NameSplit {
+    None,    // same tensor, new name
+    Qkv,     // grouped [q heads, k, v] per query group -> q_proj | k_proj | v_proj
+    GateUp,  // [gate; up] -> gate | up
+    Vocab,   // rows trimmed (or zero-padded) to config vocab_size
+};
+
+// How the tensor-parallel shards of one Megatron tensor combine (megatron-formats.md §4):
+// concatenated on dim 0 or 1, read once from tp rank 0, SwiGLU [gate_r; up_r] halves, or
+// (MLA down-projections) replicated when one shard already has the full row count, else
+// concatenated on dim 0.
+enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
+
 // One rule of an architecture table: the checkpoint key pattern `from` ({i}: a layer number)
 // and either its HF name `to` or the reason it is dropped.
 struct TableRule {
@@ -25,6 +39,20 @@ struct TableRule {
     TableTransform transform = TableTransform::None;
     std::string heads;                   // RopePermute: the config.json key giving the head count
     bool tied_head = false;              // not written when config.json ties the embeddings
+    // Source 'megatron' only: the HF names of a split (`to` holds them joined by '|'), how the
+    // TP shards combine, and whether the rule names a value model's (critic's) score head,
+    // applied only to value models and before the other rules.
+    NameSplit split = NameSplit::None;
+    TpRule tp = TpRule::Replicated;
+    bool value_head = false;
+};
+
+// The HF tensor set config.json implies, as the C++ derives it (expected_hf_tensors): the
+// model family and the facts that vary inside one (source 'megatron' tables).
+struct ConfigTensors {
+    std::string family;     // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3
+    bool qkv_bias = false;  // q/k/v biases whatever config.json's attention_bias says
+    bool qk_norm = false;   // per-head q_norm / k_norm
 };
 
 // An architecture table (share/vmerge/architectures/*.json, docs/architecture-tables.md): the
@@ -38,6 +66,9 @@ struct ArchitectureTable {
     // The known architecture whose config.json-implied tensor set the output is checked
     // against ("" : the output is not checked, with a note).
     std::string config_check;
+    // Source 'megatron': the tensor set of the architecture itself (config_check may name
+    // another table's architecture instead).
+    std::optional<ConfigTensors> config_tensors;
     // HF name patterns ({i}, {e}) written in float32 whatever --dtype auto picks.
     std::vector<std::string> keep_fp32;
     std::vector<TableRule> rules;
@@ -81,5 +112,7 @@ std::string fill_table_pattern(const std::string& pattern, const std::string& la
 bool table_keeps_fp32(const ArchitectureTable& table, const std::string& name);
 
 const char* table_transform_name(TableTransform t);
+const char* name_split_name(NameSplit s);
+const char* tp_rule_name(TpRule r);
 
 }  // namespace vmerge

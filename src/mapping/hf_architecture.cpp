@@ -1,6 +1,6 @@
 #include "mapping/hf_architecture.h"
 
-#include <array>
+#include <algorithm>
 #include <regex>
 
 #include "core/bounded_number.h"
@@ -8,113 +8,6 @@
 
 namespace vmerge {
 namespace {
-
-using S = NameSplit;
-
-// megatron-formats.md §5.1: every decoder-only model here shares these.
-constexpr std::array kDenseRules{
-    NameRule{"embedding.word_embeddings.weight", "model.embed_tokens.weight", S::Vocab},
-    NameRule{"decoder.final_layernorm.weight", "model.norm.weight"},
-    NameRule{"output_layer.weight", "lm_head.weight", S::Vocab},
-    NameRule{"decoder.layers.{i}.self_attention.linear_qkv.layer_norm_weight", "model.layers.{i}.input_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.input_layernorm.weight", "model.layers.{i}.input_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_qkv.weight",
-             "model.layers.{i}.self_attn.q_proj.weight|model.layers.{i}.self_attn.k_proj.weight|"
-             "model.layers.{i}.self_attn.v_proj.weight", S::Qkv},
-    NameRule{"decoder.layers.{i}.self_attention.linear_qkv.bias",
-             "model.layers.{i}.self_attn.q_proj.bias|model.layers.{i}.self_attn.k_proj.bias|"
-             "model.layers.{i}.self_attn.v_proj.bias", S::Qkv},
-    NameRule{"decoder.layers.{i}.self_attention.q_layernorm.weight", "model.layers.{i}.self_attn.q_norm.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.k_layernorm.weight", "model.layers.{i}.self_attn.k_norm.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_proj.weight", "model.layers.{i}.self_attn.o_proj.weight"},
-    NameRule{"decoder.layers.{i}.mlp.linear_fc1.layer_norm_weight", "model.layers.{i}.post_attention_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.pre_mlp_layernorm.weight", "model.layers.{i}.post_attention_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.mlp.linear_fc1.weight",
-             "model.layers.{i}.mlp.gate_proj.weight|model.layers.{i}.mlp.up_proj.weight", S::GateUp},
-    NameRule{"decoder.layers.{i}.mlp.linear_fc2.weight", "model.layers.{i}.mlp.down_proj.weight"},
-};
-
-// §4.5: a critic's head is an nn.Linear(H -> 1); HF token classification names it score.
-constexpr std::array kValueHeadRules{
-    NameRule{"output_layer.weight", "score.weight"},
-    NameRule{"output_layer.bias", "score.bias"},
-};
-
-// §5.2, routed experts named like Qwen (also DeepSeek-V3).
-constexpr std::array kQwenExpertRules{
-    NameRule{"decoder.layers.{i}.mlp.router.weight", "model.layers.{i}.mlp.gate.weight"},
-    NameRule{"decoder.layers.{i}.mlp.experts.{e}.linear_fc1.weight",
-             "model.layers.{i}.mlp.experts.{e}.gate_proj.weight|model.layers.{i}.mlp.experts.{e}.up_proj.weight",
-             S::GateUp},
-    NameRule{"decoder.layers.{i}.mlp.experts.{e}.linear_fc2.weight", "model.layers.{i}.mlp.experts.{e}.down_proj.weight"},
-};
-
-constexpr std::array kQwen2MoeSharedRules{
-    NameRule{"decoder.layers.{i}.mlp.shared_experts.linear_fc1.weight",
-             "model.layers.{i}.mlp.shared_expert.gate_proj.weight|model.layers.{i}.mlp.shared_expert.up_proj.weight",
-             S::GateUp},
-    NameRule{"decoder.layers.{i}.mlp.shared_experts.linear_fc2.weight", "model.layers.{i}.mlp.shared_expert.down_proj.weight"},
-    NameRule{"decoder.layers.{i}.mlp.shared_experts.gate_weight", "model.layers.{i}.mlp.shared_expert_gate.weight"},
-};
-
-constexpr std::array kMixtralRules{
-    NameRule{"decoder.layers.{i}.mlp.router.weight", "model.layers.{i}.block_sparse_moe.gate.weight"},
-    NameRule{"decoder.layers.{i}.mlp.experts.{e}.linear_fc1.weight",
-             "model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight|model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight",
-             S::GateUp},
-    NameRule{"decoder.layers.{i}.mlp.experts.{e}.linear_fc2.weight", "model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight"},
-};
-
-// §5.3 and §5.2 DeepSeek column.
-constexpr std::array kDeepseekRules{
-    NameRule{"decoder.layers.{i}.mlp.router.expert_bias", "model.layers.{i}.mlp.gate.e_score_correction_bias"},
-    NameRule{"decoder.layers.{i}.mlp.shared_experts.linear_fc1.weight",
-             "model.layers.{i}.mlp.shared_experts.gate_proj.weight|model.layers.{i}.mlp.shared_experts.up_proj.weight",
-             S::GateUp},
-    NameRule{"decoder.layers.{i}.mlp.shared_experts.linear_fc2.weight", "model.layers.{i}.mlp.shared_experts.down_proj.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_q_proj.weight", "model.layers.{i}.self_attn.q_proj.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_q_down_proj.weight", "model.layers.{i}.self_attn.q_a_proj.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_q_up_proj.layer_norm_weight", "model.layers.{i}.self_attn.q_a_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.q_layernorm.weight", "model.layers.{i}.self_attn.q_a_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_q_up_proj.weight", "model.layers.{i}.self_attn.q_b_proj.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_kv_down_proj.weight", "model.layers.{i}.self_attn.kv_a_proj_with_mqa.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_kv_up_proj.layer_norm_weight", "model.layers.{i}.self_attn.kv_a_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.kv_layernorm.weight", "model.layers.{i}.self_attn.kv_a_layernorm.weight"},
-    NameRule{"decoder.layers.{i}.self_attention.linear_kv_up_proj.weight", "model.layers.{i}.self_attn.kv_b_proj.weight"},
-};
-
-// Megatron-Bridge's MTP block (canonical_mtp_key): the inner layer maps with the decoder rules.
-constexpr std::array kMtpRules{
-    NameRule{"decoder.layers.{i}.mtp.enorm.weight", "model.layers.{i}.enorm.weight"},
-    NameRule{"decoder.layers.{i}.mtp.hnorm.weight", "model.layers.{i}.hnorm.weight"},
-    NameRule{"decoder.layers.{i}.mtp.eh_proj.weight", "model.layers.{i}.eh_proj.weight"},
-    NameRule{"decoder.layers.{i}.mtp.final_layernorm.weight", "model.layers.{i}.shared_head.norm.weight"},
-};
-
-struct ArchitectureEntry {
-    std::string_view name;
-    std::string_view family;
-};
-
-constexpr std::array kArchitectures{
-    ArchitectureEntry{"LlamaForCausalLM", "dense"},
-    ArchitectureEntry{"MistralForCausalLM", "dense"},
-    ArchitectureEntry{"Qwen2ForCausalLM", "dense"},
-    ArchitectureEntry{"Qwen3ForCausalLM", "dense"},
-    ArchitectureEntry{"LlamaForTokenClassification", "dense"},
-    ArchitectureEntry{"MistralForTokenClassification", "dense"},
-    ArchitectureEntry{"Qwen2ForTokenClassification", "dense"},
-    ArchitectureEntry{"Qwen3ForTokenClassification", "dense"},
-    ArchitectureEntry{"Qwen2MoeForCausalLM", "qwen2_moe"},
-    ArchitectureEntry{"Qwen3MoeForCausalLM", "qwen3_moe"},
-    ArchitectureEntry{"MixtralForCausalLM", "mixtral"},
-    ArchitectureEntry{"DeepseekV3ForCausalLM", "deepseek_v3"},
-};
-
-template <typename Rules>
-void append(std::vector<NameRule>& out, const Rules& rules) {
-    out.insert(out.end(), rules.begin(), rules.end());
-}
 
 // A config.json integer within its bounds (config_int); fallback -1: the key is required.
 int64_t get_int(const HfConfig& c, const char* key, int64_t fallback = -1) {
@@ -157,13 +50,6 @@ void add_mtp_block_tensors(std::map<std::string, Shape>& req, int64_t i, int64_t
 
 }  // namespace
 
-bool has_tensor_table(const HfConfig& config) {
-    if (config.architectures.empty()) return false;
-    for (const auto& entry : kArchitectures)
-        if (entry.name == config.architectures[0]) return true;
-    return false;
-}
-
 std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth) {
     static const std::regex inner(R"(^mtp\.layers\.(\d{1,6})\.(?:transformer_layer|mtp_model_layer)\.(.*)$)");
     static const std::regex own(R"(^mtp\.layers\.(\d{1,6})\.(enorm|hnorm|eh_proj|final_layernorm)\.(.*)$)");
@@ -175,17 +61,68 @@ std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t lay
     return is_inner ? layer + std::string(m[2]) : layer + "mtp." + std::string(m[2]) + "." + std::string(m[3]);
 }
 
-ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp) {
+namespace {
+
+// The source 'megatron' table for `architecture` (nullptr when none).
+const ArchitectureTable* megatron_table(const std::vector<ArchitectureTable>& tables, const std::string& architecture) {
+    return find_architecture_table(tables, "megatron", architecture);
+}
+
+// The tensor set `table` implies: its own config_tensors, or those of the table of the
+// architecture its config_check names; nullopt when it gives neither.
+std::optional<ConfigTensors> config_tensors_of(const ArchitectureTable& table, const std::vector<ArchitectureTable>& tables) {
+    if (table.config_tensors) return table.config_tensors;
+    if (table.config_check.empty()) return std::nullopt;
+    const ArchitectureTable* known = megatron_table(tables, table.config_check);
+    if (!known || !known->config_tensors)
+        throw Error(table.file + ": config_check '" + table.config_check +
+                    "' is not an architecture with a tensor set (config_tensors) in the megatron tables (" +
+                    table_architectures(tables, "megatron") + ")");
+    return known->config_tensors;
+}
+
+NameRule name_rule(const TableRule& r) {
+    NameRule rule;
+    rule.megatron = r.from;
+    rule.hf = r.to;
+    rule.split = r.split;
+    rule.tp = r.tp;
+    rule.tied_head = r.tied_head;
+    rule.drop = r.drop;
+    rule.index = r.index;
+    return rule;
+}
+
+}  // namespace
+
+bool has_tensor_table(const HfConfig& config, const std::vector<std::string>& table_files) {
+    if (config.architectures.empty()) return false;
+    const auto tables = load_architecture_tables(table_files);
+    const ArchitectureTable* table = megatron_table(tables, config.architectures[0]);
+    return table && config_tensors_of(*table, tables).has_value();
+}
+
+ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp,
+                                  const std::vector<std::string>& table_files) {
     if (config.architectures.empty())
         throw Error(config.dir + "/config.json: no 'architectures'; cannot choose a name table");
     ArchitectureInfo arch;
     arch.name = config.architectures[0];
-    for (const auto& entry : kArchitectures)
-        if (entry.name == arch.name) arch.family = entry.family;
-    if (arch.family.empty()) {
-        std::string supported;
-        for (const auto& entry : kArchitectures) supported += (supported.empty() ? "" : ", ") + std::string(entry.name);
-        throw Error(config.dir + "/config.json: unknown architecture " + arch.name + "; supported: " + supported);
+    const auto tables = load_architecture_tables(table_files);
+    const ArchitectureTable* table = megatron_table(tables, arch.name);
+    if (!table) {
+        const std::string dir = shipped_tables_dir();
+        throw Error(config.dir + "/config.json: unknown architecture " + arch.name +
+                    "; supported: " + table_architectures(tables, "megatron") +
+                    " (the megatron tables in " + (dir.empty() ? std::string("share/vmerge/architectures, not found") : dir) +
+                    "); pass --architecture_table FILE for another");
+    }
+    arch.table_file = table->file;
+    arch.table_name = table->name;
+    if (const auto tensors = config_tensors_of(*table, tables)) {
+        arch.family = tensors->family;
+        arch.qkv_bias = tensors->qkv_bias;
+        arch.qk_norm = tensors->qk_norm;
     }
     arch.value_model = value_model || arch.name.ends_with("ForTokenClassification");
     arch.hidden = get_int(config, "hidden_size");
@@ -196,22 +133,34 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
     arch.layers = get_int(config, "num_hidden_layers");
     arch.drop_mtp = drop_mtp;
     arch.mtp_layers = drop_mtp ? 0 : get_int(config, "num_nextn_predict_layers", 0);
-    append(arch.rules, kMtpRules);
-    if (arch.value_model) append(arch.rules, kValueHeadRules);
-    append(arch.rules, kDenseRules);
-    if (arch.family == "qwen2_moe") {
-        append(arch.rules, kQwenExpertRules);
-        append(arch.rules, kQwen2MoeSharedRules);
-    } else if (arch.family == "qwen3_moe") {
-        append(arch.rules, kQwenExpertRules);
-    } else if (arch.family == "mixtral") {
-        append(arch.rules, kMixtralRules);
-    } else if (arch.family == "deepseek_v3") {
-        append(arch.rules, kQwenExpertRules);
-        append(arch.rules, kDeepseekRules);
-    }
-    arch.expected = expected_hf_tensors(config, arch);
+    // A value model's head rules come first: they take output_layer from the causal LM's.
+    if (arch.value_model)
+        for (const TableRule& r : table->rules)
+            if (r.value_head) arch.rules.push_back(name_rule(r));
+    for (const TableRule& r : table->rules)
+        if (!r.value_head) arch.rules.push_back(name_rule(r));
+    if (!arch.family.empty()) arch.expected = expected_hf_tensors(config, arch);
     return arch;
+}
+
+nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const std::map<size_t, size_t>& used) {
+    nlohmann::ordered_json rules = nlohmann::ordered_json::array();
+    std::vector<const NameRule*> ordered;
+    for (const NameRule& rule : arch.rules) ordered.push_back(&rule);
+    std::sort(ordered.begin(), ordered.end(), [](const NameRule* a, const NameRule* b) { return a->index < b->index; });
+    for (const NameRule* rule : ordered) {
+        auto it = used.find(rule->index);
+        if (it == used.end()) continue;
+        nlohmann::ordered_json j{{"rule", rule->index}, {"from", rule->megatron}};
+        if (rule->drop.empty()) j["to"] = split_names(rule->hf);
+        else j["drop"] = rule->drop;
+        if (rule->split != NameSplit::None) j["split"] = name_split_name(rule->split);
+        j["tp"] = tp_rule_name(rule->tp);
+        if (rule->tied_head) j["tied_head"] = true;
+        j["tensors"] = it->second;
+        rules.push_back(std::move(j));
+    }
+    return {{"name", arch.table_name}, {"file", arch.table_file}, {"source", "megatron"}, {"rules_applied", rules}};
 }
 
 std::string substitute_rule(std::string_view pattern, const std::string& layer, const std::string& expert) {
@@ -268,8 +217,8 @@ ExpectedTensors expected_hf_tensors(const HfConfig& c, const ArchitectureInfo& a
         req["lm_head.weight"] = {V, H};
     }
     const bool deepseek = arch.family == "deepseek_v3";
-    const bool qkv_bias = arch.name.starts_with("Qwen2") || get_bool(c, "attention_bias", false);
-    const bool qk_norm = arch.name.starts_with("Qwen3");
+    const bool qkv_bias = arch.qkv_bias || get_bool(c, "attention_bias", false);
+    const bool qk_norm = arch.qk_norm;
     check_expert_table_size(c, arch);
     const int64_t F = get_int(c, "intermediate_size");
     auto dense_mlp = [&](int64_t i, int64_t ffn, const std::string& prefix) {

@@ -5,23 +5,22 @@
 #include <string_view>
 #include <vector>
 
+#include "mapping/architecture_table.h"
 #include "mapping/hf_config.h"
 #include "core/tensor_ref.h"
 
 namespace vmerge {
 
-// How one Megatron tensor becomes one or more Hugging Face tensors.
-enum class NameSplit {
-    None,    // same tensor, new name
-    Qkv,     // grouped [q heads, k, v] per query group -> q_proj | k_proj | v_proj
-    GateUp,  // [gate; up] -> gate | up
-    Vocab,   // rows trimmed (or zero-padded) to config vocab_size
-};
-
+// How one Megatron tensor becomes one or more Hugging Face tensors: a rule of the
+// architecture's source 'megatron' table (share/vmerge/architectures/megatron_*.json).
 struct NameRule {
-    std::string_view megatron;  // "decoder.layers.{i}.self_attention.linear_qkv.weight"
-    std::string_view hf;        // "model.layers.{i}.self_attn.q_proj.weight|...k_proj...|..."
+    std::string megatron;  // "decoder.layers.{i}.self_attention.linear_qkv.weight"
+    std::string hf;        // "model.layers.{i}.self_attn.q_proj.weight|...k_proj...|..."
     NameSplit split = NameSplit::None;
+    TpRule tp = TpRule::Replicated;
+    bool tied_head = false;  // not written when the embeddings are tied
+    std::string drop;        // why the tensor is not written ("" when mapped)
+    size_t index = 0;        // the rule's position in its table, for messages and inspect
 };
 
 struct ExpectedTensors {
@@ -32,7 +31,11 @@ struct ExpectedTensors {
 // The model facts the rules need, read from config.json (megatron-formats.md §5.6).
 struct ArchitectureInfo {
     std::string name;        // architectures[0]
-    std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3
+    // The config.json-implied tensor set (config_tensors of the table, or of the table its
+    // config_check names): family "" when the table gives none (the output is not checked).
+    std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3 | ""
+    bool qkv_bias = false, qk_norm = false;
+    std::string table_file, table_name;  // the source 'megatron' table the rules come from
     bool value_model = false;
     int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
     // Multi-token prediction depths written as model.layers.{layers + k} (config.json's
@@ -43,17 +46,23 @@ struct ArchitectureInfo {
     ExpectedTensors expected;  // what config.json implies, see expected_hf_tensors
 };
 
-// Chooses the name table from config.json `architectures` (Error naming the architecture and
-// the supported ones when unknown). `value_model` forces the score head.
-ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp = false);
+// Chooses the name table from config.json `architectures`: the source 'megatron' table of the
+// shipped ones and `table_files` (--architecture_table) that lists it (Error naming the
+// architecture and the supported ones when none). `value_model` forces the score head.
+ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp = false,
+                                  const std::vector<std::string>& table_files = {});
 
 // A Megatron MTP key (mtp.layers.{k}.transformer_layer.<rest>, also the runtime name
 // mtp_model_layer, and the MTP block's own enorm/hnorm/eh_proj/final_layernorm) as the
 // canonical decoder key of HF layer L + k that the name rules map (Megatron-Bridge's MTP
 // mapping); nullopt for other keys. `depth` is set to k.
 std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth);
-// Whether architecture_for knows config.json's architectures[0].
-bool has_tensor_table(const HfConfig& config);
+// Whether architecture_for knows config.json's architectures[0] and the tensor set its
+// config.json implies.
+bool has_tensor_table(const HfConfig& config, const std::vector<std::string>& table_files = {});
+
+// The rules of `arch` that took tensors, as inspect --json prints them.
+nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const std::map<size_t, size_t>& used);
 
 // A rule's name pattern with {i} (layer) and {e} (expert) replaced.
 std::string substitute_rule(std::string_view pattern, const std::string& layer, const std::string& expert);

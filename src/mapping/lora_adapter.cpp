@@ -245,6 +245,9 @@ void choose_alpha(LoraHyperparameters& h, const std::vector<FoundAlpha>& found, 
     } else if (!found.empty()) {
         h.alpha = found[0].alpha;
         h.source = found[0].path.string();
+    } else if (!options.alpha_unrecorded.empty()) {
+        throw Error(adapter_summary + ": " + options.alpha_unrecorded + "; pass --lora_alpha with the value the adapter "
+                    "was trained with (verl: actor_rollout_ref.model.lora.alpha, default 32)");
     } else {
         const fs::path config_path = dir / "lora_adapter" / "adapter_config.json";
         throw Error(adapter_summary + ", but lora_alpha is recorded nowhere (looked for " + config_path.string() + " and " +

@@ -37,6 +37,8 @@ struct LoraOptions {
     std::string checkpoint_dir;
     // The files above as read by another rank; without them apply_lora reads them itself.
     std::optional<LoraMetadataFiles> metadata;
+    // Why the checkpoint records no alpha (Megatron-Bridge shards): the missing-alpha error says it.
+    std::string alpha_unrecorded;
     std::string task_type = "CAUSAL_LM";
     std::string base_model_name_or_path;  // used when no found adapter config names one
 };

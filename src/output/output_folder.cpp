@@ -123,6 +123,14 @@ HfFilePlan plan_hf_file_copies(const std::string& hf_dir, const std::vector<std:
         const fs::path path = fs::path(hf_dir) / rel;
         const fs::file_status st = fs::symlink_status(path, ec);
         if (fs::is_directory(st) || is_weight_file(path.filename().string())) continue;
+        // A PEFT adapter's config never describes the weights this merge writes (an extracted
+        // adapter gets its own, written from them); at the top it would make loaders take the
+        // model folder for an adapter.
+        if (path.filename() == "adapter_config.json") {
+            plan.skipped.push_back(rel + ": a PEFT adapter's config, not a model file (an extracted adapter gets the "
+                                   "adapter_config.json written for its weights, in lora_adapter/)");
+            continue;
+        }
         const bool training = std::any_of(training_files.begin(), training_files.end(), [&](const std::string& t) {
             return rel == t || (t.ends_with("/") && rel.starts_with(t));
         });

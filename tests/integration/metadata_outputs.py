@@ -25,7 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fixtures"))
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
+           OMPI_MCA_rmaps_base_oversubscribe="1",
+           OMPI_MCA_odls_base_sigkill_timeout="0")  # no 2 s teardown after a failing run
 FAILURES = []
 
 

@@ -43,4 +43,17 @@ assert kinds == {"none", "rope_permute"}, kinds
 assert j["backend"] == "torchtitan", j["backend"]
 print("inspect --json: %d rules applied from %s" % (len(t["rules_applied"]), t["file"]))
 PY
+# A Megatron merge prints its table too: the user's, with the split and TP rule of each rule applied.
+"$vmerge" inspect --local_dir "$fixtures/mg_user_table/actor" --json \
+    --architecture_table "$fixtures/mg_user_table/my_megatron_llama.json" >"$work/inspect_megatron.json"
+"$python" - "$work/inspect_megatron.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+t = j["architecture_table"]
+assert t["name"] == "my megatron llama (user table)" and t["source"] == "megatron", t
+qkv = [r for r in t["rules_applied"] if r["from"].endswith("linear_qkv.weight")]
+assert qkv and qkv[0]["split"] == "qkv" and qkv[0]["tp"] == "dim0" and len(qkv[0]["to"]) == 3, qkv
+assert qkv[0]["tensors"] == 2, qkv
+print("inspect --json (megatron): %d rules applied from %s" % (len(t["rules_applied"]), t["file"]))
+PY
 echo "torchtitan cases: ok"

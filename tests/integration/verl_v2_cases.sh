@@ -4,7 +4,7 @@
 # folder, global_step_N/, role folder), each compared bit for bit with the reference the
 # generator wrote from the original tensors, with 1, 2 and 3 ranks; one real merge per layout
 # checked by the independent checker and `verify`; the failure cases (incomplete save, no
-# config, two roles) each one clear error and no target.
+# config, two roles, no LoRA alpha) each one clear error and no target.
 # usage: verl_v2_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR FIXTURES WORK
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fx=$5 work=$6
@@ -90,10 +90,48 @@ on 2 test --local_dir "$fx/bridge_lora_run/global_step_2" "${bridge[@]}" --test_
 on 3 test --local_dir "$fx/bridge_lora_run" "${bridge[@]}" --merge_lora --test_hf_dir "$fx/bridge_lora.merged"
 on 3 merge --local_dir "$fx/bridge_lora_run" "${bridge[@]}" --target_dir "$work/bridge.extract" --quiet
 "$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/bridge.extract" --ref "$fx/bridge_lora.extract" --mode extract
+# The bridge's own adapter/adapter_config.json (beside config.json) is not copied: the output's
+# adapter config is the one written for the adapter written.
+[[ ! -e "$work/bridge.extract/adapter" ]] || { echo "bridge.extract: the export's adapter/ was copied" >&2; exit 1; }
 on 2 merge --local_dir "$fx/bridge_lora_run" "${bridge[@]}" --merge_lora --target_dir "$work/bridge.merged" --quiet
 "$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/bridge.merged" --ref "$fx/bridge_lora.merged" --mode merge
 expect_failed_merge "$work/bridge_nobase" "a Megatron-Bridge LoRA save holds the adapter only" \
     "$vmerge" merge --local_dir "$fx/bridge_lora_run" --target_dir "$work/bridge_nobase"
+# The same save's model/dist_ckpt: adapter shards only (what Megatron-Bridge itself saves with PEFT),
+# read directly onto --lora_base.
+shards=(--local_dir "$fx/bridge_lora_run/global_step_2/actor/model/dist_ckpt" --hf_config "$fx/base_model" --lora_alpha 32)
+on 1 test "${shards[@]}" "${bridge[@]}" --test_hf_dir "$fx/bridge_lora.extract" --quiet
+on 2 test "${shards[@]}" "${bridge[@]}" --merge_lora --test_hf_dir "$fx/bridge_lora.merged" --quiet
+expect_failed_merge "$work/shards_nobase" "holds only Megatron-Bridge LoRA adapter shards" \
+    "$vmerge" merge "${shards[@]}" --target_dir "$work/shards_nobase"
+
+# Megatron-Bridge LoRA with use_dist_checkpointing: frozen base, adapters (linear_in/out split by
+# TP per projection, fused qkv with GQA, gate/up in linear_fc1) and _extra_state all in
+# model/dist_ckpt; config and alpha recorded nowhere: --hf_config and --lora_alpha. Extracted and
+# folded bit for bit from every level with one rank, and with 2 and 3 ranks from other levels.
+dl=(--hf_config "$fx/base_model" --lora_alpha 24)
+levels=(dist_lora_run dist_lora_run/global_step_6 dist_lora_run/global_step_6/actor)
+for i in 0 1 2; do
+    on 1 test --local_dir "$fx/${levels[i]}" "${dl[@]}" --test_hf_dir "$fx/dist_lora.extract" --quiet
+    on 1 test --local_dir "$fx/${levels[i]}" "${dl[@]}" --merge_lora --test_hf_dir "$fx/dist_lora.merged" --quiet
+done
+on 2 test --local_dir "$fx/${levels[0]}" "${dl[@]}" --test_hf_dir "$fx/dist_lora.extract" --quiet
+on 3 test --local_dir "$fx/${levels[2]}" "${dl[@]}" --test_hf_dir "$fx/dist_lora.extract" --quiet
+on 2 test --local_dir "$fx/${levels[2]}" "${dl[@]}" --merge_lora --test_hf_dir "$fx/dist_lora.merged" --quiet
+on 3 test --local_dir "$fx/${levels[1]}" "${dl[@]}" --merge_lora --test_hf_dir "$fx/dist_lora.merged" --quiet
+on 3 merge --local_dir "$fx/dist_lora_run" "${dl[@]}" --target_dir "$work/dist_lora.extract" --quiet
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/dist_lora.extract" --ref "$fx/dist_lora.extract" --mode extract
+on 1 verify --target_dir "$work/dist_lora.extract"
+on 2 merge --local_dir "$fx/dist_lora_run/global_step_6" "${dl[@]}" --merge_lora --target_dir "$work/dist_lora.merged" --quiet
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/dist_lora.merged" --ref "$fx/dist_lora.merged" --mode merge
+expect_failed_merge "$work/dist_lora_noalpha" "record no LoRA alpha (verl writes it only into" \
+    "$mpiexec" -np 2 "$vmerge" merge --local_dir "$fx/dist_lora_run" --hf_config "$fx/base_model" \
+    --target_dir "$work/dist_lora_noalpha"
+# With hf_model also saved: config and the bridge's export (alpha) beside the same shards; no flags.
+on 2 test --local_dir "$fx/dist_lora_hf/actor" --test_hf_dir "$fx/dist_lora.extract" --quiet
+on 1 merge --local_dir "$fx/dist_lora_hf/actor" --target_dir "$work/dist_lora_hf.extract" --quiet
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/dist_lora_hf.extract" --ref "$fx/dist_lora.extract" --mode extract
+[[ ! -e "$work/dist_lora_hf.extract/adapter" ]] || { echo "dist_lora_hf.extract: the export's adapter/ was copied" >&2; exit 1; }
 
 # --allow_incomplete reads what is there.
 on 2 test --local_dir "$fx/incomplete/actor" --allow_incomplete "${base[@]}" --test_hf_dir "$fx/reference_step20"

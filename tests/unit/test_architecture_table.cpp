@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "formats/megatron/megatron_backend.h"
 #include "formats/table_mapping.h"
 #include "mapping/hf_architecture.h"
 #include "test_support.h"
@@ -133,9 +134,79 @@ TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
               "t.json: rule 0 (from 'a'): unknown key 'colo");
     EXPECT_EQ(error_of(with_rules(R"({"from": "w", "to": "b.{e}", "transform": "split_experts"})")), "");
     EXPECT_EQ(error_of(R"({"name": "n"})"), "t.json: 'vmerge_architecture_table' must be 1 (the table format version)");
-    EXPECT_EQ(error_of(R"({"vmerge_architecture_table": 1, "name": "n", "source": "megatron", "architectures": ["A"],
+    EXPECT_EQ(error_of(R"({"vmerge_architecture_table": 1, "name": "n", "source": "deepspeed", "architectures": ["A"],
                            "rules": [{"from": "a", "to": "b"}]})"),
-              "t.json: source 'megatron': expected torchtitan or hf");
+              "t.json: source 'deepspeed': expected torchtitan, megatron or hf");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "tp": "dim0"})")),
+              "t.json: rule 0 (from 'a'): 'tp' belongs to source 'megatron' tables");
+}
+
+std::string megatron_error(const std::string& rules, const std::string& more = "") {
+    std::string text = R"({"vmerge_architecture_table": 1, "name": "n", "source": "megatron", "architectures": ["A"],)" +
+                       more + R"( "rules": [)" + rules + "]}";
+    return error_of(text);
+}
+
+TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
+    EXPECT_EQ(megatron_error(R"({"from": "x.{i}.qkv", "to": ["q.{i}", "k.{i}", "v.{i}"], "split": "qkv", "tp": "dim0"})"), "");
+    EXPECT_EQ(megatron_error(R"({"from": "x.{i}.qkv", "to": ["q.{i}", "k.{i}"], "split": "qkv"})"),
+              "t.json: rule 0 (from 'x.{i}.qkv'): 'to' must be a list of 3 HF names (split qkv: q, k, v)");
+    EXPECT_EQ(megatron_error(R"({"from": "fc1", "to": "gate", "split": "gate_up"})"),
+              "t.json: rule 0 (from 'fc1'): 'to' must be a list of 2 HF names (split gate_up: gate, up)");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": ["b", "c"]})"),
+              "t.json: rule 0 (from 'a'): 'to' must be one HF name (a string)");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "tp": "rows"})"),
+              "t.json: rule 0 (from 'a'): unknown tp 'rows' (expected dim0, dim1, replicated, glu_halves or replicated_if_full)");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "split": "halves"})"),
+              "t.json: rule 0 (from 'a'): unknown split 'halves' (expected none, qkv, gate_up or vocab)");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "transform": "rope_permute", "heads": "h"})"),
+              "t.json: rule 0 (from 'a'): 'transform' belongs to source 'torchtitan' tables");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b.{e}"})"), "t.json: rule 0 (from 'a'): 'to' uses {e}, which 'from' does not bind");
+    // A value model's head may share `from` with the causal LM's; two plain rules may not.
+    EXPECT_EQ(megatron_error(R"({"from": "o", "to": "score", "value_head": true}, {"from": "o", "to": "lm_head"})"), "");
+    EXPECT_EQ(megatron_error(R"({"from": "o", "to": "s"}, {"from": "o", "to": "lm_head"})"), "t.json: rule 1 (from 'o'): same 'from' as rule 0");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "moe"},)"),
+              "t.json: config_tensors: unknown family 'moe' (expected dense, qwen2_moe, qwen3_moe, mixtral or deepseek_v3)");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "dense"}, "config_check": "X",)"),
+              "t.json: give 'config_tensors' or 'config_check', not both");
+}
+
+// The TP rules of the shipped Megatron tables, per megatron-formats.md §4 (ColumnParallelLinear
+// rows, RowParallelLinear columns, SwiGLU halves, TE-duplicated MLA down-projections,
+// replicated norms), and a LoRA adapter's from its base weight.
+TEST(ArchitectureTable, ShippedMegatronTablesGiveTheTensorParallelRules) {
+    const HfConfig config = parse_hf_config("/hf", R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 32,
+        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 64, "intermediate_size": 48,
+        "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
+        "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
+        "num_nextn_predict_layers": 1})");
+    const ArchitectureInfo arch = architecture_for(config, false);
+    EXPECT_TRUE(arch.table_file.ends_with("megatron_moe_deepseek_v3.json")) << arch.table_file;
+    const std::vector<std::pair<std::string, TpRule>> expected{
+        {"embedding.word_embeddings.weight", TpRule::Concat0},
+        {"output_layer.weight", TpRule::Concat0},
+        {"decoder.final_layernorm.weight", TpRule::Replicated},
+        {"decoder.layers.0.self_attention.linear_proj.weight", TpRule::Concat1},
+        {"decoder.layers.0.self_attention.linear_q_up_proj.weight", TpRule::Concat0},
+        {"decoder.layers.0.self_attention.linear_kv_down_proj.weight", TpRule::ReplicatedIfFull},
+        {"decoder.layers.0.mlp.linear_fc1.weight", TpRule::GluHalves},
+        {"decoder.layers.1.mlp.experts.3.linear_fc2.weight", TpRule::Concat1},
+        {"decoder.layers.1.mlp.router.weight", TpRule::Replicated},
+        {"mtp.layers.0.eh_proj.weight", TpRule::Concat0},
+        {"mtp.layers.0.transformer_layer.mlp.experts.2.linear_fc1.weight", TpRule::GluHalves},
+        {"decoder.layers.0.self_attention.linear_proj.adapter.linear_in.weight", TpRule::Concat1},
+        {"decoder.layers.0.self_attention.linear_proj.adapter.linear_out.weight", TpRule::Concat0},
+        {"decoder.layers.0.mlp.linear_fc1.adapter.linear_out.weight", TpRule::GluHalves},
+    };
+    for (const auto& [key, rule] : expected) {
+        const auto got = megatron_tp_rule(key, arch);
+        ASSERT_TRUE(got) << key;
+        EXPECT_EQ(tp_rule_name(*got), std::string(tp_rule_name(rule))) << key;
+    }
+    EXPECT_FALSE(megatron_tp_rule("decoder.layers.0.mlp.linear_fc1.bias", arch));  // no HF name: unmapped
+    const auto qkv = match_rule(arch, "decoder.layers.1.self_attention.linear_q_down_proj.weight");
+    ASSERT_TRUE(qkv);
+    EXPECT_EQ(qkv->hf_names, std::vector<std::string>{"model.layers.1.self_attn.q_a_proj.weight"});
 }
 
 TEST(ArchitectureTable, ShippedTablesParse) {

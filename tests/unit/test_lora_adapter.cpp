@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "mapping/lora_adapter.h"
 #include "exec/lora_kernel.h"
+#include "formats/megatron/megatron_lora.h"
 
 namespace vmerge {
 namespace {
@@ -172,6 +173,41 @@ TEST(LoraAdapter, RefusesWhatAPlainMergeWouldGetWrong) {
     expect_error(mapping_of({{kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
                              {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}}}),
                  o, "no base weight 'model.layers.0.self_attn.q_proj.weight'");
+}
+
+// A checkpoint that records alpha nowhere by design (Megatron-Bridge shards) says why, and a
+// file found beside it or --lora_alpha still wins.
+TEST(LoraAdapter, AlphaRecordedNowhereSaysWhyAndAsksForTheFlag) {
+    LoraOptions o;
+    o.checkpoint_dir = "/ckpt/actor";
+    o.metadata = LoraMetadataFiles{};  // nothing found on disk
+    o.alpha_unrecorded = "/ckpt/actor/model/dist_ckpt holds adapter shards, which record no LoRA alpha";
+    expect_error(peft_model(), o, "/ckpt: LoRA adapter on");
+    expect_error(peft_model(), o, "which record no LoRA alpha; pass --lora_alpha");
+    o.alpha = 24;
+    EXPECT_EQ(resolve_lora_hyperparameters(o, "x").alpha, 24);
+}
+
+// The adapters of a torch_dist archive leave the base behind in order, both still copying
+// from the same sources (the canonical mapping's, unchanged).
+TEST(MegatronLora, AdapterTensorsAreTakenOutOfTheCanonicalMapping) {
+    TensorMapping canonical = mapping_of({{"decoder.layers.0.self_attention.linear_qkv.weight", {8, 4}},
+                                          {"decoder.layers.0.self_attention.linear_qkv.adapter.linear_in.weight", {2, 4}},
+                                          {"decoder.layers.0.self_attention.linear_qkv.adapter.linear_out.weight", {8, 2}},
+                                          {"decoder.final_layernorm.weight", {4}}});
+    const TensorMapping adapters = take_megatron_adapters(canonical);
+    ASSERT_EQ(canonical.tensors.size(), 2u);
+    EXPECT_EQ(canonical.tensors[0].name, "decoder.layers.0.self_attention.linear_qkv.weight");
+    EXPECT_EQ(canonical.tensors[1].name, "decoder.final_layernorm.weight");
+    EXPECT_EQ(canonical.tensors[1].copies[0].source, 3u);
+    ASSERT_EQ(adapters.tensors.size(), 2u);
+    EXPECT_EQ(adapters.tensors[0].name, "decoder.layers.0.self_attention.linear_qkv.adapter.linear_in.weight");
+    EXPECT_EQ(adapters.tensors[1].copies[0].source, 2u);
+    EXPECT_EQ(adapters.sources.size(), canonical.sources.size());
+    EXPECT_EQ(adapters.sources[2].storage.key, canonical.sources[2].storage.key);
+    TensorMapping plain = mapping_of({{"decoder.layers.0.mlp.linear_fc2.weight", {4, 4}}});
+    EXPECT_TRUE(take_megatron_adapters(plain).tensors.empty());
+    EXPECT_EQ(plain.tensors.size(), 1u);
 }
 
 TEST(LoraAdapter, AlphaComesFromTheCheckpointOrIsAnError) {

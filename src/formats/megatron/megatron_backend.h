@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "torch/dcp_metadata.h"
 #include "mapping/hf_architecture.h"
 #include "formats/source_ledger.h"
@@ -39,13 +41,12 @@ struct MegatronParallelism {
     int tp = 1, pp = 1, vpp = 1, ep = 1;
 };
 
-// How the tensor-parallel shards of one Megatron tensor (per-rank key, local or global layer
-// index alike) combine, megatron-formats.md §4: concatenated on dim 0 or 1, read once from
-// tp rank 0, SwiGLU [gate_r; up_r] halves, or (MLA down-projections) replicated when one
-// shard already has the full row count, else concatenated on dim 0. Used by
+// How the tensor-parallel shards of one canonical Megatron tensor (global layer and expert
+// numbers; an MTP key as its decoder layer L + k) combine: the `tp` of the table rule that
+// names it (TpRule, megatron-formats.md §4); a LoRA adapter's linear_in / linear_out follow
+// from their base weight's rule. nullopt for a key no rule names. Used by
 // assemble_megatron_legacy and, inversely, by simulate_checkpoint.
-enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
-TpRule megatron_tp_rule(const std::string& key, bool value_model);
+std::optional<TpRule> megatron_tp_rule(const std::string& key, const ArchitectureInfo& arch);
 
 // The Megatron-LM iteration folder `dir` points to: `iter_NNNNNNN` of `iteration` when given,
 // else the one latest_checkpointed_iteration.txt names (or `release`, with no number); nullopt
@@ -86,12 +87,13 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
 // de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
 // result against the tensors config.json implies. Unmapped keys are an Error listing them
 // unless `allow_unmapped`.
-// The tied output layer and --allow_unmapped drops are recorded in `ledger`. `canonical` is
-// taken by value: a caller that moves it in lends its sources to the result instead of
-// holding them twice (every rank maps every source, docs/scaling.md).
+// The tied output layer and --allow_unmapped drops are recorded in `ledger`.
+// `applied` (inspect --json's "architecture_table"): the table and the rules that took tensors.
+// `canonical` is taken by value: a caller that moves it in lends its sources to the result
+// instead of holding them twice (every rank maps every source, docs/scaling.md).
 TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& arch, const HfConfig& config,
                              bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
-                             SourceLedger* ledger = nullptr);
+                             SourceLedger* ledger = nullptr, nlohmann::ordered_json* applied = nullptr);
 
 // One canonical Megatron tensor as the HF tensors `match` names (the splits above).
 std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,

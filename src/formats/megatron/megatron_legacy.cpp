@@ -35,11 +35,13 @@ struct Piece {
     const MegatronRankFile* file;
 };
 
-// A rank-file key taken apart: `decoder.layers.<layer>.<rest>`, and for an expert tensor
-// (grouped `mlp.experts.linear_fcN.<param><expert>` or sequential
+// A rank-file key taken apart: `decoder.layers.<layer>.<rest>` (or an MTP depth's inner
+// layer `mtp.layers.<k>.transformer_layer.<rest>`, whose k needs no pipeline offset), and for
+// an expert tensor (grouped `mlp.experts.linear_fcN.<param><expert>` or sequential
 // `mlp.experts.local_experts.<expert>.<what>`) its local expert index and the name after it.
 struct RankKey {
     int64_t layer = -1;
+    std::string mtp_layer;  // "mtp.layers.<k>.transformer_layer." of an MTP key, else ""
     std::string rest;
     int64_t expert = -1;
     std::string expert_rest;  // "linear_fc1.weight", or what follows a sequential expert's index
@@ -50,12 +52,19 @@ RankKey parse_rank_key(const std::string& key, const std::string& where) {
     static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
     static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
     static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
+    static const std::regex mtp_key(R"(^(mtp\.layers\.\d{1,6}\.(?:transformer_layer|mtp_model_layer)\.)(.*)$)");
     RankKey k;
     std::smatch m, x;
-    if (!std::regex_match(key, m, layer_key)) return k;
     const std::string source = where + ": key '" + key + "':";
-    k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
-    k.rest = m[2];
+    if (std::regex_match(key, m, mtp_key)) {
+        k.mtp_layer = m[1];
+        k.rest = m[2];
+    } else if (std::regex_match(key, m, layer_key)) {
+        k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
+        k.rest = m[2];
+    } else {
+        return k;
+    }
     if (std::regex_match(k.rest, x, grouped_expert)) {
         k.expert = parse_bounded_int(x.str(3), 0, kMaxExperts - 1, source + " expert number");
         k.expert_rest = std::string(x[1]) + "." + std::string(x[2]);
@@ -68,30 +77,22 @@ RankKey parse_rank_key(const std::string& key, const std::string& where) {
 
 }  // namespace
 
-TpRule megatron_tp_rule(const std::string& key, bool value_model) {
+std::optional<TpRule> megatron_tp_rule(const std::string& key, const ArchitectureInfo& arch) {
     // LoRA adapters (Megatron-Bridge ParallelLinearAdapter): linear_in is split over r for a
     // column-parallel base and over its input for a row-parallel one; linear_out always over
     // its output rows, laid out like a column-parallel base's rows.
     if (const size_t at = key.find(".adapter.linear_"); at != std::string::npos) {
-        const std::string base = key.substr(0, at) + ".weight";
-        const TpRule base_rule = megatron_tp_rule(base, value_model);
-        const bool row_parallel = base_rule == TpRule::Concat1;
+        const auto base_rule = megatron_tp_rule(key.substr(0, at) + ".weight", arch);
+        if (!base_rule) return std::nullopt;
+        const bool row_parallel = *base_rule == TpRule::Concat1;
         if (key.compare(at, 18, ".adapter.linear_in") == 0) return row_parallel ? TpRule::Concat1 : TpRule::Concat0;
-        return row_parallel ? TpRule::Concat0 : base_rule;
+        return row_parallel ? TpRule::Concat0 : *base_rule;
     }
-    auto ends = [&](std::string_view suffix) { return key.ends_with(suffix); };
-    if (ends("word_embeddings.weight")) return TpRule::Concat0;
-    if (ends("output_layer.weight")) return value_model ? TpRule::Replicated : TpRule::Concat0;
-    if (ends("linear_qkv.weight") || ends("linear_qkv.bias")) return TpRule::Concat0;
-    if (ends("linear_proj.weight") || ends("linear_fc2.weight")) return TpRule::Concat1;
-    if (ends("eh_proj.weight")) return TpRule::Concat0;  // MTP: TEColumnParallelLinear
-    if (ends("linear_fc1.weight") || ends("linear_fc1.bias")) return TpRule::GluHalves;
-    if (ends("linear_q_proj.weight") || ends("linear_q_up_proj.weight") || ends("linear_kv_up_proj.weight"))
-        return TpRule::Concat0;
-    // The TE spec builds MLA down-projections duplicated on every TP rank; the local spec
-    // splits them by rows. Their shape tells which.
-    if (ends("linear_q_down_proj.weight") || ends("linear_kv_down_proj.weight")) return TpRule::ReplicatedIfFull;
-    return TpRule::Replicated;
+    int64_t depth = 0;
+    const auto mtp_key = canonical_mtp_key(key, arch.layers, depth);
+    const auto match = match_rule(arch, mtp_key ? *mtp_key : key);
+    if (!match) return std::nullopt;
+    return match->rule->tp;
 }
 
 std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration) {
@@ -291,6 +292,9 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
                     expert ? "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." + k.expert_rest
                            : k.rest;
                 key = "decoder.layers." + std::to_string(global) + "." + rest;
+            } else if (expert) {  // an MTP depth's expert, numbered like the decoder's
+                key = k.mtp_layer + "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." +
+                      k.expert_rest;
             }
             // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's.
             if (!expert && f.ep != 0) {
@@ -312,12 +316,23 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
 }
 
 // The TP rule of `key`, with ReplicatedIfFull settled: replicated when one shard already has
-// the row count config.json implies, else concatenated on dim 0.
-TpRule settled_tp_rule(const std::string& key, const TensorRef& first, const ArchitectureInfo& arch) {
-    TpRule rule = megatron_tp_rule(key, arch.value_model);
+// the row count config.json implies, else concatenated on dim 0. A key no rule names is never
+// written (unmapped): its shards are read once when they agree, else put side by side on
+// dim 0, so that the unmapped error (or --allow_unmapped's list) names it.
+TpRule settled_tp_rule(const std::string& key, const std::vector<Piece>& pieces, const ArchitectureInfo& arch) {
+    const TensorRef& first = *pieces[0].tensor;
+    const auto named = megatron_tp_rule(key, arch);
+    if (!named) {
+        for (const Piece& p : pieces)
+            if (p.tensor->shape != first.shape && !first.shape.empty()) return TpRule::Concat0;
+        return TpRule::Replicated;
+    }
+    TpRule rule = *named;
     if (rule != TpRule::ReplicatedIfFull) return rule;
     rule = TpRule::Concat0;
-    if (auto match = match_rule(arch, key)) {
+    int64_t depth = 0;
+    const auto mtp_key = canonical_mtp_key(key, arch.layers, depth);
+    if (auto match = match_rule(arch, mtp_key ? *mtp_key : key)) {
         auto it = arch.expected.required.find(match->hf_names[0]);
         if (it != arch.expected.required.end() && !first.shape.empty() && first.shape[0] == it->second[0])
             rule = TpRule::Replicated;
@@ -402,7 +417,7 @@ OutputTensor assemble_tp_tensor(const std::string& dir, const std::string& key, 
             throw Error(dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
                         " (present in " + pieces[0].file->path + ")");
     const TensorRef& first = *pieces[0].tensor;
-    const TpRule rule = settled_tp_rule(key, first, arch);
+    const TpRule rule = settled_tp_rule(key, pieces, arch);
     OutputTensor t;
     t.name = key;
     t.source_dtype = t.dtype = first.dtype;

@@ -31,10 +31,10 @@ public:
 
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        const ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp);
+        const ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
         TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);
         m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
-                                   &ledger);
+                                   &ledger, &m.facts["architecture_table"]);
     }
 
     bool records_parallelism() const override { return true; }

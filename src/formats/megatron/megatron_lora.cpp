@@ -45,6 +45,16 @@ MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir) {
     return ckpt;
 }
 
+TensorMapping take_megatron_adapters(TensorMapping& canonical) {
+    TensorMapping adapters;
+    adapters.sources = canonical.sources;
+    std::vector<OutputTensor> base;
+    for (OutputTensor& t : canonical.tensors)
+        (t.name.find(".adapter.") != std::string::npos ? adapters.tensors : base).push_back(std::move(t));
+    canonical.tensors = std::move(base);
+    return adapters;
+}
+
 TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const ArchitectureInfo& arch,
                                         const HfConfig& config, std::vector<std::string>& notes) {
     static const std::regex adapter_key(R"(^(decoder\.layers\.(\d+)\..*)\.adapter\.(linear_in|linear_out)\.weight$)");

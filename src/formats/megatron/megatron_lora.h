@@ -22,6 +22,11 @@ MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir);
 // into, as Megatron-Bridge exports them. DoRA, canonical LoRA and expert adapters are refused;
 // every layer of config.json must carry adapters (verl saves only the first virtual-pipeline
 // chunk's).
+// Moves the Megatron-Bridge adapter tensors (`<module>.adapter.<...>`) out of `canonical` into
+// the returned mapping, which shares canonical's sources: a torch_dist archive saved with
+// PEFT holds the frozen base, the adapters and their _extra_state together.
+TensorMapping take_megatron_adapters(TensorMapping& canonical);
+
 TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const ArchitectureInfo& arch,
                                         const HfConfig& config, std::vector<std::string>& notes);
 

@@ -48,6 +48,7 @@ std::string list_names(const std::vector<std::string>& names) {
 }  // namespace
 
 void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch) {
+    if (arch.family.empty()) return;  // a table without config_tensors (check_megatron_output notes it)
     std::vector<std::string> missing, unexpected, misshapen;
     std::set<std::string> produced;
     for (const auto& t : mapping.tensors) {
@@ -144,23 +145,19 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
 
 TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& arch, const HfConfig& config,
                              bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
-                             SourceLedger* ledger) {
+                             SourceLedger* ledger, nlohmann::ordered_json* applied) {
     TensorMapping out;
     out.sources = std::move(canonical.sources);
     std::vector<std::string> unmapped;
     OutputNames produced("the Megatron checkpoint");
     const bool tied = (tie_word_embeddings || config.tie_word_embeddings) && !arch.value_model;
     bool dropped_tied_head = false;
-    size_t dropped_mtp = 0;
+    size_t dropped_mtp = 0, dropped_by_table = 0;
+    std::map<size_t, size_t> used;  // rule index -> tensors it took
     for (const OutputTensor& t : canonical.tensors) {
         if (arch.drop_mtp && t.name.starts_with("mtp.")) {
             ++dropped_mtp;
             if (ledger) ledger->drop_output(t, out.sources, DropReason::DroppedMtp);
-            continue;
-        }
-        if (tied && t.name.starts_with("output_layer.")) {
-            dropped_tied_head = true;
-            if (ledger) ledger->drop_output(t, out.sources, DropReason::TiedHead);
             continue;
         }
         // An MTP depth the config declares maps as decoder layer L + k; others stay unmapped.
@@ -171,6 +168,17 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
         if (!match) {
             unmapped.push_back(t.name);
             if (ledger) ledger->drop_output(t, out.sources, DropReason::Unmapped);
+            continue;
+        }
+        ++used[match->rule->index];
+        if (tied && match->rule->tied_head) {
+            dropped_tied_head = true;
+            if (ledger) ledger->drop_output(t, out.sources, DropReason::TiedHead);
+            continue;
+        }
+        if (!match->rule->drop.empty()) {
+            ++dropped_by_table;
+            if (ledger) ledger->drop_output(t, out.sources, DropReason::TableDrop);
             continue;
         }
         std::vector<OutputTensor> made = split_to_hf(t, *match, arch, config, notes);
@@ -184,6 +192,8 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
     if (dropped_tied_head) notes.push_back("tied word embeddings: the pipeline's output_layer copy is not written");
     if (dropped_mtp)
         notes.push_back("--drop_mtp: " + std::to_string(dropped_mtp) + " multi-token prediction tensors not written");
+    if (dropped_by_table)
+        notes.push_back(arch.table_file + ": " + std::to_string(dropped_by_table) + " tensors dropped by its rules");
     if (!unmapped.empty()) {
         const bool mtp = std::any_of(unmapped.begin(), unmapped.end(), [](const std::string& n) { return n.starts_with("mtp."); });
         const std::string hint = mtp ? " (multi-token prediction layers beyond config.json's num_nextn_predict_layers " +
@@ -198,7 +208,11 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
     }
     std::stable_sort(out.tensors.begin(), out.tensors.end(),
                      [](const OutputTensor& a, const OutputTensor& b) { return hf_tensor_less(a.name, b.name); });
+    if (arch.family.empty())
+        notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: " + arch.table_file +
+                        " gives no config_tensors or config_check");
     check_against_config(out, config, arch);
+    if (applied) *applied = megatron_rules_json(arch, used);
     return out;
 }
 

@@ -2,8 +2,11 @@
 // metadata.json beside a DCP .metadata. Grouped under --backend megatron.
 #include <filesystem>
 
+#include "core/error.h"
 #include "formats/backend.h"
+#include "formats/hf_safetensors/hf_safetensors_layout.h"
 #include "formats/megatron/megatron_backend.h"
+#include "formats/megatron/megatron_lora.h"
 #include "formats/megatron/torch_dist_layout.h"
 
 namespace vmerge {
@@ -13,6 +16,27 @@ namespace {
 bool path_exists(const fs::path& p) {
     std::error_code ec;
     return fs::exists(p, ec);
+}
+
+// The base of a LoRA archive: its own frozen weights (PEFT with use_dist_checkpointing saves
+// them beside the adapters), or --lora_base when the archive was filtered to the adapters.
+TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping& canonical, const HfConfig& config,
+                                const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m,
+                                SourceLedger& ledger) {
+    if (canonical.tensors.empty()) {
+        if (options.lora_base.empty())
+            throw Error(d.weights_dir + ": holds only Megatron-Bridge LoRA adapter shards (linear_in/linear_out), not "
+                        "the frozen base; pass --lora_base with the Hugging Face model the run started from "
+                        "(verl: actor_rollout_ref.model.path)");
+        TensorMapping base = map_hf_safetensors(options.lora_base);
+        check_against_config(base, config, arch);
+        m.notes.push_back("LoRA: the base weights from --lora_base " + options.lora_base);
+        return base;
+    }
+    if (!options.lora_base.empty())
+        m.notes.push_back("LoRA: --lora_base " + options.lora_base + " is not read: the frozen base is in " + d.weights_dir);
+    return megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes, &ledger,
+                          &m.facts["architecture_table"]);
 }
 
 class TorchDistBackend final : public Backend {
@@ -30,10 +54,22 @@ public:
 
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        const ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp);
+        const ArchitectureInfo arch =
+            architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
         TensorMapping canonical = assemble_dcp_tensors(d.dcp, scans, true, &ledger);
-        m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
-                                   &ledger);
+        const TensorMapping adapters = take_megatron_adapters(canonical);
+        if (adapters.tensors.empty()) {
+            m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped,
+                                       m.notes, &ledger, &m.facts["architecture_table"]);
+            return;
+        }
+        // Megatron-Bridge PEFT: the adapters in PEFT form beside the base, for apply_lora.
+        m.mapping = lora_base_weights(d, canonical, config, arch, options, m, ledger);
+        append_mapping(m.mapping, megatron_adapters_to_peft(adapters, arch, config, m.notes));
+        m.notes.push_back("LoRA: the adapter (Megatron-Bridge linear_in/linear_out) from the shards in " + d.weights_dir);
+        m.lora_alpha_unrecorded = d.weights_dir + " holds Megatron-Bridge LoRA adapter shards, which record no LoRA "
+                                  "alpha (verl writes it only into the HF adapter export "
+                                  "model/huggingface/adapter/adapter_config.json, which this save does not have)";
     }
 };
 

@@ -384,7 +384,7 @@ void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const S
         stage = s.pp - 1;  // final norm and output layer: the last chunk of the last stage
         chunk = s.vpp - 1;
     }
-    TpRule rule = megatron_tp_rule(c.key, arch.value_model);
+    TpRule rule = megatron_tp_rule(c.key, arch).value_or(TpRule::Replicated);  // every key here has its rule
     if (rule == TpRule::ReplicatedIfFull) rule = TpRule::Replicated;  // TE spec: duplicated on every rank
     Shape local = c.shape;
     auto split = [&](size_t dim, int64_t parts) {

@@ -2,11 +2,14 @@
 // {dump_folder}/checkpoint/ (standalone) or verl's `global_step_N/` (its torchtitan engine),
 // model FQNs at the top level beside the training state of a full step. Names go to HF by
 // the torchtitan architecture table of config.json's architecture (share/vmerge/architectures).
+// A last step saved with last_save_in_hf holds HF safetensors (already to_hf's names, with
+// model.safetensors.index.json; the per-rank pieces in sharded/ are not read): copied as they are.
 #include <filesystem>
 #include <regex>
 
 #include "core/error.h"
 #include "formats/backend.h"
+#include "formats/hf_safetensors/hf_safetensors_layout.h"
 #include "formats/table_mapping.h"
 #include "formats/torchtitan/torchtitan_keys.h"
 
@@ -19,23 +22,33 @@ bool has_metadata(const fs::path& dir) {
     return fs::is_regular_file(dir / ".metadata", ec);
 }
 
-// The step folders (step-N with a .metadata) directly under `dir`, by N.
+const std::regex kStepName(R"(^step-(\d{1,9})$)");
+
+// A step-N folder torchtitan wrote with last_save_in_hf: its consolidated HF index (torchtitan
+// counts a step as a checkpoint when it holds .metadata or this index).
+bool is_hf_step(const fs::path& dir) {
+    std::error_code ec;
+    return std::regex_match(dir.filename().string(), kStepName) && !has_metadata(dir) &&
+           fs::is_regular_file(dir / "model.safetensors.index.json", ec);
+}
+
+// The step folders (step-N with a .metadata or an HF index) directly under `dir`, by N.
 std::map<int, fs::path> step_folders(const fs::path& dir) {
-    static const std::regex step(R"(^step-(\d{1,9})$)");
     std::map<int, fs::path> steps;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
         const std::string name = entry.path().filename().string();
         std::smatch m;
-        if (std::regex_match(name, m, step) && has_metadata(entry.path())) steps[std::stoi(m[1])] = entry.path();
+        if (std::regex_match(name, m, kStepName) && (has_metadata(entry.path()) || is_hf_step(entry.path())))
+            steps[std::stoi(m[1])] = entry.path();
     }
     return steps;
 }
 
-// The step folder `local_dir` names: itself when it holds .metadata, else the latest step-N
-// (or --iteration's) under it or under its checkpoint/ folder; "" when there is none.
+// The step folder `local_dir` names: itself when it holds .metadata (or is an HF step), else
+// the latest step-N (or --iteration's) under it or under its checkpoint/ folder; "" when none.
 fs::path find_step_folder(const fs::path& local_dir, std::optional<int> iteration) {
-    if (has_metadata(local_dir)) return local_dir;
+    if (has_metadata(local_dir) || is_hf_step(local_dir)) return local_dir;
     for (const fs::path& dir : {local_dir, local_dir / "checkpoint"}) {
         const auto steps = step_folders(dir);
         if (steps.empty()) continue;
@@ -56,6 +69,13 @@ public:
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const fs::path step = find_step_folder(request.local_dir, request.iteration);
         if (step.empty()) return {false, "no step-N/.metadata"};
+        if (is_hf_step(step)) {
+            d.weights_dir = step.string();
+            d.hf_named = true;
+            d.description = "torchtitan HF safetensors " + step.filename().string() + " (last_save_in_hf)";
+            d.notes.push_back(step.string() + " was saved with last_save_in_hf: Hugging Face names already, copied as they are");
+            return {true, step.filename().string() + "/model.safetensors.index.json (torchtitan last_save_in_hf)"};
+        }
         DcpMetadata meta = read_dcp_metadata(step.string());
         const std::string key = first_torchtitan_key(meta);
         if (key.empty()) return {false, "no torchtitan keys (tok_embeddings.weight, layers.N.attention...)"};
@@ -68,6 +88,10 @@ public:
 
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config, const MapOptions& options,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
+        if (d.hf_named) {
+            m.mapping = map_hf_safetensors(d.weights_dir);  // checked against config.json like FSDP's names
+            return;
+        }
         TensorMapping all = assemble_dcp_tensors(d.dcp, scans, false, &ledger);
         TensorMapping model;
         model.sources = std::move(all.sources);
@@ -92,7 +116,7 @@ public:
                         table_architectures(tables, "torchtitan") + "); pass --architecture_table FILE");
         TableApplication applied =
             apply_architecture_table(model, *table, config, options.allow_unmapped, m.notes, ledger);
-        check_table_output(applied.mapping, *table, config, m.notes);
+        check_table_output(applied.mapping, *table, config, options.architecture_tables, m.notes);
         m.mapping = std::move(applied.mapping);
         m.facts["architecture_table"] = std::move(applied.applied);
     }

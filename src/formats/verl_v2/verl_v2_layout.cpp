@@ -119,9 +119,33 @@ void map_adapter_export(const DetectedCheckpoint& d, const MapOptions& options, 
                       options.lora_base);
 }
 
-std::string missing_config_text(const fs::path& dir, const std::string& why) {
+std::string missing_config_text(const std::string& why) {
     return why + "; pass --hf_config with the Hugging Face model the run started from "
                  "(actor_rollout_ref.model.path: its config.json and tokenizer)";
+}
+
+bool holds_adapter_shards(const DcpMetadata& dcp) {
+    for (const auto& t : dcp.tensors)
+        if (t.fqn.find(".adapter.") != std::string::npos) return true;
+    return false;
+}
+
+// PEFT with use_dist_checkpointing: the frozen base, the adapters and their _extra_state are
+// all in the model archive (read by the torch_dist rules). With hf_model also saved, the
+// bridge's adapter export beside it records alpha (its weights equal the shards').
+void check_lora_shards(const fs::path& dir, const VerlManifestEntry& model, const std::string& where,
+                       DetectedCheckpoint& d) {
+    const fs::path adapter_export = dir / "model" / "huggingface" / "adapter";
+    const bool exported = path_exists(adapter_export / "adapter_config.json");
+    if (!holds_adapter_shards(d.dcp))
+        throw Error(where + " records PEFT (backend.peft) with the model in " + model.path + ", but " + d.weights_dir +
+                    " holds no adapter tensors (<module>.adapter.linear_in/linear_out): merging it would drop the "
+                    "trained adapter");
+    if (exported) d.lora_adapter_dir = adapter_export.string();
+    d.notes.push_back(exported ? "LoRA: lora_alpha from " + (adapter_export / "adapter_config.json").string() +
+                                     " (its weights are the shards' adapter, read from " + model.path + ")"
+                               : "LoRA: lora_alpha is recorded nowhere in this save (use_dist_checkpointing without "
+                                 "hf_model): it comes from --lora_alpha");
 }
 
 // A save that wrote ckpt_contents.json (its last act): the manifest decides.
@@ -130,29 +154,23 @@ void discover_from_manifest(const fs::path& dir, const VerlManifest& m, const st
     if (!m.model)
         throw Error(where + ": records no 'model' in contents (save_contents without model): there are no weights "
                     "to merge in this checkpoint");
-    // Bridge + dist + PEFT with hf_model also saved: the adapter export beside the shards (verl
-    // names it <hf path>/adapter) is read, as the shards' adapters are not yet.
-    const fs::path adapter_export = dir / "model" / "huggingface" / "adapter";
-    if (m.peft && m.model->format == kVerlDistFormat && path_exists(adapter_export / "adapter_model.safetensors")) {
-        d.lora_adapter_dir = d.weights_dir = adapter_export.string();
-        d.notes.push_back("LoRA: the adapter is read from its export " + adapter_export.string() + ", not from the "
-                          "shards in " + m.model->path);
-    } else {
-        read_model_slot(dir, *m.model, where, d);
-    }
+    read_model_slot(dir, *m.model, where, d);
+    if (m.peft && m.model->format == kVerlDistFormat) check_lora_shards(dir, *m.model, where, d);
     if (m.hf_config) {
         d.default_hf_dir = (dir / m.hf_config->path).string();
     } else {
         d.default_hf_dir.clear();
         d.config_missing = missing_config_text(
-            dir, where + " records no hf_config: verl writes config.json and the tokenizer only with HF weights, and "
+            where + " records no hf_config: verl writes config.json and the tokenizer only with HF weights, and "
                          "this save keeps the model in " + m.model->path + " only");
     }
     if (m.tokenizer && m.hf_config && m.tokenizer->path != m.hf_config->path)
         d.notes.push_back("the tokenizer files are copied from " + d.default_hf_dir + " (hf_config), not from " +
                           m.tokenizer->path);
-    d.description = "verl Megatron layout v2 (" + where + ", model in " +
-                    (d.lora_adapter_dir.empty() ? m.model->path : d.lora_adapter_dir + ": a LoRA adapter") + ")";
+    std::string model_in = m.model->path;
+    if (holds_adapter_shards(d.dcp)) model_in += ", with LoRA adapter shards";
+    else if (!d.lora_adapter_dir.empty()) model_in = d.lora_adapter_dir + ": a LoRA adapter";
+    d.description = "verl Megatron layout v2 (" + where + ", model in " + model_in + ")";
 }
 
 // No manifest, by design (migrated) or because the save did not finish (--allow_incomplete):
@@ -170,21 +188,10 @@ void discover_without_manifest(const fs::path& dir, const std::string& what, Det
     if (path_exists(hf / "config.json")) d.default_hf_dir = hf.string();
     else {
         d.default_hf_dir.clear();
-        d.config_missing = missing_config_text(dir, dir.string() + ": " + what + " with no model/huggingface/config.json");
+        d.config_missing = missing_config_text(dir.string() + ": " + what + " with no model/huggingface/config.json");
     }
     d.description = "verl Megatron layout v2, " + what + " (model from " +
                     (d.dcp.tensors.empty() ? std::string("model/huggingface") : std::string("model/dist_ckpt")) + ")";
-}
-
-// LoRA with use_dist_checkpointing keeps frozen base and adapters in one archive; vmerge does not
-// read adapter shards yet, and must not merge the base as if the adapter were not there.
-void refuse_adapter_shards(const DetectedCheckpoint& d) {
-    for (const auto& t : d.dcp.tensors)
-        if (t.fqn.find(".adapter.linear_in.") != std::string::npos || t.fqn.find(".adapter.linear_out.") != std::string::npos)
-            throw Error(d.weights_dir + ": '" + t.fqn + "' is a LoRA adapter shard (Megatron-Bridge PEFT with "
-                        "use_dist_checkpointing) and the save has no adapter export: reading adapters from model/dist_ckpt "
-                        "is not supported yet; save with checkpoint.save_contents including hf_model (the export in "
-                        "model/huggingface/adapter/ is then read onto --lora_base)");
 }
 
 class VerlV2Backend final : public Backend {
@@ -225,7 +232,6 @@ public:
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
         if (!d.dcp.tensors.empty()) {
-            refuse_adapter_shards(d);
             torch_dist_backend().map(d, scans, config, options, m, ledger);
             return;
         }
