@@ -6,11 +6,13 @@
 
 namespace vmerge {
 
-// Scans are made on the rank that read the file and all-gathered as text, so every rank can
-// plan from the same metadata without reading every pickle itself.
+// Scans are made on the rank that read the file and all-gathered, so every rank can plan from
+// the same metadata without reading every pickle itself. The bytes are a compact binary
+// message (format in scan_serialization.cpp); decoding a short or corrupt one throws one Error
+// "internal: malformed scan message: FIELD at byte N of M: ...".
 std::string serialize_scan(const ScannedFile& scanned);
 ScannedFile deserialize_scan(const std::string& text);
-// One rank's scans as one text (what the all-gather carries).
+// One rank's scans as one message (what the all-gather carries).
 std::string serialize_scans(const std::vector<ScannedFile>& scans);
 std::vector<ScannedFile> deserialize_scans(const std::string& text);
 
