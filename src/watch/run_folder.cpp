@@ -129,6 +129,12 @@ std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRule
             step.checkpoint_dir = entry.path().string();
             step.complete = fs::exists(entry.path() / ".metadata", ec);
             step.why = step.complete ? ".metadata present (DCP writes it last)" : "no .metadata yet";
+            // torchtitan's last_save_in_hf: safetensors consolidated into step-N/, the index
+            // written once consolidation finished (HuggingFaceStorageWriter.finish).
+            if (!step.complete && fs::exists(entry.path() / "model.safetensors.index.json", ec)) {
+                step.complete = true;
+                step.why = "model.safetensors.index.json present (torchtitan's HF save writes it last)";
+            }
         } else {
             continue;
         }
