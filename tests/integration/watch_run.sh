@@ -148,6 +148,30 @@ grep -q "step-10: merging .*model.safetensors.index.json present" "$work/tt.log"
 check "$work/tt/step-10" "$tt/llama3_hf/reference"
 echo "ok   torchtitan run: the HF-saved step 10 merged once its index was there"
 
+# DeepSpeed: a save_dir whose latest names global_step5 while global_step10 is being written (its
+# files all there, latest not yet rewritten); then latest names global_step10. And an HF Trainer
+# output_dir: checkpoint-5/ complete once its trainer_state.json is there.
+ds=$fixtures/deepspeed dsrun=$work/dsrun
+mkdir -p "$dsrun" && cp -r "$ds/zero2_w16/." "$dsrun/" && cp -r "$dsrun/global_step5" "$dsrun/global_step10"
+"$vmerge" watch --root "$dsrun" --target_root "$work/ds" --hf_config "$ds/zero2_w16.hf" --once >"$work/ds1.log" 2>&1 ||
+    { cat "$work/ds1.log"; fail "DeepSpeed run, first pass"; }
+check "$work/ds/global_step5" "$ds/zero2_w16.reference"
+[[ ! -e $work/ds/global_step10 ]] || fail "DeepSpeed global_step10 merged before latest named it"
+grep -q "global_step10: waiting (DeepSpeed latest names global_step5)" "$work/ds1.log" || { cat "$work/ds1.log"; fail "no waiting line"; }
+printf global_step10 > "$dsrun/latest"
+"$vmerge" watch --root "$dsrun" --target_root "$work/ds" --hf_config "$ds/zero2_w16.hf" --once >"$work/ds2.log" 2>&1 ||
+    { cat "$work/ds2.log"; fail "DeepSpeed run, second pass"; }
+check "$work/ds/global_step10" "$ds/zero2_w16.reference"
+grep -q "reused $work/ds/global_step5: 1 of 1 files unchanged" "$work/ds2.log" || { cat "$work/ds2.log"; fail "DeepSpeed: no reuse"; }
+trainer=$work/trainer
+mkdir -p "$trainer" && cp -r "$ds/zero2_bf16_w3/checkpoint-5" "$trainer/"
+"$vmerge" watch --root "$trainer" --target_root "$work/tr" --once >"$work/tr1.log" 2>&1 || fail "Trainer run, first pass"
+grep -q "checkpoint-5: waiting (no trainer_state.json yet)" "$work/tr1.log" || { cat "$work/tr1.log"; fail "Trainer: no waiting line"; }
+echo '{"global_step": 5}' > "$trainer/checkpoint-5/trainer_state.json"
+"$vmerge" watch --root "$trainer" --target_root "$work/tr" --once >"$work/tr2.log" 2>&1 || { cat "$work/tr2.log"; fail "Trainer run"; }
+check "$work/tr/checkpoint-5" "$ds/zero2_bf16_w3.reference"
+echo "ok   DeepSpeed save_dir (by latest) and HF Trainer checkpoint-N (by trainer_state.json) merged once complete"
+
 # A Megatron-LM run (tracker at iteration 20) under mpirun -np 2.
 "$mpiexec" --oversubscribe -np 2 "$vmerge" watch --root "$megatron/mlm_llama_tp2_pp2/ckpt" --target_root "$work/mlm" \
     --hf_config "$megatron/mlm_llama_tp2_pp2/hf" --once -q >"$work/mlm.log" 2>&1 || { cat "$work/mlm.log"; fail "Megatron run"; }
