@@ -131,8 +131,14 @@ int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         const std::vector<StepToDo> todo = shared_look(w, comm);
         std::string previous;  // the newest merged output so far, oldest step first
         for (const StepToDo& t : todo) {
-            if (t.merged) previous = t.target;
-            if (t.merged || failed.count(t.step.name)) continue;
+            if (t.merged) {
+                previous = t.target;
+                if (speak && told[t.step.name] != "merged")
+                    out << "vmerge watch: " << t.step.name << ": skipped (merged already: " << t.target << ")\n";
+                told[t.step.name] = "merged";
+                continue;
+            }
+            if (failed.count(t.step.name)) continue;
             if (!t.step.complete) {
                 if (speak && told[t.step.name] != t.step.why)
                     out << "vmerge watch: " << t.step.name << ": waiting (" << t.step.why << ")\n";

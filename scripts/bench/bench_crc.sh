@@ -14,7 +14,7 @@ B=${BENCH_DIR:-/tmp/vmerge-bench-crc}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$B"
 [ -d "$B/actor" ] || /usr/bin/python3 "$ROOT/scripts/bench/make_bench_checkpoint.py" "$B/actor" --size-gb "$SIZE_GB" --world 4
-cp "$ROOT/build/vmerge-mpi" "$B/vmerge-mpi"
+cp "$ROOT/build/vmerge-mpi" "$B/vmerge-mpi" && rm -rf "$B/share" && cp -r "$ROOT/build/share" "$B/share"
 cat "$B"/actor/*.pt > /dev/null
 : > "$B/results.txt"
 for _ in $(seq "$REPS"); do

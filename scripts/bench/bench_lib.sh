@@ -199,6 +199,8 @@ make_no_fdatasync() {
 snapshot_vmerge() {
     if [ -n "${VMERGE_SNAPSHOT:-}" ]; then VMERGE=$VMERGE_SNAPSHOT; return; fi
     mkdir -p "$BENCH_DIR/bin"
+    # The name tables travel with the binary (found in share/ next to it).
+    rm -rf "$BENCH_DIR/bin/share" && cp -r "$ROOT/build/share" "$BENCH_DIR/bin/share"
     cp "$ROOT/build/vmerge-mpi" "$BENCH_DIR/bin/vmerge-mpi.tmp"
     mv "$BENCH_DIR/bin/vmerge-mpi.tmp" "$BENCH_DIR/bin/vmerge-mpi"
     VMERGE=$BENCH_DIR/bin/vmerge-mpi

@@ -83,6 +83,31 @@ void judge_verl_step(const fs::path& role_dir, std::optional<int64_t> tracker, c
     }
 }
 
+// The number in a DeepSpeed tag global_stepN or best_global_stepN; nullopt for other tags.
+std::optional<int64_t> deepspeed_tag_step(const std::string& tag) {
+    static const std::regex numbered(R"((?:best_)?global_step(\d+))");
+    std::smatch m;
+    if (!std::regex_match(tag, m, numbered)) return std::nullopt;
+    return parse_int_within(m[1].str(), 0, int64_t{1} << 40);
+}
+
+// A DeepSpeed tag folder of a save_dir: rank 0 writes save_dir/latest with the tag after every
+// rank saved, and saves follow one another, so a tag is complete when `latest` names it or a
+// later numbered tag.
+void judge_deepspeed_tag(const fs::path& root, const std::string& tag, RunStep& step) {
+    const fs::path latest = root / "latest";
+    std::error_code ec;
+    if (!fs::exists(latest, ec)) {
+        step.why = "no DeepSpeed latest file yet";
+        return;
+    }
+    std::string named = read_small_file(latest.string(), 4096, "DeepSpeed latest file");
+    while (!named.empty() && std::isspace(static_cast<unsigned char>(named.back()))) named.pop_back();
+    const std::optional<int64_t> later = deepspeed_tag_step(named);
+    step.complete = named == tag || (later && *later > step.step);
+    step.why = "DeepSpeed latest names " + named.substr(0, 80);
+}
+
 }  // namespace
 
 std::optional<int64_t> tracker_step(const std::string& dir) {
@@ -105,7 +130,8 @@ std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRule
     std::error_code ec;
     if (!fs::is_directory(root, ec)) throw Error(root + ": not a folder (--root names the training run's checkpoint folder)");
     const std::optional<int64_t> tracker = tracker_step(root);
-    static const std::regex verl(R"(global_step_(\d+))"), megatron(R"(iter_(\d+))"), dcp(R"(step-(\d+))");
+    static const std::regex verl(R"(global_step_(\d+))"), megatron(R"(iter_(\d+))"), dcp(R"(step-(\d+))"),
+        trainer(R"(checkpoint-(\d+))");
     std::vector<RunStep> steps;
     for (const auto& entry : fs::directory_iterator(root, ec)) {
         if (!entry.is_directory()) continue;
@@ -129,6 +155,23 @@ std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRule
             step.checkpoint_dir = entry.path().string();
             step.complete = fs::exists(entry.path() / ".metadata", ec);
             step.why = step.complete ? ".metadata present (DCP writes it last)" : "no .metadata yet";
+            // torchtitan's last_save_in_hf: safetensors consolidated into step-N/, the index
+            // written once consolidation finished (HuggingFaceStorageWriter.finish).
+            if (!step.complete && fs::exists(entry.path() / "model.safetensors.index.json", ec)) {
+                step.complete = true;
+                step.why = "model.safetensors.index.json present (torchtitan's HF save writes it last)";
+            }
+        } else if (const auto tag_step = deepspeed_tag_step(name)) {
+            step.step = *tag_step;
+            step.checkpoint_dir = entry.path().string();
+            judge_deepspeed_tag(root, name, step);
+        } else if (std::regex_match(name, m, trainer)) {
+            // transformers.Trainer._save_checkpoint: the model, the optimizer (DeepSpeed's save and
+            // its latest), the RNG state, then trainer_state.json.
+            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+            step.checkpoint_dir = entry.path().string();
+            step.complete = fs::exists(entry.path() / "trainer_state.json", ec);
+            step.why = step.complete ? "trainer_state.json present (the Trainer writes it last)" : "no trainer_state.json yet";
         } else {
             continue;
         }

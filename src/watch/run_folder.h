@@ -26,7 +26,9 @@ struct RunFolderRules {
 // latest_checkpointed_iteration.txt at N or later, written after the save; a layout-v2 role
 // folder needs its ckpt_contents.json, written last; an FSDP folder without either needs all its
 // rank files present and unchanged for the settle time), Megatron-LM iter_NNNNNNN/ (the tracker at
-// N or later), DCP step-N/ (its .metadata, written last). A half-written step is listed as
+// N or later), DCP step-N/ (its .metadata, written last; a torchtitan HF save by its index),
+// DeepSpeed tag folders global_stepN/ (the save_dir's latest naming it or a later tag), HF
+// Trainer checkpoint-N/ (its trainer_state.json, written last). A half-written step is listed as
 // incomplete, never guessed complete. Errors name the file when a marker is unreadable.
 std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRules& rules);
 

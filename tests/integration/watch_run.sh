@@ -5,9 +5,13 @@
 # watcher on the same target root is refused while the first runs; a watcher killed mid-merge
 # resumes the step; --keep_last removes only older merged outputs; a Megatron-LM run (tracker
 # rule) merges under mpirun -np 2, each iteration bit-exact to its reference.
-# usage: watch_run.sh VMERGE MPIEXEC PYTHON SOURCE_DIR MEGATRON_FIXTURES WORK   (KEEP=1 keeps WORK)
+# With --reuse of the previous step (the default): unchanged steps link every file, a step with
+# one tensor changed writes only the file holding it, a LoRA-only run links its base; a
+# torchtitan HF save (last_save_in_hf) counts as complete by its index.
+# usage: watch_run.sh VMERGE MPIEXEC PYTHON SOURCE_DIR MEGATRON_FIXTURES WORK FIXTURES
+#        (FIXTURES: the build's fixtures/ with verl_v2/ and torchtitan/; KEEP=1 keeps WORK)
 set -uo pipefail
-vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 megatron=$5 work=$6
+vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 megatron=$5 work=$6 fixtures=$7
 example=$source_dir/examples/tiny-qwen2-fsdp/global_step_1
 rm -rf "$work"
 mkdir -p "$work/run"
@@ -118,6 +122,55 @@ grep -q "reused $out2/global_step_2: 6 of 7 files unchanged" "$work/reuse.log" |
 for k in 1 2 3; do "$vmerge" verify --target_dir "$out2/global_step_$k" >/dev/null || fail "verify step $k"; done
 grep -E "reused|merged in" "$work/reuse.log"
 echo "ok   --reuse: an unchanged step links all 7 files, a one-tensor change writes only $with_changed"
+
+# A LoRA-only run (verl FSDP save_lora_only) saved at steps 4 and 8, extracted onto --lora_base:
+# the base model file is the same at both steps and linked; step 8 writes only its adapter.
+v2=$fixtures/verl_v2
+"$vmerge" watch --root "$v2/fsdp_lora_watch" --target_root "$work/lora" --lora_base "$v2/fsdp_lora_base" --once \
+    >"$work/lora.log" 2>&1 || { cat "$work/lora.log"; fail "LoRA-only run"; }
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/lora/global_step_4" --ref "$v2/fsdp_lora.extract" \
+    --mode extract >/dev/null || fail "LoRA step 4 differs from its reference"
+"$python" "$source_dir/tests/tools/check_lora_output.py" --out "$work/lora/global_step_8" \
+    --ref "$v2/fsdp_lora_step8.extract" --mode extract >/dev/null || fail "LoRA step 8 differs from its reference"
+[[ $(inode "$work/lora/global_step_8/model.safetensors") == $(inode "$work/lora/global_step_4/model.safetensors") ]] ||
+    fail "LoRA step 8: the base model was written again, not linked"
+adapter=lora_adapter/adapter_model.safetensors
+[[ $(inode "$work/lora/global_step_8/$adapter") != $(inode "$work/lora/global_step_4/$adapter") ]] ||
+    fail "LoRA step 8: the changed adapter was linked"
+grep "reused" "$work/lora.log"
+echo "ok   LoRA-only run: the base written once and linked into step 8, each step's adapter its own"
+
+# torchtitan: a DCP step-5 (.metadata) and the last step saved as HF safetensors (last_save_in_hf).
+tt=$fixtures/torchtitan
+"$vmerge" watch --root "$tt/llama3_hf/outputs/checkpoint" --target_root "$work/tt" --hf_config "$tt/llama3/hf" --once \
+    >"$work/tt.log" 2>&1 || { cat "$work/tt.log"; fail "torchtitan run"; }
+grep -q "step-10: merging .*model.safetensors.index.json present" "$work/tt.log" || { cat "$work/tt.log"; fail "HF step not seen as complete"; }
+check "$work/tt/step-10" "$tt/llama3_hf/reference"
+echo "ok   torchtitan run: the HF-saved step 10 merged once its index was there"
+
+# DeepSpeed: a save_dir whose latest names global_step5 while global_step10 is being written (its
+# files all there, latest not yet rewritten); then latest names global_step10. And an HF Trainer
+# output_dir: checkpoint-5/ complete once its trainer_state.json is there.
+ds=$fixtures/deepspeed dsrun=$work/dsrun
+mkdir -p "$dsrun" && cp -r "$ds/zero2_w16/." "$dsrun/" && cp -r "$dsrun/global_step5" "$dsrun/global_step10"
+"$vmerge" watch --root "$dsrun" --target_root "$work/ds" --hf_config "$ds/zero2_w16.hf" --once >"$work/ds1.log" 2>&1 ||
+    { cat "$work/ds1.log"; fail "DeepSpeed run, first pass"; }
+check "$work/ds/global_step5" "$ds/zero2_w16.reference"
+[[ ! -e $work/ds/global_step10 ]] || fail "DeepSpeed global_step10 merged before latest named it"
+grep -q "global_step10: waiting (DeepSpeed latest names global_step5)" "$work/ds1.log" || { cat "$work/ds1.log"; fail "no waiting line"; }
+printf global_step10 > "$dsrun/latest"
+"$vmerge" watch --root "$dsrun" --target_root "$work/ds" --hf_config "$ds/zero2_w16.hf" --once >"$work/ds2.log" 2>&1 ||
+    { cat "$work/ds2.log"; fail "DeepSpeed run, second pass"; }
+check "$work/ds/global_step10" "$ds/zero2_w16.reference"
+grep -q "reused $work/ds/global_step5: 1 of 1 files unchanged" "$work/ds2.log" || { cat "$work/ds2.log"; fail "DeepSpeed: no reuse"; }
+trainer=$work/trainer
+mkdir -p "$trainer" && cp -r "$ds/zero2_bf16_w3/checkpoint-5" "$trainer/"
+"$vmerge" watch --root "$trainer" --target_root "$work/tr" --once >"$work/tr1.log" 2>&1 || fail "Trainer run, first pass"
+grep -q "checkpoint-5: waiting (no trainer_state.json yet)" "$work/tr1.log" || { cat "$work/tr1.log"; fail "Trainer: no waiting line"; }
+echo '{"global_step": 5}' > "$trainer/checkpoint-5/trainer_state.json"
+"$vmerge" watch --root "$trainer" --target_root "$work/tr" --once >"$work/tr2.log" 2>&1 || { cat "$work/tr2.log"; fail "Trainer run"; }
+check "$work/tr/checkpoint-5" "$ds/zero2_bf16_w3.reference"
+echo "ok   DeepSpeed save_dir (by latest) and HF Trainer checkpoint-N (by trainer_state.json) merged once complete"
 
 # A Megatron-LM run (tracker at iteration 20) under mpirun -np 2.
 "$mpiexec" --oversubscribe -np 2 "$vmerge" watch --root "$megatron/mlm_llama_tp2_pp2/ckpt" --target_root "$work/mlm" \
