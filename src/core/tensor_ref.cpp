@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace vmerge {
 
 int64_t numel(const Shape& shape) {
@@ -49,7 +51,11 @@ std::optional<int64_t> checked_numel(const Shape& shape) {
 
 Shape contiguous_strides(const Shape& shape) {
     Shape strides(shape.size(), 1);
-    for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<int64_t>(shape[d], 1);
+    // A shape whose numel is 0 can still have dimensions whose product overflows int64 (found
+    // by fuzzing): refused here rather than wrapped around.
+    for (size_t d = shape.size(); d-- > 1;)
+        if (__builtin_mul_overflow(strides[d], std::max<int64_t>(shape[d], 1), &strides[d - 1]))
+            throw Error("tensor shape " + shape_to_string(shape) + ": its contiguous strides exceed 64 bits");
     return strides;
 }
 
@@ -57,7 +63,7 @@ bool TensorRef::is_contiguous() const {
     int64_t expected = 1;
     for (size_t i = shape.size(); i-- > 0;) {
         if (shape[i] != 1 && stride[i] != expected) return false;
-        expected *= shape[i];
+        if (__builtin_mul_overflow(expected, shape[i], &expected)) return false;  // no stride can say it
     }
     return true;
 }

@@ -26,7 +26,7 @@ TensorRef stored(Shape shape, const std::string& file, uint64_t offset) {
     t.dtype = DType::F32;
     t.shape = shape;
     t.stride = contiguous_strides(shape);
-    t.storage = {file, "data/" + std::to_string(offset), offset, static_cast<uint64_t>(numel(shape)) * 4};
+    t.storage = {file, "data/" + std::to_string(offset), offset, static_cast<uint64_t>(numel(shape)) * 4, std::nullopt};
     return t;
 }
 
