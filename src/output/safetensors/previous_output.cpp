@@ -96,12 +96,7 @@ void check_reusable(const std::string& dir, const std::string& target) {
 
 PreviousOutput::PreviousOutput(const std::string& dir, const std::string& staging, const OutputLayout& layout)
     : dir_(dir), staging_(staging), layout_(layout), files_(layout.files.size()),
-      unchanged_(layout.files.size(), false) {
-    for (size_t f = 0; f < files_.size(); ++f) {
-        files_[f].fd = open_if_same_layout(dir + "/" + layout.files[f].name, layout.files[f]);
-        files_[f].changed = files_[f].fd < 0;
-    }
-}
+      unchanged_(layout.files.size(), false) {}
 
 PreviousOutput::~PreviousOutput() {
     for (const File& f : files_)
@@ -110,6 +105,11 @@ PreviousOutput::~PreviousOutput() {
 
 bool PreviousOutput::same_as_previous(size_t file, uint64_t offset, const unsigned char* data, size_t size) {
     File& f = files_.at(file);
+    if (!f.opened) {  // on first use: a rank opens only the previous files it writes into
+        f.opened = true;
+        f.fd = open_if_same_layout(dir_ + "/" + layout_.files[file].name, layout_.files[file]);
+        f.changed = f.fd < 0;
+    }
     bool same = !f.changed;
     for (size_t done = 0; same && done < size; done += kCompareChunk) {
         const size_t n = std::min(kCompareChunk, size - done);

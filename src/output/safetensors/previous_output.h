@@ -47,6 +47,7 @@ public:
 
 private:
     struct File {
+        bool opened = false;   // the previous file was looked at (on this rank's first block of it)
         int fd = -1;           // the previous file, open while it is a candidate
         bool changed = false;  // no candidate, or this rank wrote one of its blocks
         bool wrote = false;    // this rank wrote one of its blocks
