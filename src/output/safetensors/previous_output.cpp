@@ -168,7 +168,8 @@ std::vector<std::string> PreviousOutput::complete(const std::vector<std::string>
     }
     return {"reused " + dir_ + ": " + std::to_string(linked) + " of " + std::to_string(files_.size()) +
             " files unchanged (" + human_bytes(linked_bytes) + ", hard-linked), " +
-            human_bytes(bytes_skipped - linked_bytes) + " of unchanged blocks copied into changed files, " +
+            human_bytes(bytes_skipped > linked_bytes ? bytes_skipped - linked_bytes : 0) +
+            " of unchanged blocks copied into changed files, " +
             human_bytes(bytes_written) + " written"};
 }
 
