@@ -19,7 +19,11 @@
 
 namespace vmerge {
 namespace {
-constexpr uint64_t kMaxBlockSourceBytes = 64ull << 20;
+// 8 MiB: a block read on one thread is still in the (L2/L3) cache when the writer thread hashes
+// and writes it; 64 MiB blocks went through memory once more per byte. Warm, on tmpfs, the 2 GB
+// bf16 FSDP merge took 1.34 s with 64 MiB blocks, 0.94 s with 8 MiB (cp: 0.77 s), and on disk
+// 2.18 s against 1.93 s (docs/performance.md, round 4).
+constexpr uint64_t kMaxBlockSourceBytes = 8ull << 20;
 constexpr uint64_t kReadPiece = 1ull << 20;  // bytes read and CRC'd at once
 }  // namespace
 
@@ -169,8 +173,8 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
     else if (cast) per_row = 2 * s.src_row + s.out_row;
     s.align = std::max<int64_t>(1, t.row_align);
     s.per_row = per_row;
-    // Blocks of at most 64 MiB of source keep the writer thread busy while the next block is
-    // read and cast (larger ones only make the pipeline coarser; measured in performance.md).
+    // Blocks of at most kMaxBlockSourceBytes of source: the writer thread casts and writes one
+    // while the next is read, each still in cache (see kMaxBlockSourceBytes).
     const uint64_t block_budget =
         std::min<uint64_t>(max_memory / 2, kMaxBlockSourceBytes / std::max<uint64_t>(s.src_row, 1) * per_row);
     s.block_rows = std::max<int64_t>(1, static_cast<int64_t>(block_budget / std::max<uint64_t>(per_row, 1)));
