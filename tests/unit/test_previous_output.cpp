@@ -111,6 +111,24 @@ TEST(PreviousOutput, AFileChangedBeforeTheLinkIsAnError) {
     EXPECT_TRUE(testing::contains(testing::error_of([&] { p.link_unchanged(); }), "changed during the merge"));
 }
 
+TEST(PreviousOutput, LinkingRemovesOnlyTheStagingFileNeverWhatItPointsAt) {
+    TwoFiles t;
+    // Someone put a link at the staging file's place, pointing at a file of the user's.
+    const std::string mine = t.dir.path() + "/mine.txt";
+    write_file(mine, "the user's bytes");
+    std::filesystem::remove(t.staging + "/base.safetensors");
+    std::filesystem::create_symlink(mine, t.staging + "/base.safetensors");
+    PreviousOutput p(t.previous, t.staging, t.layout);
+    EXPECT_TRUE(p.same_as_previous(0, 4, bytes("BASEBASE"), 8));
+    EXPECT_FALSE(p.same_as_previous(1, 4, bytes("ADAPTER2"), 8));
+    p.complete({p.reuse_state()});
+    p.link_unchanged();
+    EXPECT_EQ(read_all(mine), "the user's bytes");
+    EXPECT_EQ(read_all(t.previous + "/base.safetensors"), "Hb..BASEBASE");
+    EXPECT_EQ(read_all(t.previous + "/adapter.safetensors"), "Ha..ADAPTER1");
+    EXPECT_EQ(inode(t.staging + "/base.safetensors"), inode(t.previous + "/base.safetensors"));
+}
+
 TEST(PreviousOutput, OnlyAFolderVmergeWroteIsReused) {
     TwoFiles t;
     EXPECT_TRUE(testing::contains(testing::error_of([&] { check_reusable(t.previous, t.dir.path() + "/out"); }),
