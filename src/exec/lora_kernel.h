@@ -26,4 +26,15 @@ LoraFactors make_lora_factors(const LoraDelta& delta, const float* a, const floa
 // up to `threads` threads when the block is large enough to be worth it.
 void add_lora_delta(float* rows, int64_t row_begin, int64_t row_end, const LoraFactors& factors, int threads = 1);
 
+// The register widths the fold is compiled for. add_lora_delta runs the widest this CPU has (picked
+// at run time, so the binary runs on any x86-64 node); every width gives the same bits.
+enum class LoraFoldWidth { Baseline, Avx2, Avx512 };
+
+// The widths this CPU runs, widest first (Baseline always, last).
+std::vector<LoraFoldWidth> lora_fold_widths();
+
+// add_lora_delta on the calling thread with the given width (one of lora_fold_widths()), so
+// tests can compare every width's code bit for bit on one machine.
+void add_lora_delta_as(LoraFoldWidth width, float* rows, int64_t row_begin, int64_t row_end, const LoraFactors& factors);
+
 }  // namespace vmerge
