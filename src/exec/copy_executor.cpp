@@ -47,13 +47,15 @@ public:
     // reuse (the previous block's).
     // With `cast` = {from, to}, the block holds `from` elements and is cast before the sink
     // (nothing to do when they are the same).
+    // `xxh64`: the hash of `data` when it needs no cast.
     std::vector<unsigned char> submit(size_t tensor, int64_t row, int64_t end, std::vector<unsigned char> data,
-                                      std::optional<std::pair<DType, DType>> cast = std::nullopt) {
+                                      std::optional<std::pair<DType, DType>> cast = std::nullopt,
+                                      std::optional<uint64_t> xxh64 = std::nullopt) {
         if (cast && cast->first == cast->second) cast.reset();
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [this] { return !job_ || error_; });
         rethrow_locked();
-        job_ = Job{tensor, row, end, std::move(data), cast};
+        job_ = Job{tensor, row, end, std::move(data), cast, cast ? std::nullopt : xxh64};
         changed_.notify_all();
         return std::move(returned_);
     }
@@ -76,6 +78,7 @@ private:
         int64_t row, end;
         std::vector<unsigned char> data;
         std::optional<std::pair<DType, DType>> cast;
+        std::optional<uint64_t> xxh64;
     };
 
     void rethrow_locked() {
@@ -110,7 +113,7 @@ private:
                     cast_seconds = seconds_since(start);
                 }
                 const auto start = Clock::now();
-                sink_(job.tensor, job.row, job.end, data, size);
+                sink_(RowBlock{job.tensor, job.row, job.end, data, size, job.xxh64});
                 write_seconds = seconds_since(start);
             } catch (...) {
                 failure = std::current_exception();
@@ -330,6 +333,8 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     std::vector<unsigned char>& assembled = lora ? block_ : out_;
     assembled.resize(rows * src_row);
     if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
+    const bool hashing = hash_blocks_ && (lora ? DType::F32 : t.source_dtype) == t.dtype;
+    if (hashing && !lora) block_hash_.begin(assembled.data(), assembled.size());
     assemble(t, row, end, assembled.data());
     if (lora) {
         const auto start = Clock::now();
@@ -339,8 +344,16 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
         cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
         add_lora_delta(merged, row, end, *lora, threads_);
         stats_.lora_seconds += seconds_since(start);
+        if (hashing) block_hash_.begin(out_.data(), out_.size());  // the merged values, hashed whole
     }
-    out_ = writer.submit(tensor, row, end, std::move(out_), std::pair{lora ? DType::F32 : t.source_dtype, t.dtype});
+    const std::pair cast{lora ? DType::F32 : t.source_dtype, t.dtype};
+    std::optional<uint64_t> hash;
+    if (hashing) {
+        const auto hash_start = Clock::now();
+        hash = block_hash_.finish();
+        stats_.hash_seconds += seconds_since(hash_start);
+    }
+    out_ = writer.submit(tensor, row, end, std::move(out_), cast, hash);
     stats_.bytes_written += rows * row_bytes(t);
 }
 
@@ -422,7 +435,10 @@ void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uin
         const auto crc_start = Clock::now();
         stats_.read_seconds += std::chrono::duration<double>(crc_start - start).count();
         if (!skip_crc_) crcs_.add(storage, offset + done - storage.byte_offset, out + done, n);
-        stats_.crc_seconds += seconds_since(crc_start);
+        const auto hash_start = Clock::now();
+        stats_.crc_seconds += std::chrono::duration<double>(hash_start - crc_start).count();
+        block_hash_.landed(out + done, n);
+        stats_.hash_seconds += seconds_since(hash_start);
         done += n;
     }
     if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
@@ -488,6 +504,7 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
     }
     span_.resize(span);
     read(src.storage, file, file_offset, span_.data(), span);
+    block_hash_.disturb();
     const int64_t inner = ndim ? extent[ndim - 1] : 1;
     const int64_t inner_src_stride = ndim ? src.stride[ndim - 1] : 1;
     std::vector<int64_t> index(ndim > 0 ? ndim - 1 : 0, 0);

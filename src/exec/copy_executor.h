@@ -9,6 +9,7 @@
 
 #include "exec/source_reader.h"
 #include "exec/lora_kernel.h"
+#include "exec/sequential_block_hash.h"
 #include "mapping/quantization.h"
 #include "plan/rank_work.h"
 #include "io/record_crc.h"
@@ -26,12 +27,21 @@ struct CopyStats {
     double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
     double lora_seconds = 0;     // assembling LoRA factors and adding B·A to merged weights
     double crc_seconds = 0;      // CRC-32 of the record bytes read
+    double hash_seconds = 0;     // xxh64 of the blocks, on the reading thread (hash_blocks)
     std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
-// Receives assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
-using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row_end,
-                                   const unsigned char* data, size_t size)>;
+// Assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
+struct RowBlock {
+    size_t tensor = 0;
+    int64_t row_begin = 0, row_end = 0;
+    const unsigned char* data = nullptr;
+    size_t size = 0;
+    // The xxh64 of the bytes, when the executor was asked for it (hash_blocks) and could compute
+    // it on its reading thread (blocks that need no cast on the writer thread).
+    std::optional<uint64_t> xxh64;
+};
+using RowSink = std::function<void(const RowBlock& block)>;
 
 // Executes write tasks: reads exactly the source bytes each row block needs (one pread per
 // contiguous run), assembles blocks of rows that fit in `max_memory`, casts, and hands them
@@ -67,6 +77,9 @@ public:
     const RecordCrcLedger& crcs() const { return crcs_; }
     // A CRC mismatch is kept in crcs().mismatch() instead of stopping run (RecordCrcLedger).
     void defer_crc_mismatches() { crcs_.defer_mismatches(); }
+    // Hash each block (xxh64) where its bytes are final on the reading thread: the writer thread,
+    // the slower one in a plain copy, then only writes.
+    void hash_blocks(bool hash) { hash_blocks_ = hash; }
     // Drop what was read from the page cache behind the reads (PageCachePolicy::Evict).
     void evict_reads(bool evict) { evict_reads_ = evict; }
 
@@ -103,6 +116,8 @@ private:
     CopyStats stats_;
     RecordCrcLedger crcs_;
     bool evict_reads_ = false;
+    bool hash_blocks_ = false;
+    SequentialBlockHash block_hash_;  // of the block being assembled (hash_blocks)
     bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
 };
 

@@ -71,10 +71,10 @@ TEST(CopyExecutor, ReadsThroughAnInjectedSource) {
         return std::make_unique<MemorySource>(bytes, reads);
     });
     std::vector<unsigned char> written(bytes.size());
-    executor.run({{0, 0, 3}, {0, 3, 6}}, [&](size_t t, int64_t row, int64_t end, const unsigned char* data, size_t size) {
-        EXPECT_EQ(t, 0u);
-        EXPECT_EQ(size, static_cast<size_t>(end - row) * 16);
-        std::memcpy(written.data() + row * 16, data, size);
+    executor.run({{0, 0, 3}, {0, 3, 6}}, [&](const RowBlock& b) {
+        EXPECT_EQ(b.tensor, 0u);
+        EXPECT_EQ(b.size, static_cast<size_t>(b.row_end - b.row_begin) * 16);
+        std::memcpy(written.data() + b.row_begin * 16, b.data, b.size);
     });
     EXPECT_EQ(written, bytes);
     EXPECT_EQ(opened, std::vector<std::string>{"memory:a"});  // opened once, kept
@@ -95,8 +95,8 @@ TEST(CopyExecutor, TaskDoneFollowsTheTasksLastBlock) {
     // An empty task is a round with nothing to write: no block, but task_done all the same.
     executor.run(
         {{0, 0, 4}, {0, 0, 0}, {0, 4, 8}},
-        [&](size_t, int64_t row, int64_t end, const unsigned char*, size_t) {
-            events.push_back("block " + std::to_string(row) + ".." + std::to_string(end));
+        [&](const RowBlock& b) {
+            events.push_back("block " + std::to_string(b.row_begin) + ".." + std::to_string(b.row_end));
         },
         {},
         [&](const WriteTask& task) {
@@ -113,7 +113,7 @@ TEST(CopyExecutor, SourceErrorsComeOutOfRun) {
     executor.read_sources_with([&](const std::string&) -> std::unique_ptr<SourceReader> {
         return std::make_unique<MemorySource>(too_short, reads);
     });
-    EXPECT_THROW(executor.run({{0, 0, 4}}, [](size_t, int64_t, int64_t, const unsigned char*, size_t) {}), Error);
+    EXPECT_THROW(executor.run({{0, 0, 4}}, [](const RowBlock&) {}), Error);
 }
 
 // The page cache policy reaches the reads: evicted behind them only when asked (a merge that
@@ -132,7 +132,7 @@ TEST(CopyExecutor, EvictsReadsOnlyWhenAsked) {
             source = reader.get();
             return reader;
         });
-        executor.run({{0, 0, rows}}, [](size_t, int64_t, int64_t, const unsigned char*, size_t) {});
+        executor.run({{0, 0, rows}}, [](const RowBlock&) {});
         ASSERT_NE(source, nullptr);
         EXPECT_EQ(source->drops > 0, evict) << "evict " << evict << ": " << source->drops << " drops";
     }
