@@ -446,6 +446,31 @@ void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uin
     ++stats_.reads;
 }
 
+void CopyExecutor::read_rows_into(const StorageRef& storage, const SourceReader& file, uint64_t offset,
+                                  unsigned char* out, int64_t rows, uint64_t row_size, uint64_t out_stride) {
+    // Rows gathered into pieces of about kReadPiece bytes: each preadv's bytes are CRC'd while in cache.
+    const int64_t per_read = std::max<int64_t>(1, static_cast<int64_t>(kReadPiece / std::max<uint64_t>(row_size, 1)));
+    for (int64_t row = 0; row < rows; row += per_read) {
+        const int64_t n = std::min(per_read, rows - row);
+        pieces_.resize(static_cast<size_t>(n));
+        for (int64_t k = 0; k < n; ++k)
+            pieces_[static_cast<size_t>(k)] = {out + static_cast<uint64_t>(row + k) * out_stride, row_size};
+        const uint64_t at = offset + static_cast<uint64_t>(row) * row_size;
+        const auto start = Clock::now();
+        scattered_ = pieces_;  // read_scattered consumes its pieces
+        file.read_scattered(at, scattered_.data(), scattered_.size(), "tensor data");
+        const auto crc_start = Clock::now();
+        stats_.read_seconds += std::chrono::duration<double>(crc_start - start).count();
+        if (!skip_crc_) crcs_.add_pieces(storage, at - storage.byte_offset, pieces_.data(), pieces_.size());
+        stats_.crc_seconds += seconds_since(crc_start);
+    }
+    block_hash_.disturb();  // the rows land apart: the block is hashed whole
+    const uint64_t length = static_cast<uint64_t>(rows) * row_size;
+    if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
+    stats_.bytes_read += length;
+    stats_.reads += static_cast<uint64_t>((rows + per_read - 1) / per_read);
+}
+
 void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
                             unsigned char* block) {
     Shape block_shape = t.assembled_shape();
@@ -487,6 +512,16 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
         one_run = extent[d] == src.shape[d] && extent[d] == block_shape[d];
     if (one_run) {
         read(src.storage, file, file_offset, block + first_dst * esize, span);
+        return;
+    }
+    // Whole rows of a contiguous source that land in the block as equal segments, one per row
+    // along dim 0 (a tensor-parallel shard split along dim 1): read straight into place.
+    bool source_rows = src.is_contiguous() && ndim >= 2;
+    for (size_t d = 1; d < ndim && source_rows; ++d) source_rows = extent[d] == src.shape[d];
+    for (size_t d = 2; d < ndim && source_rows; ++d) source_rows = extent[d] == block_shape[d];
+    if (source_rows) {
+        read_rows_into(src.storage, file, file_offset, block + first_dst * esize, extent[0], span / extent[0],
+                       static_cast<uint64_t>(dst_strides[0]) * esize);
         return;
     }
     // General case: read the covering span once, then gather row by row along the last dim.

@@ -95,6 +95,10 @@ private:
                                int64_t align);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
     void read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out, uint64_t length);
+    // `rows` rows of `row_size` bytes, contiguous from `offset` in the source, each to its place
+    // `out_stride` bytes apart in the block.
+    void read_rows_into(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out,
+                        int64_t rows, uint64_t row_size, uint64_t out_stride);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
                   const Shape& block_shape, const Shape& dst_start, unsigned char* block);
 
@@ -111,6 +115,7 @@ private:
     std::vector<unsigned char> out_;  // the block handed to the writer thread (its buffer comes back)
     std::vector<unsigned char> scales_, zeros_;
     std::vector<unsigned char> span_;
+    std::vector<iovec> pieces_, scattered_;  // read_rows_into's places in the block
     std::optional<size_t> lora_factors_for_;
     LoraFactors lora_factors_;
     CopyStats stats_;

@@ -82,6 +82,46 @@ TEST(CopyExecutor, ReadsThroughAnInjectedSource) {
     EXPECT_EQ(executor.stats().bytes_read, bytes.size());
 }
 
+// Two shards of a [5, 6] weight split along dim 1 (row-parallel TP): each shard's rows are read
+// straight into their half of the output rows, in blocks of 2 rows.
+TEST(CopyExecutor, ShardsSplitAlongDimOneLandInTheirColumns) {
+    TensorMapping mapping;
+    for (const std::string name : {"memory:tp0", "memory:tp1"}) {
+        TensorRef source;
+        source.dtype = DType::F32;
+        source.shape = {5, 3};
+        source.stride = contiguous_strides(source.shape);
+        source.storage.file = name;
+        source.storage.byte_size = source.nbytes();
+        mapping.sources.push_back(source);
+    }
+    OutputTensor t;
+    t.name = "out";
+    t.source_dtype = t.dtype = DType::F32;
+    t.shape = {5, 6};
+    t.copies.push_back({0, {0, 0}, {0, 0}, {5, 3}});
+    t.copies.push_back({1, {0, 0}, {0, 3}, {5, 3}});
+    mapping.tensors.push_back(t);
+    const auto tp0 = counting_floats(15);
+    std::vector<float> second(15);
+    for (size_t i = 0; i < 15; ++i) second[i] = 100.0f + static_cast<float>(i);
+    std::vector<unsigned char> tp1(15 * sizeof(float));
+    std::memcpy(tp1.data(), second.data(), tp1.size());
+    int reads = 0;
+    CopyExecutor executor(mapping, 6 * 4 * 2 * 2);  // two rows of a block
+    executor.read_sources_with([&](const std::string& file) -> std::unique_ptr<SourceReader> {
+        return std::make_unique<MemorySource>(file == "memory:tp0" ? tp0 : tp1, reads);
+    });
+    std::vector<float> written(30, -1.0f);
+    executor.run({{0, 0, 5}}, [&](const RowBlock& b) {
+        std::memcpy(written.data() + b.row_begin * 6, b.data, b.size);
+    });
+    for (int r = 0; r < 5; ++r)
+        for (int c = 0; c < 6; ++c)
+            EXPECT_EQ(written[r * 6 + c], c < 3 ? static_cast<float>(r * 3 + c) : 100.0f + static_cast<float>(r * 3 + c - 3))
+                << r << "," << c;
+}
+
 TEST(CopyExecutor, TaskDoneFollowsTheTasksLastBlock) {
     TensorMapping mapping = whole_copy("memory:b", 8, 2);
     mapping.tensors[0].row_align = 2;
