@@ -33,16 +33,21 @@ private:
     int& reads_;
 };
 
-// One source tensor `name` of rows x cols floats 0, 1, 2, ... copied whole into one output tensor.
-TensorMapping whole_copy(const std::string& name, int64_t rows, int64_t cols) {
-    TensorMapping mapping;
+// A contiguous fp32 source tensor of `shape`, the whole of source `name`.
+TensorRef float_source(const std::string& name, const Shape& shape) {
     TensorRef source;
     source.dtype = DType::F32;
-    source.shape = {rows, cols};
+    source.shape = shape;
     source.stride = contiguous_strides(source.shape);
     source.storage.file = name;
     source.storage.byte_size = source.nbytes();
-    mapping.sources.push_back(source);
+    return source;
+}
+
+// One source tensor `name` of rows x cols floats 0, 1, 2, ... copied whole into one output tensor.
+TensorMapping whole_copy(const std::string& name, int64_t rows, int64_t cols) {
+    TensorMapping mapping;
+    mapping.sources.push_back(float_source(name, {rows, cols}));
     OutputTensor t;
     t.name = "out";
     t.source_dtype = t.dtype = DType::F32;
@@ -86,15 +91,7 @@ TEST(CopyExecutor, ReadsThroughAnInjectedSource) {
 // straight into their half of the output rows, in blocks of 2 rows.
 TEST(CopyExecutor, ShardsSplitAlongDimOneLandInTheirColumns) {
     TensorMapping mapping;
-    for (const std::string name : {"memory:tp0", "memory:tp1"}) {
-        TensorRef source;
-        source.dtype = DType::F32;
-        source.shape = {5, 3};
-        source.stride = contiguous_strides(source.shape);
-        source.storage.file = name;
-        source.storage.byte_size = source.nbytes();
-        mapping.sources.push_back(source);
-    }
+    for (const std::string name : {"memory:tp0", "memory:tp1"}) mapping.sources.push_back(float_source(name, {5, 3}));
     OutputTensor t;
     t.name = "out";
     t.source_dtype = t.dtype = DType::F32;
