@@ -143,7 +143,9 @@ void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, cons
     const uint64_t offset = where.offset + static_cast<uint64_t>(row_begin) * row_bytes(tensors_[tensor]);
     if (previous_ && previous_->same_as_previous(where.file, offset, data, size)) {
         // Filled from the previous output after the copy (its bytes are these), or linked whole.
-        if (journal_) journal_->append({tensor, row_begin, row_end, where.file, offset, size, xxh64 ? *xxh64 : vmerge::xxh64(data, size)});
+        if (journal_)
+            journal_->append({tensor, row_begin, row_end, where.file, offset, size,
+                              xxh64 ? *xxh64 : vmerge::xxh64(data, size)});
         return;
     }
     const std::string path = staging_ + "/" + layout_.files[where.file].name;
@@ -159,7 +161,8 @@ void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, cons
     }
     if (!journal_) return;
     // Start writing back now, so the disk works while the next blocks are read and the batch's
-    // fdatasync finds little left to do.
+    // fdatasync finds little left to do (a hint: where a file system does not take it, the
+    // fdatasync does the work).
     ::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(size), SYNC_FILE_RANGE_WRITE);
     if (pending_.empty()) pending_since_ = Clock::now();
     pending_.push_back({tensor, row_begin, row_end, where.file, offset, size, xxh64 ? *xxh64 : hash.digest()});
