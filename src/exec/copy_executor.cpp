@@ -330,7 +330,9 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t rows = static_cast<size_t>(end - row);
     const uint64_t src_row = row_bytes(t) / element_size(t.dtype) * element_size(t.source_dtype);
-    std::vector<unsigned char>& assembled = lora ? block_ : out_;
+    // An fp32 source is assembled straight into the buffer the update is added to (no copy).
+    const bool fold_in_place = lora && t.source_dtype == DType::F32;
+    std::vector<unsigned char>& assembled = lora && !fold_in_place ? block_ : out_;
     assembled.resize(rows * src_row);
     if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
     const bool hashing = hash_blocks_ && (lora ? DType::F32 : t.source_dtype) == t.dtype;
@@ -341,7 +343,7 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
         const size_t count = rows * static_cast<size_t>(t.shape[1]);
         out_.resize(count * sizeof(float));
         float* merged = reinterpret_cast<float*>(out_.data());
-        cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
+        if (!fold_in_place) cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
         add_lora_delta(merged, row, end, *lora, threads_);
         stats_.lora_seconds += seconds_since(start);
         if (hashing) block_hash_.begin(out_.data(), out_.size());  // the merged values, hashed whole

@@ -1,6 +1,7 @@
 #include "exec/lora_kernel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -187,13 +188,18 @@ void add_lora_delta(float* rows, int64_t row_begin, int64_t row_end, const LoraF
         add_rows(rows, row_begin, row_begin, row_end, f);
         return;
     }
+    // The rows go in chunks to whichever thread asks next, not in fixed halves: on a node whose
+    // cores are shared (the writer thread, other processes) a descheduled thread then holds up
+    // the block by one chunk at most. Chunks are a multiple of every row group (6, 8).
+    constexpr int64_t kChunkRows = 48;
+    std::atomic<int64_t> next{row_begin};
+    auto fold_chunks = [&] {
+        for (int64_t begin; (begin = next.fetch_add(kChunkRows)) < row_end;)
+            add_rows(rows, row_begin, begin, std::min(row_end, begin + kChunkRows), f);
+    };
     std::vector<std::thread> pool;
-    const int64_t per = (count + n - 1) / n;
-    for (int64_t t = 1; t < n; ++t) {
-        const int64_t begin = row_begin + t * per, end = std::min(row_end, begin + per);
-        if (begin < end) pool.emplace_back(add_rows, rows, row_begin, begin, end, std::cref(f));
-    }
-    add_rows(rows, row_begin, row_begin, std::min(row_end, row_begin + per), f);
+    for (int64_t t = 1; t < n; ++t) pool.emplace_back(fold_chunks);
+    fold_chunks();
     for (auto& t : pool) t.join();
 }
 
