@@ -75,19 +75,21 @@ template <int Rows>
         }
 }
 
-// Rows rows across all columns: tiles two vectors wide, then one vector, then single columns.
+// Rows rows, columns [j, cols): tiles two vectors wide, then one vector, then the same with
+// half as many lanes (down to 4), then single columns.
 template <typename Lanes, int Rows>
-[[gnu::always_inline]] inline void fold_row_group(float* w, const float* left, const LoraFactors& f) {
+[[gnu::always_inline]] inline void fold_row_group(float* w, const float* left, const LoraFactors& f, int64_t j = 0) {
     constexpr int64_t n = kLanes<Lanes>;
     const int64_t cols = f.cols, rank = f.rank;
     const float* right = f.right.data();
-    int64_t j = 0;
     for (; j + 2 * n <= cols; j += 2 * n) fold_tile<Lanes, Rows, 2>(w + j, left, right + j, rank, cols, f.scale);
     if (j + n <= cols) {
         fold_tile<Lanes, Rows, 1>(w + j, left, right + j, rank, cols, f.scale);
         j += n;
     }
-    fold_columns<Rows>(w, left, right, rank, j, cols, f.scale);
+    if constexpr (n == 16) fold_row_group<Lanes8, Rows>(w, left, f, j);
+    else if constexpr (n == 8) fold_row_group<Lanes4, Rows>(w, left, f, j);
+    else fold_columns<Rows>(w, left, right, rank, j, cols, f.scale);
 }
 
 // A group of `count` ≤ Rows rows (the last group of a range may be short).
