@@ -52,7 +52,7 @@ size_t parcel_bound(const OutputTensor& t, int64_t chunk_rows, const WriteTask& 
 // Compressed under MPI, a rank holds up to three parcels beside the executor's half of the
 // budget: the one it compresses into and two being sent (rank 0: its own and one received).
 constexpr uint64_t kParcelsHeld = 3;
-constexpr uint64_t kMaxParcelBytes = 64ull << 20;
+constexpr uint64_t kMaxParcelBytes = 32ull << 20;
 
 // Several ranks compressing: three parcels of at least one chunk each must fit the half of
 // --max-memory that the executor leaves.
@@ -97,29 +97,26 @@ void Hdf5Output::plan(TensorMapping& mapping) {
     layout_ = plan_output_layout(tensors, UINT64_MAX);
     const auto work = plan_rank_work(tensors, layout_, options_.ranks);
     work_ = work.at(options_.rank);
-    // Under MPI a piece is a quarter of --max-memory; compressing, an eighth (three parcels are
-    // held) and at most kMaxParcelBytes of rows, so that rank 0 takes in others' parcels often and
-    // none nears MPI's 2 GiB message limit. Rank 0 is told how many parcels each rank sends (the
-    // plan is the same everywhere).
+    // Under MPI a piece is a quarter of --max-memory. Compressing, a sixteenth and at most
+    // kMaxParcelBytes of rows: a parcel is sent once it holds a piece's worth, so it holds at most
+    // two, and three parcels are held; rank 0 takes in others' parcels often, and none nears MPI's
+    // 2 GiB message limit.
     const bool compressing = options_.zstd_level > 0;
     if (compressing && options_.ranks > 1)
         for (size_t i = 0; i < tensors.size(); ++i)
             if (chunk_rows_[i] > 0) check_parcels_fit(tensors[i], chunk_rows_[i], options_.max_memory);
     const uint64_t piece_budget =
-        compressing ? std::min(options_.max_memory / 8, kMaxParcelBytes) : options_.max_memory / 4;
+        compressing ? std::min(options_.max_memory / 16, kMaxParcelBytes) : options_.max_memory / 4;
+    parcel_send_bytes_ = piece_budget;
     pieces_.assign(tensors.size(), {});
-    parcels_per_rank_.assign(static_cast<size_t>(options_.ranks), 0);
-    for (int r = 0; r < options_.ranks; ++r)
-        for (const WriteTask& task : work[r]) {
-            const auto pieces = pieces_of(task, rows_per_piece(tensors[task.tensor], chunk_rows_[task.tensor], piece_budget));
-            parcels_per_rank_[static_cast<size_t>(r)] += pieces.size();
-            if (r == options_.rank)
-                pieces_[task.tensor].insert(pieces_[task.tensor].end(), pieces.begin(), pieces.end());
-        }
+    for (const WriteTask& task : work_) {
+        const auto pieces = pieces_of(task, rows_per_piece(tensors[task.tensor], chunk_rows_[task.tensor], piece_budget));
+        pieces_[task.tensor].insert(pieces_[task.tensor].end(), pieces.begin(), pieces.end());
+    }
     if (compressing)
         for (size_t t = 0; t < tensors.size(); ++t)
             for (const WriteTask& piece : pieces_[t])
-                parcel_reserve_ = std::max(parcel_reserve_, parcel_bound(tensors[t], chunk_rows_[t], piece));
+                parcel_reserve_ = std::max(parcel_reserve_, parcel_send_bytes_ + parcel_bound(tensors[t], chunk_rows_[t], piece));
 }
 
 // A fresh staging folder for the archive (an archive has no --resume).
@@ -149,7 +146,7 @@ void Hdf5Output::open() {
                                                   route_ == Route::MpiIo ? ArchiveDriver::MpiIo : ArchiveDriver::Sec2);
     if (options_.zstd_level > 0) compressor_ = std::make_unique<ChunkCompressor>(options_.zstd_level);
     if (route_ == Route::ToRankZero) {
-        exchange_ = std::make_unique<ParcelExchange>(options_.rank, parcels_per_rank_);
+        exchange_ = std::make_unique<ParcelExchange>(options_.rank, options_.ranks);
         parcel_.bytes().reserve(parcel_reserve_);
     }
 }
@@ -229,12 +226,16 @@ void Hdf5Output::write_piece(const WriteTask& task) {
     derived_.clear();
 }
 
+void Hdf5Output::send_parcel() {
+    parcel_.bytes() = exchange_->send(std::move(parcel_.bytes()));
+    parcel_.bytes().reserve(parcel_reserve_);
+}
+
 void Hdf5Output::task_done(const WriteTask& task) {
     if (route_ == Route::MpiIo) write_piece(task);
     if (route_ != Route::ToRankZero) return;
     if (options_.rank != 0) {
-        parcel_.bytes() = exchange_->send(std::move(parcel_.bytes()));
-        parcel_.bytes().reserve(parcel_reserve_);
+        if (parcel_.bytes().size() >= parcel_send_bytes_) send_parcel();
         return;
     }
     write_parcel(parcel_.bytes());
@@ -246,6 +247,7 @@ void Hdf5Output::task_done(const WriteTask& task) {
 void Hdf5Output::finish() {
     if (route_ == Route::ToRankZero) {
         if (options_.rank != 0) {
+            if (!parcel_.empty()) send_parcel();
             exchange_->finish_sends();
             return;  // rank 0 alone holds the file
         }

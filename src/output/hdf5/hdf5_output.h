@@ -55,6 +55,7 @@ private:
     ChunkGeometry geometry(size_t tensor) const;
     void compress_into_parcel(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
     void write_parcel(const std::vector<unsigned char>& parcel);
+    void send_parcel();
     void gather_piece(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
     void write_piece(const WriteTask& task);
 
@@ -64,13 +65,13 @@ private:
     Route route_ = Route::OneProcess;
     std::vector<WriteTask> work_;                 // this rank's share of the plan
     std::vector<std::vector<WriteTask>> pieces_;  // ... in pieces of whole chunks, by tensor
-    std::vector<size_t> parcels_per_rank_;        // every rank's piece count (compressed under MPI)
     std::vector<std::pair<std::string, std::string>> files_;
     std::unique_ptr<ArchiveWriter> writer_;       // none on ranks other than 0 (compressed under MPI)
     std::unique_ptr<ChunkCompressor> compressor_;
     std::unique_ptr<ParcelExchange> exchange_;
     ChunkParcel parcel_;                // compressed under MPI: the piece being compressed
     size_t parcel_reserve_ = 0;         // ... the most its bytes can be
+    uint64_t parcel_send_bytes_ = 0;    // ... sent once it holds this much (small tensors go together)
     std::vector<unsigned char> piece_;  // uncompressed under MPI: the blocks of the piece being gathered
     struct DerivedRows {                // scale or zero-point rows that came with the piece
         size_t tensor;
