@@ -147,7 +147,7 @@ void Hdf5Output::open() {
     if (options_.zstd_level > 0) compressor_ = std::make_unique<ChunkCompressor>(options_.zstd_level);
     if (route_ == Route::ToRankZero) {
         exchange_ = std::make_unique<ParcelExchange>(options_.rank, options_.ranks);
-        parcel_.bytes().reserve(parcel_reserve_);
+        if (options_.rank != 0) parcel_.bytes().reserve(parcel_reserve_);
     }
 }
 
@@ -172,22 +172,32 @@ ChunkGeometry Hdf5Output::geometry(size_t tensor) const {
 void Hdf5Output::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) {
     switch (route_) {
         case Route::OneProcess:
-            if (chunk_rows_[tensor] <= 0) {
-                writer_->write_rows(tensor, row_begin, row_end, data);
-                return;
-            }
-            compressor_->compress(geometry(tensor), row_begin, row_end, data, size,
-                                  [&](int64_t chunk_row, int64_t, const unsigned char* frame, size_t n) {
-                                      writer_->write_chunk(tensor, chunk_row, frame, n);
-                                  });
+            write_block(tensor, row_begin, row_end, data, size);
             return;
         case Route::MpiIo:
             gather_piece(tensor, row_begin, row_end, data, size);
             return;
         case Route::ToRankZero:
-            compress_into_parcel(tensor, row_begin, row_end, data, size);
+            // Rank 0 writes its own blocks here, on the writer thread, as one process does: the
+            // main thread calls HDF5 (others' parcels) only in task_done and finish, while this
+            // thread is idle.
+            if (options_.rank == 0) write_block(tensor, row_begin, row_end, data, size);
+            else compress_into_parcel(tensor, row_begin, row_end, data, size);
             return;
     }
+}
+
+// A block into the file held by this process: its chunks compressed and written raw, or its rows.
+void Hdf5Output::write_block(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
+                             size_t size) {
+    if (chunk_rows_[tensor] <= 0) {
+        writer_->write_rows(tensor, row_begin, row_end, data);
+        return;
+    }
+    compressor_->compress(geometry(tensor), row_begin, row_end, data, size,
+                          [&](int64_t chunk_row, int64_t, const unsigned char* frame, size_t n) {
+                              writer_->write_chunk(tensor, chunk_row, frame, n);
+                          });
 }
 
 // On the executor's writer thread: the zstd work of the piece, done by the rank that read it.
@@ -203,7 +213,7 @@ void Hdf5Output::compress_into_parcel(size_t tensor, int64_t row_begin, int64_t 
                           });
 }
 
-// Rank 0: a parcel's chunks and rows into the file (HDF5 on the executor's own thread only).
+// Rank 0: another rank's parcel into the file (on the executor's own thread, the writer thread idle).
 void Hdf5Output::write_parcel(const std::vector<unsigned char>& parcel) {
     for (const ChunkParcel::Record& r : ChunkParcel::records(parcel)) {
         if (r.tensor >= tensors_->size() || (r.kind == ChunkParcel::Kind::Frame) != (chunk_rows_[r.tensor] > 0))
@@ -238,8 +248,6 @@ void Hdf5Output::task_done(const WriteTask& task) {
         if (parcel_.bytes().size() >= parcel_send_bytes_) send_parcel();
         return;
     }
-    write_parcel(parcel_.bytes());
-    parcel_.clear();
     // Between its own pieces rank 0 writes what the others have sent, so they need not wait.
     exchange_->receive(false, [&](const std::vector<unsigned char>& parcel) { write_parcel(parcel); });
 }

@@ -20,9 +20,9 @@ namespace vmerge {
 //  - uncompressed under MPI: every rank opens the file (MPI-IO) and writes its rows independently,
 //    in pieces the sink gathers and task_done writes (HDF5 is only called on the executor's own
 //    thread under MPI);
-//  - compressed under MPI: every rank compresses its own chunks on its writer thread into a
-//    parcel per piece (ChunkParcel); rank 0 alone holds the file (sec2) and writes its parcels and
-//    the others' (ParcelExchange) raw with H5Dwrite_chunk. Parallel HDF5 1.10.8 cannot take
+//  - compressed under MPI: every rank compresses its own chunks on its writer thread; rank 0
+//    alone holds the file (sec2) and writes its own frames there, raw with H5Dwrite_chunk, and
+//    the others' parcels (ChunkParcel, ParcelExchange) between its pieces and at the end. Parallel HDF5 1.10.8 cannot take
 //    independent raw chunk writes (docs/hdf5.md, limits), and collective filtered writes cost one
 //    collective round per piece.
 // A quantized weight's scales and zero points come with its blocks: they are stored unchunked
@@ -53,6 +53,7 @@ public:
 private:
     enum class Route { OneProcess, MpiIo, ToRankZero };
     ChunkGeometry geometry(size_t tensor) const;
+    void write_block(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
     void compress_into_parcel(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
     void write_parcel(const std::vector<unsigned char>& parcel);
     void send_parcel();
@@ -69,7 +70,7 @@ private:
     std::unique_ptr<ArchiveWriter> writer_;       // none on ranks other than 0 (compressed under MPI)
     std::unique_ptr<ChunkCompressor> compressor_;
     std::unique_ptr<ParcelExchange> exchange_;
-    ChunkParcel parcel_;                // compressed under MPI: the piece being compressed
+    ChunkParcel parcel_;                // compressed under MPI, ranks > 0: the parcel being filled
     size_t parcel_reserve_ = 0;         // ... the most its bytes can be
     uint64_t parcel_send_bytes_ = 0;    // ... sent once it holds this much (small tensors go together)
     std::vector<unsigned char> piece_;  // uncompressed under MPI: the blocks of the piece being gathered
