@@ -92,25 +92,28 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
         std::map<std::string, std::unique_ptr<InputFile>> files;
         std::vector<unsigned char> expected;
         CastComparison compare;
-        executor.run(work[comm.rank()], [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
+        executor.run(work[comm.rank()], [&](const RowBlock& b) {
+            const size_t t = b.tensor;
+            const int64_t row = b.row_begin, row_end = b.row_end;
             if (!compare_as[t] || value_problems.size() >= 10) return;
             const auto [f, e] = reference.by_name.at(tensors[t].name);
             const auto& entry = reference.files[f].entries[e];
             auto& file = files[reference.files[f].path];
             if (!file) file = std::make_unique<InputFile>(reference.files[f].path);
-            const size_t count = size / element_size(tensors[t].dtype);
+            const size_t count = b.size / element_size(tensors[t].dtype);
             const size_t row_elems = row_bytes(tensors[t]) / element_size(tensors[t].dtype);
             expected.resize(count * element_size(entry.dtype));
             file->read_exact(entry.begin + row * row_elems * element_size(entry.dtype), expected.data(), expected.size(),
                              "reference tensor");
             size_t bad = 0;
-            if (!compare.match(data, tensors[t].dtype, expected.data(), entry.dtype, *compare_as[t], count, o.atol, o.rtol, &bad)) {
+            if (!compare.match(b.data, tensors[t].dtype, expected.data(), entry.dtype, *compare_as[t], count, o.atol, o.rtol, &bad)) {
                 bool equals_base = false;
                 if (tensors[t].lora_delta)
-                    base_executor.run({{t, row, row_end}}, [&](size_t, int64_t, int64_t, const unsigned char* unmerged, size_t n) {
+                    base_executor.run({{t, row, row_end}}, [&](const RowBlock& unmerged) {
                         size_t ignored = 0;
-                        equals_base = n == size && compare.match(unmerged, tensors[t].dtype, expected.data(), entry.dtype,
-                                                                 *compare_as[t], count, 0, 0, &ignored);
+                        equals_base = unmerged.size == b.size &&
+                                      compare.match(unmerged.data, tensors[t].dtype, expected.data(), entry.dtype,
+                                                    *compare_as[t], count, 0, 0, &ignored);
                     });
                 value_problems.push_back(tensors[t].name + ": values differ first at row " +
                                          std::to_string(row + static_cast<int64_t>(bad / std::max<size_t>(row_elems, 1))) +

@@ -38,11 +38,15 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         if (run.sources) executor.read_sources_with(run.sources);
         if (resumable) executor.defer_crc_mismatches();
         executor.evict_reads(output.options().page_cache == PageCachePolicy::Evict);
+        executor.hash_blocks(output.takes_block_hashes());
         const int delay = block_delay_ms();
         executor.run(
             output.tasks(),
-            [&](size_t t, int64_t row, int64_t row_end, const unsigned char* data, size_t size) {
-                output.write(t, row, row_end, data, size);
+            [&](const RowBlock& b) {
+                if (b.xxh64)
+                    output.write_hashed(b.tensor, b.row_begin, b.row_end, b.data, b.size, *b.xxh64);
+                else
+                    output.write(b.tensor, b.row_begin, b.row_end, b.data, b.size);
                 if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
             },
             [&](size_t t, int64_t row, int64_t row_end) { return output.holds(t, row, row_end); },

@@ -47,13 +47,15 @@ public:
     // reuse (the previous block's).
     // With `cast` = {from, to}, the block holds `from` elements and is cast before the sink
     // (nothing to do when they are the same).
+    // `xxh64`: the hash of `data` when it needs no cast.
     std::vector<unsigned char> submit(size_t tensor, int64_t row, int64_t end, std::vector<unsigned char> data,
-                                      std::optional<std::pair<DType, DType>> cast = std::nullopt) {
+                                      std::optional<std::pair<DType, DType>> cast = std::nullopt,
+                                      std::optional<uint64_t> xxh64 = std::nullopt) {
         if (cast && cast->first == cast->second) cast.reset();
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [this] { return !job_ || error_; });
         rethrow_locked();
-        job_ = Job{tensor, row, end, std::move(data), cast};
+        job_ = Job{tensor, row, end, std::move(data), cast, cast ? std::nullopt : xxh64};
         changed_.notify_all();
         return std::move(returned_);
     }
@@ -76,6 +78,7 @@ private:
         int64_t row, end;
         std::vector<unsigned char> data;
         std::optional<std::pair<DType, DType>> cast;
+        std::optional<uint64_t> xxh64;
     };
 
     void rethrow_locked() {
@@ -110,7 +113,7 @@ private:
                     cast_seconds = seconds_since(start);
                 }
                 const auto start = Clock::now();
-                sink_(job.tensor, job.row, job.end, data, size);
+                sink_(RowBlock{job.tensor, job.row, job.end, data, size, job.xxh64});
                 write_seconds = seconds_since(start);
             } catch (...) {
                 failure = std::current_exception();
@@ -330,6 +333,8 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     std::vector<unsigned char>& assembled = lora ? block_ : out_;
     assembled.resize(rows * src_row);
     if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
+    const bool hashing = hash_blocks_ && (lora ? DType::F32 : t.source_dtype) == t.dtype;
+    if (hashing && !lora) block_hash_.begin(assembled.data(), assembled.size());
     assemble(t, row, end, assembled.data());
     if (lora) {
         const auto start = Clock::now();
@@ -339,8 +344,16 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
         cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
         add_lora_delta(merged, row, end, *lora, threads_);
         stats_.lora_seconds += seconds_since(start);
+        if (hashing) block_hash_.begin(out_.data(), out_.size());  // the merged values, hashed whole
     }
-    out_ = writer.submit(tensor, row, end, std::move(out_), std::pair{lora ? DType::F32 : t.source_dtype, t.dtype});
+    const std::pair cast{lora ? DType::F32 : t.source_dtype, t.dtype};
+    std::optional<uint64_t> hash;
+    if (hashing) {
+        const auto hash_start = Clock::now();
+        hash = block_hash_.finish();
+        stats_.hash_seconds += seconds_since(hash_start);
+    }
+    out_ = writer.submit(tensor, row, end, std::move(out_), cast, hash);
     stats_.bytes_written += rows * row_bytes(t);
 }
 
@@ -422,12 +435,40 @@ void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uin
         const auto crc_start = Clock::now();
         stats_.read_seconds += std::chrono::duration<double>(crc_start - start).count();
         if (!skip_crc_) crcs_.add(storage, offset + done - storage.byte_offset, out + done, n);
-        stats_.crc_seconds += seconds_since(crc_start);
+        const auto hash_start = Clock::now();
+        stats_.crc_seconds += std::chrono::duration<double>(hash_start - crc_start).count();
+        block_hash_.landed(out + done, n);
+        stats_.hash_seconds += seconds_since(hash_start);
         done += n;
     }
     if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.bytes_read += length;
     ++stats_.reads;
+}
+
+void CopyExecutor::read_rows_into(const StorageRef& storage, const SourceReader& file, uint64_t offset,
+                                  unsigned char* out, int64_t rows, uint64_t row_size, uint64_t out_stride) {
+    // Rows gathered into pieces of about kReadPiece bytes: each preadv's bytes are CRC'd while in cache.
+    const int64_t per_read = std::max<int64_t>(1, static_cast<int64_t>(kReadPiece / std::max<uint64_t>(row_size, 1)));
+    for (int64_t row = 0; row < rows; row += per_read) {
+        const int64_t n = std::min(per_read, rows - row);
+        pieces_.resize(static_cast<size_t>(n));
+        for (int64_t k = 0; k < n; ++k)
+            pieces_[static_cast<size_t>(k)] = {out + static_cast<uint64_t>(row + k) * out_stride, row_size};
+        const uint64_t at = offset + static_cast<uint64_t>(row) * row_size;
+        const auto start = Clock::now();
+        scattered_ = pieces_;  // read_scattered consumes its pieces
+        file.read_scattered(at, scattered_.data(), scattered_.size(), "tensor data");
+        const auto crc_start = Clock::now();
+        stats_.read_seconds += std::chrono::duration<double>(crc_start - start).count();
+        if (!skip_crc_) crcs_.add_pieces(storage, at - storage.byte_offset, pieces_.data(), pieces_.size());
+        stats_.crc_seconds += seconds_since(crc_start);
+    }
+    block_hash_.disturb();  // the rows land apart: the block is hashed whole
+    const uint64_t length = static_cast<uint64_t>(rows) * row_size;
+    if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
+    stats_.bytes_read += length;
+    stats_.reads += static_cast<uint64_t>((rows + per_read - 1) / per_read);
 }
 
 void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
@@ -473,6 +514,16 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
         read(src.storage, file, file_offset, block + first_dst * esize, span);
         return;
     }
+    // Whole rows of a contiguous source that land in the block as equal segments, one per row
+    // along dim 0 (a tensor-parallel shard split along dim 1): read straight into place.
+    bool source_rows = src.is_contiguous() && ndim >= 2;
+    for (size_t d = 1; d < ndim && source_rows; ++d) source_rows = extent[d] == src.shape[d];
+    for (size_t d = 2; d < ndim && source_rows; ++d) source_rows = extent[d] == block_shape[d];
+    if (source_rows) {
+        read_rows_into(src.storage, file, file_offset, block + first_dst * esize, extent[0], span / extent[0],
+                       static_cast<uint64_t>(dst_strides[0]) * esize);
+        return;
+    }
     // General case: read the covering span once, then gather row by row along the last dim.
     if (span > max_memory_ / 2 && ndim > 0 && extent[0] > 1) {
         // Split along dim 0 so the span stays bounded.
@@ -488,6 +539,7 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
     }
     span_.resize(span);
     read(src.storage, file, file_offset, span_.data(), span);
+    block_hash_.disturb();
     const int64_t inner = ndim ? extent[ndim - 1] : 1;
     const int64_t inner_src_stride = ndim ? src.stride[ndim - 1] : 1;
     std::vector<int64_t> index(ndim > 0 ? ndim - 1 : 0, 0);

@@ -9,6 +9,7 @@
 
 #include "exec/source_reader.h"
 #include "exec/lora_kernel.h"
+#include "exec/sequential_block_hash.h"
 #include "mapping/quantization.h"
 #include "plan/rank_work.h"
 #include "io/record_crc.h"
@@ -26,12 +27,21 @@ struct CopyStats {
     double sink_seconds = 0;     // handing blocks on (writing them, for a merge)
     double lora_seconds = 0;     // assembling LoRA factors and adding B·A to merged weights
     double crc_seconds = 0;      // CRC-32 of the record bytes read
+    double hash_seconds = 0;     // xxh64 of the blocks, on the reading thread (hash_blocks)
     std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
-// Receives assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
-using RowSink = std::function<void(size_t tensor, int64_t row_begin, int64_t row_end,
-                                   const unsigned char* data, size_t size)>;
+// Assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
+struct RowBlock {
+    size_t tensor = 0;
+    int64_t row_begin = 0, row_end = 0;
+    const unsigned char* data = nullptr;
+    size_t size = 0;
+    // The xxh64 of the bytes, when the executor was asked for it (hash_blocks) and could compute
+    // it on its reading thread (blocks that need no cast on the writer thread).
+    std::optional<uint64_t> xxh64;
+};
+using RowSink = std::function<void(const RowBlock& block)>;
 
 // Executes write tasks: reads exactly the source bytes each row block needs (one pread per
 // contiguous run), assembles blocks of rows that fit in `max_memory`, casts, and hands them
@@ -67,6 +77,9 @@ public:
     const RecordCrcLedger& crcs() const { return crcs_; }
     // A CRC mismatch is kept in crcs().mismatch() instead of stopping run (RecordCrcLedger).
     void defer_crc_mismatches() { crcs_.defer_mismatches(); }
+    // Hash each block (xxh64) where its bytes are final on the reading thread: the writer thread,
+    // the slower one in a plain copy, then only writes.
+    void hash_blocks(bool hash) { hash_blocks_ = hash; }
     // Drop what was read from the page cache behind the reads (PageCachePolicy::Evict).
     void evict_reads(bool evict) { evict_reads_ = evict; }
 
@@ -82,6 +95,10 @@ private:
                                int64_t align);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
     void read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out, uint64_t length);
+    // `rows` rows of `row_size` bytes, contiguous from `offset` in the source, each to its place
+    // `out_stride` bytes apart in the block.
+    void read_rows_into(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out,
+                        int64_t rows, uint64_t row_size, uint64_t out_stride);
     void copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
                   const Shape& block_shape, const Shape& dst_start, unsigned char* block);
 
@@ -98,11 +115,14 @@ private:
     std::vector<unsigned char> out_;  // the block handed to the writer thread (its buffer comes back)
     std::vector<unsigned char> scales_, zeros_;
     std::vector<unsigned char> span_;
+    std::vector<iovec> pieces_, scattered_;  // read_rows_into's places in the block
     std::optional<size_t> lora_factors_for_;
     LoraFactors lora_factors_;
     CopyStats stats_;
     RecordCrcLedger crcs_;
     bool evict_reads_ = false;
+    bool hash_blocks_ = false;
+    SequentialBlockHash block_hash_;  // of the block being assembled (hash_blocks)
     bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
 };
 

@@ -11,6 +11,9 @@ public:
     void read_exact(uint64_t offset, void* out, uint64_t length, const char* what) const override {
         file_.read_exact(offset, out, length, what);
     }
+    void read_scattered(uint64_t offset, iovec* pieces, size_t count, const char* what) const override {
+        file_.read_scattered(offset, pieces, count, what);
+    }
     void drop_cache(uint64_t offset, uint64_t length) const override { file_.drop_cache(offset, length); }
 
 private:

@@ -1,4 +1,6 @@
 #pragma once
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +17,13 @@ public:
     virtual ~SourceReader() = default;
     // Exactly `length` bytes at `offset` of the source into `out`; Error when it cannot.
     virtual void read_exact(uint64_t offset, void* out, uint64_t length, const char* what) const = 0;
+    // The bytes from `offset` on into `count` places in memory, in order; `pieces` is consumed.
+    virtual void read_scattered(uint64_t offset, iovec* pieces, size_t count, const char* what) const {
+        for (size_t i = 0; i < count; ++i) {
+            read_exact(offset, pieces[i].iov_base, pieces[i].iov_len, what);
+            offset += pieces[i].iov_len;
+        }
+    }
     // These bytes will not be read again (a hint; nothing to do for most sources).
     virtual void drop_cache(uint64_t /*offset*/, uint64_t /*length*/) const {}
 };

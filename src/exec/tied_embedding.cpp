@@ -28,8 +28,8 @@ void read_rows(CopyExecutor& executor, const TensorMapping& mapping, size_t inde
                std::vector<unsigned char>& rows) {
     const uint64_t row = row_bytes(mapping.tensors[index]);
     rows.assign(static_cast<size_t>(end - begin) * row, 0);
-    executor.run({{index, begin, end}}, [&](size_t, int64_t b, int64_t, const unsigned char* data, size_t size) {
-        std::memcpy(rows.data() + static_cast<size_t>(b - begin) * row, data, size);
+    executor.run({{index, begin, end}}, [&](const RowBlock& b) {
+        std::memcpy(rows.data() + static_cast<size_t>(b.row_begin - begin) * row, b.data, b.size);
     });
 }
 

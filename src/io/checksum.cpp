@@ -15,6 +15,8 @@ Xxh64Stream::Xxh64Stream(uint64_t seed) : state_(std::make_unique<State>()) { XX
 
 Xxh64Stream::~Xxh64Stream() = default;
 
+void Xxh64Stream::reset(uint64_t seed) { XXH64_reset(&state_->xxh, seed); }
+
 void Xxh64Stream::update(const void* data, size_t size) { XXH64_update(&state_->xxh, data, size); }
 
 uint64_t Xxh64Stream::digest() const { return XXH64_digest(&state_->xxh); }

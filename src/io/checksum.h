@@ -19,6 +19,7 @@ public:
     ~Xxh64Stream();
     Xxh64Stream(const Xxh64Stream&) = delete;
     Xxh64Stream& operator=(const Xxh64Stream&) = delete;
+    void reset(uint64_t seed = 0);
     void update(const void* data, size_t size);
     uint64_t digest() const;
 

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -108,7 +110,7 @@ InputFile& InputFile::operator=(InputFile&& other) noexcept {
     return *this;
 }
 
-void InputFile::read_exact(uint64_t offset, void* out, uint64_t length, const char* what) const {
+void InputFile::check_range(uint64_t offset, uint64_t length, const char* what) const {
     if (fd_ < 0) {
         throw Error(path_ + ": cannot read " + what + " (" + range_text(offset, length) +
                     "): the file is not open");
@@ -118,11 +120,23 @@ void InputFile::read_exact(uint64_t offset, void* out, uint64_t length, const ch
                     "): the range ends past the end of the file (size " + std::to_string(size_) +
                     ")");
     }
-    auto* cursor = static_cast<char*>(out);
+}
+
+void InputFile::read_exact(uint64_t offset, void* out, uint64_t length, const char* what) const {
+    iovec whole{out, static_cast<size_t>(length)};
+    read_scattered(offset, &whole, 1, what);
+}
+
+void InputFile::read_scattered(uint64_t offset, iovec* pieces, size_t count, const char* what) const {
+    uint64_t length = 0;
+    for (size_t i = 0; i < count; ++i) length += pieces[i].iov_len;
+    check_range(offset, length, what);
     uint64_t done = 0;
-    while (done < length) {
-        const ssize_t got =
-            ::pread(fd_, cursor + done, length - done, static_cast<off_t>(offset + done));
+    size_t first = 0;
+    while (first < count && pieces[first].iov_len == 0) ++first;
+    while (first < count) {
+        const int n = static_cast<int>(std::min<size_t>(count - first, IOV_MAX));
+        const ssize_t got = ::preadv(fd_, pieces + first, n, static_cast<off_t>(offset + done));
         if (got < 0) {
             if (errno == EINTR) continue;
             throw Error(path_ + ": cannot read " + what + " (" + range_text(offset, length) +
@@ -135,6 +149,14 @@ void InputFile::read_exact(uint64_t offset, void* out, uint64_t length, const ch
                         " bytes (was it truncated while being read?)");
         }
         done += static_cast<uint64_t>(got);
+        // Step past what was read: whole pieces, then into a piece read in part.
+        auto left = static_cast<size_t>(got);
+        while (first < count && left >= pieces[first].iov_len) left -= pieces[first++].iov_len;
+        if (left > 0) {
+            pieces[first].iov_base = static_cast<char*>(pieces[first].iov_base) + left;
+            pieces[first].iov_len -= left;
+        }
+        while (first < count && pieces[first].iov_len == 0) ++first;
     }
 }
 

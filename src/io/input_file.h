@@ -1,4 +1,6 @@
 #pragma once
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <string>
 
@@ -23,11 +25,15 @@ public:
     // Reads exactly `length` bytes at `offset` into `out`; throws Error on a short read or
     // a range outside the file. `what` says what was being read, for the message.
     void read_exact(uint64_t offset, void* out, uint64_t length, const char* what = "data") const;
+    // Reads the bytes from `offset` on into `count` places in memory, in order (preadv), as
+    // read_exact does; `pieces` is consumed.
+    void read_scattered(uint64_t offset, iovec* pieces, size_t count, const char* what = "data") const;
     // Tells the kernel these bytes will not be read again (posix_fadvise DONTNEED): a merge
     // reads every byte once, and a checkpoint larger than RAM should not evict everything else.
     void drop_cache(uint64_t offset, uint64_t length) const;
 
 private:
+    void check_range(uint64_t offset, uint64_t length, const char* what) const;
     std::string path_;
     int fd_ = -1;
     uint64_t size_ = 0;

@@ -58,7 +58,35 @@ void RecordCrcLedger::insert(Record& record, CrcPiece piece) {
     }
 }
 
+namespace {
+
+// The CRC-32 of bytes [from, from + length) of the concatenation of `pieces`.
+uint32_t crc32_of_pieces(const iovec* pieces, size_t count, uint64_t from, uint64_t length) {
+    uint32_t crc = 0;
+    for (size_t i = 0; i < count && length > 0; ++i) {
+        const uint64_t size = pieces[i].iov_len;
+        if (from >= size) {
+            from -= size;
+            continue;
+        }
+        const uint64_t take = std::min(size - from, length);
+        crc = crc32_of(static_cast<const unsigned char*>(pieces[i].iov_base) + from, take, crc);
+        from = 0;
+        length -= take;
+    }
+    return crc;
+}
+
+}  // namespace
+
 void RecordCrcLedger::add(const StorageRef& storage, uint64_t begin, const unsigned char* data, uint64_t length) {
+    const iovec whole{const_cast<unsigned char*>(data), static_cast<size_t>(length)};
+    add_pieces(storage, begin, &whole, 1);
+}
+
+void RecordCrcLedger::add_pieces(const StorageRef& storage, uint64_t begin, const iovec* data, size_t count) {
+    uint64_t length = 0;
+    for (size_t i = 0; i < count; ++i) length += data[i].iov_len;
     if (!storage.crc32 || length == 0) return;
     if (begin > storage.byte_size || length > storage.byte_size - begin)
         throw Error("internal: read of bytes " + std::to_string(begin) + "+" + std::to_string(length) +
@@ -77,11 +105,11 @@ void RecordCrcLedger::add(const StorageRef& storage, uint64_t begin, const unsig
         if (piece_end <= pos) continue;
         if (piece_begin > pos) {
             const uint64_t gap_end = std::min(piece_begin, end);
-            gaps.push_back({pos, gap_end - pos, crc32_of(data + (pos - begin), gap_end - pos)});
+            gaps.push_back({pos, gap_end - pos, crc32_of_pieces(data, count, pos - begin, gap_end - pos)});
         }
         pos = std::max(pos, piece_end);
     }
-    if (pos < end) gaps.push_back({pos, end - pos, crc32_of(data + (pos - begin), end - pos)});
+    if (pos < end) gaps.push_back({pos, end - pos, crc32_of_pieces(data, count, pos - begin, end - pos)});
     for (const CrcPiece& gap : gaps) insert(record, gap);
 
     const CrcPiece& first = record.pieces.begin()->second;

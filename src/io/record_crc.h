@@ -1,4 +1,6 @@
 #pragma once
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -37,6 +39,8 @@ public:
     // `data` holds bytes [begin, begin + length) of `storage`'s record; nothing to do for a
     // storage without a CRC (not a ZIP record). Throws Error on a mismatch.
     void add(const StorageRef& storage, uint64_t begin, const unsigned char* data, uint64_t length);
+    // The same for bytes read from one run of the record into `count` places in memory, in order.
+    void add_pieces(const StorageRef& storage, uint64_t begin, const iovec* pieces, size_t count);
 
     // From now on a mismatch is kept (mismatch()) instead of thrown, so that a merge can end its
     // copy on every rank and fail together, before the commit.

@@ -33,16 +33,21 @@ private:
     int& reads_;
 };
 
-// One source tensor `name` of rows x cols floats 0, 1, 2, ... copied whole into one output tensor.
-TensorMapping whole_copy(const std::string& name, int64_t rows, int64_t cols) {
-    TensorMapping mapping;
+// A contiguous fp32 source tensor of `shape`, the whole of source `name`.
+TensorRef float_source(const std::string& name, const Shape& shape) {
     TensorRef source;
     source.dtype = DType::F32;
-    source.shape = {rows, cols};
+    source.shape = shape;
     source.stride = contiguous_strides(source.shape);
     source.storage.file = name;
     source.storage.byte_size = source.nbytes();
-    mapping.sources.push_back(source);
+    return source;
+}
+
+// One source tensor `name` of rows x cols floats 0, 1, 2, ... copied whole into one output tensor.
+TensorMapping whole_copy(const std::string& name, int64_t rows, int64_t cols) {
+    TensorMapping mapping;
+    mapping.sources.push_back(float_source(name, {rows, cols}));
     OutputTensor t;
     t.name = "out";
     t.source_dtype = t.dtype = DType::F32;
@@ -71,15 +76,47 @@ TEST(CopyExecutor, ReadsThroughAnInjectedSource) {
         return std::make_unique<MemorySource>(bytes, reads);
     });
     std::vector<unsigned char> written(bytes.size());
-    executor.run({{0, 0, 3}, {0, 3, 6}}, [&](size_t t, int64_t row, int64_t end, const unsigned char* data, size_t size) {
-        EXPECT_EQ(t, 0u);
-        EXPECT_EQ(size, static_cast<size_t>(end - row) * 16);
-        std::memcpy(written.data() + row * 16, data, size);
+    executor.run({{0, 0, 3}, {0, 3, 6}}, [&](const RowBlock& b) {
+        EXPECT_EQ(b.tensor, 0u);
+        EXPECT_EQ(b.size, static_cast<size_t>(b.row_end - b.row_begin) * 16);
+        std::memcpy(written.data() + b.row_begin * 16, b.data, b.size);
     });
     EXPECT_EQ(written, bytes);
     EXPECT_EQ(opened, std::vector<std::string>{"memory:a"});  // opened once, kept
     EXPECT_EQ(reads, 2);
     EXPECT_EQ(executor.stats().bytes_read, bytes.size());
+}
+
+// Two shards of a [5, 6] weight split along dim 1 (row-parallel TP): each shard's rows are read
+// straight into their half of the output rows, in blocks of 2 rows.
+TEST(CopyExecutor, ShardsSplitAlongDimOneLandInTheirColumns) {
+    TensorMapping mapping;
+    for (const std::string name : {"memory:tp0", "memory:tp1"}) mapping.sources.push_back(float_source(name, {5, 3}));
+    OutputTensor t;
+    t.name = "out";
+    t.source_dtype = t.dtype = DType::F32;
+    t.shape = {5, 6};
+    t.copies.push_back({0, {0, 0}, {0, 0}, {5, 3}});
+    t.copies.push_back({1, {0, 0}, {0, 3}, {5, 3}});
+    mapping.tensors.push_back(t);
+    const auto tp0 = counting_floats(15);
+    std::vector<float> second(15);
+    for (size_t i = 0; i < 15; ++i) second[i] = 100.0f + static_cast<float>(i);
+    std::vector<unsigned char> tp1(15 * sizeof(float));
+    std::memcpy(tp1.data(), second.data(), tp1.size());
+    int reads = 0;
+    CopyExecutor executor(mapping, 6 * 4 * 2 * 2);  // two rows of a block
+    executor.read_sources_with([&](const std::string& file) -> std::unique_ptr<SourceReader> {
+        return std::make_unique<MemorySource>(file == "memory:tp0" ? tp0 : tp1, reads);
+    });
+    std::vector<float> written(30, -1.0f);
+    executor.run({{0, 0, 5}}, [&](const RowBlock& b) {
+        std::memcpy(written.data() + b.row_begin * 6, b.data, b.size);
+    });
+    for (int r = 0; r < 5; ++r)
+        for (int c = 0; c < 6; ++c)
+            EXPECT_EQ(written[r * 6 + c], c < 3 ? static_cast<float>(r * 3 + c) : 100.0f + static_cast<float>(r * 3 + c - 3))
+                << r << "," << c;
 }
 
 TEST(CopyExecutor, TaskDoneFollowsTheTasksLastBlock) {
@@ -95,8 +132,8 @@ TEST(CopyExecutor, TaskDoneFollowsTheTasksLastBlock) {
     // An empty task is a round with nothing to write: no block, but task_done all the same.
     executor.run(
         {{0, 0, 4}, {0, 0, 0}, {0, 4, 8}},
-        [&](size_t, int64_t row, int64_t end, const unsigned char*, size_t) {
-            events.push_back("block " + std::to_string(row) + ".." + std::to_string(end));
+        [&](const RowBlock& b) {
+            events.push_back("block " + std::to_string(b.row_begin) + ".." + std::to_string(b.row_end));
         },
         {},
         [&](const WriteTask& task) {
@@ -113,7 +150,7 @@ TEST(CopyExecutor, SourceErrorsComeOutOfRun) {
     executor.read_sources_with([&](const std::string&) -> std::unique_ptr<SourceReader> {
         return std::make_unique<MemorySource>(too_short, reads);
     });
-    EXPECT_THROW(executor.run({{0, 0, 4}}, [](size_t, int64_t, int64_t, const unsigned char*, size_t) {}), Error);
+    EXPECT_THROW(executor.run({{0, 0, 4}}, [](const RowBlock&) {}), Error);
 }
 
 // The page cache policy reaches the reads: evicted behind them only when asked (a merge that
@@ -132,7 +169,7 @@ TEST(CopyExecutor, EvictsReadsOnlyWhenAsked) {
             source = reader.get();
             return reader;
         });
-        executor.run({{0, 0, rows}}, [](size_t, int64_t, int64_t, const unsigned char*, size_t) {});
+        executor.run({{0, 0, rows}}, [](const RowBlock&) {});
         ASSERT_NE(source, nullptr);
         EXPECT_EQ(source->drops > 0, evict) << "evict " << evict << ": " << source->drops << " drops";
     }

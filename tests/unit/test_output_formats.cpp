@@ -186,8 +186,9 @@ TEST(OutputFormats, ArchiveIsASourceOfTheExecutor) {
     std::vector<std::vector<unsigned char>> back = {std::vector<unsigned char>(data[0].size()),
                                                     std::vector<unsigned char>(data[1].size())};
     executor.run({{0, 0, 3}, {0, 3, 7}, {1, 0, 5}},
-                 [&](size_t t, int64_t row, int64_t, const unsigned char* bytes, size_t size) {
-                     std::memcpy(back[t].data() + row * static_cast<int64_t>(row_bytes(tensors[t])), bytes, size);
+                 [&](const RowBlock& b) {
+                     std::memcpy(back[b.tensor].data() + b.row_begin * static_cast<int64_t>(row_bytes(tensors[b.tensor])),
+                                 b.data, b.size);
                  });
     EXPECT_EQ(back, data);
 }

@@ -51,6 +51,27 @@ TEST(Crc32, MatchesTheStandardCheckValueAndCombines) {
     EXPECT_EQ(hex32(0xCBF43926u), "0xcbf43926");
 }
 
+// A run of the record read into places apart in memory (rows of a tensor-parallel shard),
+// overlapping a piece read before: checked, and a flipped byte in one place is caught.
+TEST(RecordCrcLedger, RecordReadIntoScatteredPlacesIsChecked) {
+    const StorageRef s = record_of(kData);
+    std::string places(kData.size() + 40, '#');
+    std::vector<iovec> pieces;
+    for (size_t at = 0, k = 0; at < kData.size(); at += 9, ++k) {
+        const size_t n = std::min<size_t>(9, kData.size() - at);
+        places.replace(at + 4 * k, n, kData.substr(at, n));
+        pieces.push_back({places.data() + at + 4 * k, n});
+    }
+    RecordCrcLedger ledger;
+    ledger.add(s, 0, bytes(kData), 12);
+    ledger.add_pieces(s, 0, pieces.data(), pieces.size());
+    EXPECT_EQ(ledger.records_checked(), 1u);
+    EXPECT_EQ(ledger.bytes_checked(), kData.size());
+    static_cast<char*>(pieces[3].iov_base)[2] ^= 1;
+    RecordCrcLedger flipped;
+    EXPECT_THROW(flipped.add_pieces(s, 0, pieces.data(), pieces.size()), Error);
+}
+
 TEST(RecordCrcLedger, RecordReadInPiecesOutOfOrderIsChecked) {
     RecordCrcLedger ledger;
     const StorageRef s = record_of(kData);

@@ -201,6 +201,36 @@ TEST(InputFile, ReadsExactRangesAndRejectsOthers) {
     EXPECT_THROW(file.read_exact(1, magic, UINT64_MAX), Error);
 }
 
+// More places than one preadv takes (IOV_MAX), empty ones among them: the bytes land in order.
+TEST(InputFile, ReadsScatteredIntoPlacesInOrder) {
+    const InputFile file(kFsdp2Rank2);
+    const std::string whole = read_whole_file(kFsdp2Rank2);
+    const size_t pieces = 3000, piece = 3;
+    ASSERT_GE(whole.size(), 100 + pieces * piece);
+    std::vector<unsigned char> got(pieces * (piece + 1), 0xAB);
+    std::vector<iovec> places;
+    for (size_t i = 0; i < pieces; ++i) {
+        places.push_back({got.data() + i * (piece + 1), piece});  // a gap byte after each piece
+        if (i % 7 == 0) places.push_back({got.data(), 0});
+    }
+    file.read_scattered(100, places.data(), places.size(), "rows");
+    for (size_t i = 0; i < pieces; ++i) {
+        for (size_t k = 0; k < piece; ++k) ASSERT_EQ(got[i * (piece + 1) + k], static_cast<unsigned char>(whole[100 + i * piece + k])) << i;
+        ASSERT_EQ(got[i * (piece + 1) + piece], 0xAB) << i;
+    }
+    unsigned char tail[8];
+    iovec past[2] = {{tail, 4}, {tail + 4, 4}};
+    try {
+        file.read_scattered(file.size() - 6, past, 2, "the rows");
+        FAIL() << "read past the end";
+    } catch (const Error& error) {
+        const std::string message = error.what();
+        EXPECT_NE(message.find(kFsdp2Rank2), std::string::npos) << message;
+        EXPECT_NE(message.find("the rows"), std::string::npos) << message;
+        EXPECT_NE(message.find("8 bytes"), std::string::npos) << message;
+    }
+}
+
 TEST(InputFile, MissingFileNamesThePath) {
     const std::string path = testing::TempDir() + "vmerge_no_such_file.pt";
     try {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/stopwatch.h"
 #include "io/checksum.h"
 #include "plan/rank_work.h"
 
@@ -20,6 +21,13 @@ std::string errno_text() { return std::strerror(errno); }
 
 // Bytes hashed and written at once: well inside a core's L2 cache.
 constexpr size_t kWritePiece = 512u << 10;
+
+// Written blocks are made durable (fdatasync) and journaled in batches of this many bytes, or
+// once the oldest is this old: one fdatasync per 8 MiB block made the disk wait on every block
+// (the 2 GB bf16 FSDP merge on disk took 2.17 s with 375 fdatasyncs, 1.80 s with none). An
+// interrupted merge loses at most a batch, which --resume writes again.
+constexpr uint64_t kDurableBatchBytes = 128ull << 20;
+constexpr double kDurableBatchSeconds = 0.5;
 
 void create_output_files(const std::string& staging, const OutputLayout& layout) {
     for (const OutputFile& file : layout.files) {
@@ -129,12 +137,15 @@ int OutputWriter::fd_for(size_t file) {
     return fds_[file];
 }
 
-void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) {
+void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size,
+                         std::optional<uint64_t> xxh64) {
     const TensorLocation& where = layout_.locations[tensor];
     const uint64_t offset = where.offset + static_cast<uint64_t>(row_begin) * row_bytes(tensors_[tensor]);
     if (previous_ && previous_->same_as_previous(where.file, offset, data, size)) {
         // Filled from the previous output after the copy (its bytes are these), or linked whole.
-        if (journal_) journal_->append({tensor, row_begin, row_end, where.file, offset, size, xxh64(data, size)});
+        if (journal_)
+            journal_->append({tensor, row_begin, row_end, where.file, offset, size,
+                              xxh64 ? *xxh64 : vmerge::xxh64(data, size)});
         return;
     }
     const std::string path = staging_ + "/" + layout_.files[where.file].name;
@@ -144,15 +155,37 @@ void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, cons
     Xxh64Stream hash;
     for (size_t done = 0; done < size;) {
         const size_t n = std::min(kWritePiece, size - done);
-        if (journal_) hash.update(data + done, n);
+        if (journal_ && !xxh64) hash.update(data + done, n);
         pwrite_all(fd, data + done, n, offset + done, path);
         done += n;
     }
     if (!journal_) return;
-    if (::fdatasync(fd) != 0) throw Error(path + ": fdatasync failed: " + errno_text());
-    // Written once and durable: out of the page cache when the merge does not fit in memory.
-    if (evict_written_ && size >= (1u << 20)) ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(size), POSIX_FADV_DONTNEED);
-    journal_->append({tensor, row_begin, row_end, where.file, offset, size, hash.digest()});
+    // Start writing back now, so the disk works while the next blocks are read and the batch's
+    // fdatasync finds little left to do (a hint: where a file system does not take it, the
+    // fdatasync does the work).
+    ::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(size), SYNC_FILE_RANGE_WRITE);
+    if (pending_.empty()) pending_since_ = Clock::now();
+    pending_.push_back({tensor, row_begin, row_end, where.file, offset, size, xxh64 ? *xxh64 : hash.digest()});
+    pending_bytes_ += size;
+    if (pending_bytes_ >= kDurableBatchBytes || seconds_since(pending_since_) >= kDurableBatchSeconds) make_durable();
+}
+
+// The pending blocks' files fdatasync'ed, then the blocks journaled: a journaled block is on disk.
+void OutputWriter::make_durable() {
+    std::set<size_t> files;
+    for (const WrittenBlock& block : pending_) files.insert(block.file);
+    for (size_t file : files)
+        if (::fdatasync(fd_for(file)) != 0)
+            throw Error(staging_ + "/" + layout_.files[file].name + ": fdatasync failed: " + errno_text());
+    for (const WrittenBlock& block : pending_) {
+        // Written once and durable: out of the page cache when the merge does not fit in memory.
+        if (evict_written_ && block.length >= (1u << 20))
+            ::posix_fadvise(fd_for(block.file), static_cast<off_t>(block.offset), static_cast<off_t>(block.length),
+                            POSIX_FADV_DONTNEED);
+        journal_->append(block);
+    }
+    pending_.clear();
+    pending_bytes_ = 0;
 }
 
 bool OutputWriter::holds(const WrittenBlock& block) {
@@ -169,6 +202,7 @@ bool OutputWriter::holds(const WrittenBlock& block) {
 }
 
 void OutputWriter::finish() {
+    if (journal_ && !pending_.empty()) make_durable();
     for (size_t f = 0; f < fds_.size(); ++f) {
         if (fds_[f] < 0) continue;
         if (::fsync(fds_[f]) != 0)

@@ -2,9 +2,11 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/stopwatch.h"
 #include "mapping/tensor_mapping.h"
 #include "output/output_folder.h"
 #include "output/target_guard.h"
@@ -31,8 +33,8 @@ void check_planned_files(const std::string& staging, const OutputLayout& layout)
 // `other_files`, and nothing else: no stray file, no link, no file grown since.
 void check_staging_files(const std::string& staging, const OutputLayout& layout,
                          const std::vector<std::string>& other_files);
-// Writes row blocks at their planned offsets (pwrite); one per rank. With a journal, every
-// block is made durable (fdatasync) and then recorded with its checksum. With `previous`
+// Writes row blocks at their planned offsets (pwrite); one per rank. With a journal, blocks are
+// made durable (fdatasync) in batches and then recorded with their checksums. With `previous`
 // (--reuse), a block equal to the previous output's is journaled but not written.
 class OutputWriter {
 public:
@@ -43,14 +45,17 @@ public:
     OutputWriter(const OutputWriter&) = delete;
     OutputWriter& operator=(const OutputWriter&) = delete;
 
-    void write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
+    // `xxh64`: the bytes' hash when the caller has it already (else it is computed here).
+    void write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size,
+               std::optional<uint64_t> xxh64 = std::nullopt);
     // Whether the staging file already holds `block` intact (read back and checksummed).
     bool holds(const WrittenBlock& block);
-    // fsyncs and closes every file this writer opened.
+    // Makes the last batch durable and journals it; fsyncs and closes every file this writer opened.
     void finish();
 
 private:
     int fd_for(size_t file);
+    void make_durable();
     std::string staging_;
     const std::vector<OutputTensor>& tensors_;
     const OutputLayout& layout_;
@@ -60,6 +65,9 @@ private:
     std::mutex fds_mutex_;  // write() runs on the executor's writer thread, holds() on the main one
     std::vector<int> fds_;
     std::vector<unsigned char> readback_;
+    std::vector<WrittenBlock> pending_;  // written, not yet made durable nor journaled
+    uint64_t pending_bytes_ = 0;
+    Clock::time_point pending_since_;
 };
 
 // Rank 0, after all ranks wrote: checks the staging folder holds exactly the plan, copies the

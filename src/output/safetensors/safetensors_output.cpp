@@ -27,6 +27,11 @@ void SafetensorsOutput::write(size_t tensor, int64_t row_begin, int64_t row_end,
     writer_->write(tensor, row_begin, row_end, data, size);
 }
 
+void SafetensorsOutput::write_hashed(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
+                                     size_t size, uint64_t xxh64) {
+    writer_->write(tensor, row_begin, row_end, data, size, xxh64);
+}
+
 bool SafetensorsOutput::holds(size_t tensor, int64_t row_begin, int64_t row_end) {
     auto it = done_.find({tensor, row_begin, row_end});
     return it != done_.end() && writer_->holds(it->second);
