@@ -48,6 +48,12 @@ head -c 4096 /dev/urandom >"$work/not-hdf5/model.h5"
 expect 1 "$work/not-hdf5/model.h5: not an HDF5 file" "$work/out" -- \
     "${launch[@]}" "$vmerge" merge --backend hdf5 --local_dir "$work/not-hdf5" --target_dir "$work/out"
 
+# Several ranks compressing hold three parcels of at least one chunk each: a budget below that is refused
+# before anything is written.
+expect 1 "its compressed chunks (960 B each, --hdf5_chunk_size) need --max-memory of at least" "$work/out" -- \
+    "${launch[@]}" "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/out" --format hdf5 --compress zstd \
+    --hdf5_chunk_size 1KB --max-memory 4KiB
+
 # A folder of files vmerge did not write is never replaced.
 mkdir -p "$work/existing"
 echo keep >"$work/existing/file"

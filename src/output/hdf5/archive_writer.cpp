@@ -56,12 +56,14 @@ H5Handle link_properties() {
     return lcpl;
 }
 
-// Early allocation and no fill: every byte is written once, by the rank that owns it, and in
-// parallel HDF5 1.10 datasets are allocated at creation anyway (filtered ones included).
+// No fill: every byte is written once, by the rank that owns it. Contiguous data is allocated
+// at creation (in parallel HDF5 1.10 it is anyway); a compressed chunk when its frame is written
+// (H5Dwrite_chunk), at the frame's size, so no placeholder is allocated and left unused.
 H5Handle creation_properties(const OutputTensor& t, int64_t chunk_rows, int zstd_level) {
     H5Handle dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "HDF5 dataset properties");
     checked(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "HDF5 fill time");
-    checked(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "HDF5 allocation time");
+    checked(H5Pset_alloc_time(dcpl, chunk_rows > 0 ? H5D_ALLOC_TIME_INCR : H5D_ALLOC_TIME_EARLY),
+            "HDF5 allocation time");
     if (chunk_rows > 0) {
         std::vector<hsize_t> chunk(t.shape.begin(), t.shape.end());
         chunk[0] = static_cast<hsize_t>(chunk_rows);
@@ -77,24 +79,21 @@ H5Handle creation_properties(const OutputTensor& t, int64_t chunk_rows, int zstd
 }  // namespace
 
 ArchiveWriter::ArchiveWriter(const std::string& path, const std::vector<OutputTensor>& tensors,
-                             const std::vector<int64_t>& chunk_rows, int zstd_level)
-    : path_(path), tensors_(tensors), chunk_rows_(chunk_rows) {
+                             const std::vector<int64_t>& chunk_rows, int zstd_level, ArchiveDriver driver)
+    : path_(path), tensors_(tensors), chunk_rows_(chunk_rows), parallel_(driver == ArchiveDriver::MpiIo) {
     quiet_hdf5_errors();
     if (zstd_level > 0 && H5Zregister(zstd_filter_class()) < 0) throw Error(hdf5_error("registering the zstd filter"));
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    parallel_ = initialized != 0;
     H5Handle fapl = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "HDF5 file access properties");
     // 1.8 format at least: dense attribute storage, so a large model's tensor_names fits the root.
     checked(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), "HDF5 format version bounds");
-    collective_ = checked(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "HDF5 transfer properties");
     independent_ = checked(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "HDF5 transfer properties");
     if (parallel_) {
         MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+        for (const int64_t rows : chunk_rows_)
+            if (rows > 0) throw Error("internal: compressed HDF5 datasets are written by one process (sec2)");
         checked(H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL), "HDF5 MPI-IO driver");
         checked(H5Pset_all_coll_metadata_ops(fapl, 1), "HDF5 collective metadata reads");
         checked(H5Pset_coll_metadata_write(fapl, 1), "HDF5 collective metadata writes");
-        checked(H5Pset_dxpl_mpio(collective_, H5FD_MPIO_COLLECTIVE), "HDF5 collective transfer");
         checked(H5Pset_dxpl_mpio(independent_, H5FD_MPIO_INDEPENDENT), "HDF5 independent transfer");
     } else {
         checked(H5Pset_fapl_sec2(fapl), "HDF5 sec2 driver");
@@ -124,9 +123,18 @@ void ArchiveWriter::write_rows(size_t tensor, int64_t row_begin, int64_t row_end
                              " of " + t.name;
     const H5Handle file_space = checked(H5Dget_space(dataset), H5Sclose, what);
     const H5Handle memory_space = select_rows(file_space, t.shape, row_begin, row_end, what);
-    const hid_t transfer = !parallel_ ? H5P_DEFAULT : compressed(tensor) ? collective_.get() : independent_.get();
+    const hid_t transfer = parallel_ ? independent_.get() : H5P_DEFAULT;
     static const unsigned char nothing = 0;
     checked(H5Dwrite(dataset, types_[tensor], memory_space, file_space, transfer, data ? data : &nothing), what);
+}
+
+void ArchiveWriter::write_chunk(size_t tensor, int64_t chunk_row, const void* frame, size_t size) {
+    const OutputTensor& t = tensors_[tensor];
+    std::vector<hsize_t> offset(t.shape.size(), 0);
+    offset.at(0) = static_cast<hsize_t>(chunk_row);
+    // Filter mask 0: every filter of the pipeline (the one, zstd) was applied to the frame.
+    checked(H5Dwrite_chunk(datasets_[tensor], H5P_DEFAULT, 0, offset.data(), size, frame),
+            path_ + ": writing the compressed chunk at row " + std::to_string(chunk_row) + " of " + t.name);
 }
 
 void ArchiveWriter::add_file(const std::string& relative_path, const std::string& bytes) {

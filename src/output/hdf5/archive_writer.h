@@ -15,29 +15,35 @@ struct ArchiveIndex {
     std::string compression = "none";       // "none" or "zstd:LEVEL"
 };
 
-// Writes model.h5 (docs/hdf5.md). When MPI is initialised, every rank of MPI_COMM_WORLD opens
-// the file with the MPI-IO driver and must call the constructor, add_file, write_index and
-// close in the same order with the same arguments (HDF5 metadata operations are collective);
-// without MPI (one process) it uses the sec2 driver.
+// How the archive's file is opened: by this process alone (the sec2 driver), or by every rank
+// of MPI_COMM_WORLD together (the MPI-IO driver: uncompressed archives under MPI).
+enum class ArchiveDriver { Sec2, MpiIo };
+
+// Writes model.h5 (docs/hdf5.md). With ArchiveDriver::MpiIo every rank must call the
+// constructor, add_file, write_index and close in the same order with the same arguments (HDF5
+// metadata operations are collective).
 class ArchiveWriter {
 public:
     // Creates every dataset (in tensor order): compressed and chunked by `chunk_rows[t]` rows
-    // when that is > 0, else contiguous. Space is allocated at creation and never filled.
-    // The names must have passed check_archive_paths (collectively, before any rank opens).
+    // when that is > 0 (each chunk allocated when its frame is written), else contiguous (space
+    // allocated at creation and never filled). The names must have passed check_archive_paths
+    // (collectively, before any rank opens). Compressed datasets need ArchiveDriver::Sec2.
     ArchiveWriter(const std::string& path, const std::vector<OutputTensor>& tensors,
-                  const std::vector<int64_t>& chunk_rows, int zstd_level);
+                  const std::vector<int64_t>& chunk_rows, int zstd_level,
+                  ArchiveDriver driver = ArchiveDriver::Sec2);
     ~ArchiveWriter();
     ArchiveWriter(const ArchiveWriter&) = delete;
     ArchiveWriter& operator=(const ArchiveWriter&) = delete;
 
     bool parallel() const { return parallel_; }
-    bool compressed(size_t tensor) const { return chunk_rows_[tensor] > 0; }
 
-    // Rows [row_begin, row_end) of `tensor`, `data` in the stored dtype's bytes. Writes to a
-    // compressed dataset are collective under MPI (HDF5 1.10 filters them only in collective
-    // I/O): every rank calls, a rank with nothing to write passes an empty range. Writes to
-    // contiguous datasets are independent.
+    // Rows [row_begin, row_end) of `tensor`, `data` in the stored dtype's bytes: independent
+    // writes under MPI-IO (contiguous datasets only); a compressed dataset's rows go through
+    // HDF5's filter pipeline (whole chunks; merges write frames with write_chunk instead).
     void write_rows(size_t tensor, int64_t row_begin, int64_t row_end, const void* data);
+    // The chunk of compressed dataset `tensor` that starts at row `chunk_row`: `frame` is what
+    // the zstd filter makes of it (ChunkCompressor), stored as it is (H5Dwrite_chunk).
+    void write_chunk(size_t tensor, int64_t chunk_row, const void* frame, size_t size);
     // A non-weight HF file kept inside the archive (rank 0's bytes are written).
     void add_file(const std::string& relative_path, const std::string& bytes);
     void write_index(const ArchiveIndex& index);
@@ -51,8 +57,7 @@ private:
     bool parallel_ = false;
     int rank_ = 0;
     H5Handle file_;
-    H5Handle collective_;   // transfer property list of the collective writes
-    H5Handle independent_;  // ... and of the independent ones
+    H5Handle independent_;  // transfer property list of MPI-IO writes
     std::vector<H5Handle> types_;
     std::vector<H5Handle> datasets_;
 };

@@ -2,20 +2,22 @@
 
 #include <algorithm>
 #include <iomanip>
-#include <map>
 #include <sstream>
+
+#include <mpi.h>
 
 #include "core/error.h"
 #include "core/human_units.h"
 #include "output/hdf5/archive_layout.h"
 #include "output/hdf5/archive_reader.h"
+#include "output/hdf5/zstd_codec.h"
 
 namespace vmerge {
 namespace {
 
-// Rows per write: whole chunks (one writer each), as many as fit a quarter of --max-memory.
-int64_t rows_per_piece(const OutputTensor& t, int64_t chunk_rows, uint64_t max_memory) {
-    const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(chunk_rows) * row_bytes(t), max_memory / 4);
+// Rows per write under MPI: whole chunks (one writer each), as many as fit `piece_budget`.
+int64_t rows_per_piece(const OutputTensor& t, int64_t chunk_rows, uint64_t piece_budget) {
+    const uint64_t budget = std::max<uint64_t>(static_cast<uint64_t>(chunk_rows) * row_bytes(t), piece_budget);
     int64_t rows = static_cast<int64_t>(std::max<uint64_t>(1, budget / std::max<uint64_t>(row_bytes(t), 1)));
     if (chunk_rows > 0) rows = std::max(chunk_rows, rows / chunk_rows * chunk_rows);
     return rows;
@@ -37,6 +39,31 @@ std::vector<WriteTask> pieces_of(const WriteTask& task, int64_t rows) {
 }
 
 std::string compression_name(int zstd_level) { return zstd_level > 0 ? "zstd:" + std::to_string(zstd_level) : "none"; }
+
+// The most a parcel of `piece` holds: every chunk's frame bound and record header (a quantized
+// weight's scale rows add a little: the vector grows then).
+size_t parcel_bound(const OutputTensor& t, int64_t chunk_rows, const WriteTask& piece) {
+    const uint64_t rows = static_cast<uint64_t>(piece.row_end - piece.row_begin);
+    if (chunk_rows <= 0) return rows * row_bytes(t) + 64;
+    const uint64_t chunks = (rows + static_cast<uint64_t>(chunk_rows) - 1) / static_cast<uint64_t>(chunk_rows);
+    return chunks * (zstd_frame_bound(static_cast<uint64_t>(chunk_rows) * row_bytes(t)) + 64);
+}
+
+// Compressed under MPI, a rank holds up to three parcels beside the executor's half of the
+// budget: the one it compresses into and two being sent (rank 0: its own and one received).
+constexpr uint64_t kParcelsHeld = 3;
+constexpr uint64_t kMaxParcelBytes = 32ull << 20;
+
+// Several ranks compressing: three parcels of at least one chunk each must fit the half of
+// --max-memory that the executor leaves.
+void check_parcels_fit(const OutputTensor& t, int64_t chunk_rows, uint64_t max_memory) {
+    const uint64_t chunk = static_cast<uint64_t>(chunk_rows) * row_bytes(t);
+    const uint64_t needed = kParcelsHeld * zstd_frame_bound(chunk) * 2;
+    if (needed > max_memory)
+        throw Error(t.name + ": its compressed chunks (" + human_bytes(chunk) + " each, --hdf5_chunk_size) need " +
+                    "--max-memory of at least " + human_bytes(needed) + " per rank with several ranks; this merge has " +
+                    human_bytes(max_memory) + " (lower --hdf5_chunk_size or raise --max-memory)");
+}
 
 }  // namespace
 
@@ -70,22 +97,26 @@ void Hdf5Output::plan(TensorMapping& mapping) {
     layout_ = plan_output_layout(tensors, UINT64_MAX);
     const auto work = plan_rank_work(tensors, layout_, options_.ranks);
     work_ = work.at(options_.rank);
-    // Collective writes: every rank joins every round of a compressed dataset, so all count
-    // every rank's pieces (the plan is the same everywhere).
-    rounds_.assign(tensors.size(), 0);
+    // Under MPI a piece is a quarter of --max-memory. Compressing, a sixteenth and at most
+    // kMaxParcelBytes of rows: a parcel is sent once it holds a piece's worth, so it holds at most
+    // two, and three parcels are held; rank 0 takes in others' parcels often, and none nears MPI's
+    // 2 GiB message limit.
+    const bool compressing = options_.zstd_level > 0;
+    if (compressing && options_.ranks > 1)
+        for (size_t i = 0; i < tensors.size(); ++i)
+            if (chunk_rows_[i] > 0) check_parcels_fit(tensors[i], chunk_rows_[i], options_.max_memory);
+    const uint64_t piece_budget =
+        compressing ? std::min(options_.max_memory / 16, kMaxParcelBytes) : options_.max_memory / 4;
+    parcel_send_bytes_ = piece_budget;
     pieces_.assign(tensors.size(), {});
-    for (int r = 0; r < options_.ranks; ++r) {
-        std::map<size_t, size_t> count;
-        for (const WriteTask& task : work[r]) {
-            const int64_t rows = rows_per_piece(tensors[task.tensor], chunk_rows_[task.tensor], options_.max_memory);
-            count[task.tensor] += static_cast<size_t>((task.row_end - task.row_begin + rows - 1) / rows);
-            if (r == options_.rank) {
-                const auto pieces = pieces_of(task, rows);
-                pieces_[task.tensor].insert(pieces_[task.tensor].end(), pieces.begin(), pieces.end());
-            }
-        }
-        for (const auto& [t, n] : count) rounds_[t] = std::max(rounds_[t], n);
+    for (const WriteTask& task : work_) {
+        const auto pieces = pieces_of(task, rows_per_piece(tensors[task.tensor], chunk_rows_[task.tensor], piece_budget));
+        pieces_[task.tensor].insert(pieces_[task.tensor].end(), pieces.begin(), pieces.end());
     }
+    if (compressing)
+        for (size_t t = 0; t < tensors.size(); ++t)
+            for (const WriteTask& piece : pieces_[t])
+                parcel_reserve_ = std::max(parcel_reserve_, parcel_send_bytes_ + parcel_bound(tensors[t], chunk_rows_[t], piece));
 }
 
 // A fresh staging folder for the archive (an archive has no --resume).
@@ -106,48 +137,130 @@ std::vector<std::string> Hdf5Output::gather_files() {
 }
 
 void Hdf5Output::open() {
-    writer_ = std::make_unique<ArchiveWriter>(staging_path(options_.target) + "/" + kArchiveFileName, *tensors_,
-                                              chunk_rows_, options_.zstd_level);
+    int mpi = 0;
+    MPI_Initialized(&mpi);
+    route_ = !mpi ? Route::OneProcess : options_.zstd_level > 0 ? Route::ToRankZero : Route::MpiIo;
+    const std::string path = staging_path(options_.target) + "/" + kArchiveFileName;
+    if (route_ != Route::ToRankZero || options_.rank == 0)
+        writer_ = std::make_unique<ArchiveWriter>(path, *tensors_, chunk_rows_, options_.zstd_level,
+                                                  route_ == Route::MpiIo ? ArchiveDriver::MpiIo : ArchiveDriver::Sec2);
+    if (options_.zstd_level > 0) compressor_ = std::make_unique<ChunkCompressor>(options_.zstd_level);
+    if (route_ == Route::ToRankZero) {
+        exchange_ = std::make_unique<ParcelExchange>(options_.rank, options_.ranks);
+        if (options_.rank != 0) parcel_.bytes().reserve(parcel_reserve_);
+    }
 }
 
 std::vector<WriteTask> Hdf5Output::tasks() const {
-    // One process, no MPI: the executor's writer thread may call HDF5 itself (only it does
-    // while run() lasts), so reading the next block overlaps writing and compressing this one.
-    // Blocks are whole chunks (row_align).
-    if (!writer_->parallel()) return work_;
-    // Under MPI, the pieces, each compressed tensor's padded with empty ones to its rounds.
+    // One process: the plan's share; blocks are whole chunks (row_align).
+    if (route_ == Route::OneProcess) return work_;
     std::vector<WriteTask> pieces;
-    for (size_t t = 0; t < tensors_->size(); ++t) {
-        pieces.insert(pieces.end(), pieces_[t].begin(), pieces_[t].end());
-        if (writer_->compressed(t))
-            for (size_t k = pieces_[t].size(); k < rounds_[t]; ++k) pieces.push_back({t, 0, 0});
-    }
+    for (const auto& tensor_pieces : pieces_) pieces.insert(pieces.end(), tensor_pieces.begin(), tensor_pieces.end());
     return pieces;
 }
 
 uint64_t Hdf5Output::executor_memory() const {
-    // Under MPI a quarter of the budget is the piece being gathered.
-    return writer_->parallel() ? options_.max_memory / 2 : options_.max_memory;
+    // Under MPI the other half is the piece being gathered or the parcels held.
+    return route_ == Route::OneProcess ? options_.max_memory : options_.max_memory / 2;
+}
+
+ChunkGeometry Hdf5Output::geometry(size_t tensor) const {
+    const OutputTensor& t = (*tensors_)[tensor];
+    return {t.name, row_bytes(t), chunk_rows_[tensor], row_count(t)};
 }
 
 void Hdf5Output::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) {
-    if (!writer_->parallel()) {
+    switch (route_) {
+        case Route::OneProcess:
+            write_block(tensor, row_begin, row_end, data, size);
+            return;
+        case Route::MpiIo:
+            gather_piece(tensor, row_begin, row_end, data, size);
+            return;
+        case Route::ToRankZero:
+            // Rank 0 writes its own blocks here, on the writer thread, as one process does: the
+            // main thread calls HDF5 (others' parcels) only in task_done and finish, while this
+            // thread is idle.
+            if (options_.rank == 0) write_block(tensor, row_begin, row_end, data, size);
+            else compress_into_parcel(tensor, row_begin, row_end, data, size);
+            return;
+    }
+}
+
+// A block into the file held by this process: its chunks compressed and written raw, or its rows.
+void Hdf5Output::write_block(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
+                             size_t size) {
+    if (chunk_rows_[tensor] <= 0) {
         writer_->write_rows(tensor, row_begin, row_end, data);
         return;
     }
+    compressor_->compress(geometry(tensor), row_begin, row_end, data, size,
+                          [&](int64_t chunk_row, int64_t, const unsigned char* frame, size_t n) {
+                              writer_->write_chunk(tensor, chunk_row, frame, n);
+                          });
+}
+
+// On the executor's writer thread: the zstd work of the piece, done by the rank that read it.
+void Hdf5Output::compress_into_parcel(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
+                                      size_t size) {
+    if (chunk_rows_[tensor] <= 0) {
+        parcel_.add(ChunkParcel::Kind::Rows, tensor, row_begin, row_end, data, size);
+        return;
+    }
+    compressor_->compress(geometry(tensor), row_begin, row_end, data, size,
+                          [&](int64_t chunk_row, int64_t chunk_end, const unsigned char* frame, size_t n) {
+                              parcel_.add(ChunkParcel::Kind::Frame, tensor, chunk_row, chunk_end, frame, n);
+                          });
+}
+
+// Rank 0: another rank's parcel into the file (on the executor's own thread, the writer thread idle).
+void Hdf5Output::write_parcel(const std::vector<unsigned char>& parcel) {
+    for (const ChunkParcel::Record& r : ChunkParcel::records(parcel)) {
+        if (r.tensor >= tensors_->size() || (r.kind == ChunkParcel::Kind::Frame) != (chunk_rows_[r.tensor] > 0))
+            throw Error("internal: a chunk parcel names tensor " + std::to_string(r.tensor) + " wrongly");
+        if (r.kind == ChunkParcel::Kind::Frame) writer_->write_chunk(r.tensor, r.row_begin, r.data, r.size);
+        else writer_->write_rows(r.tensor, r.row_begin, r.row_end, r.size ? r.data : nullptr);
+    }
+}
+
+void Hdf5Output::gather_piece(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
+                              size_t size) {
     if (!(*tensors_)[tensor].is_derived()) piece_.insert(piece_.end(), data, data + size);
     else derived_.push_back({tensor, row_begin, row_end, std::vector<unsigned char>(data, data + size)});
 }
 
-void Hdf5Output::task_done(const WriteTask& task) {
-    if (!writer_->parallel()) return;
+void Hdf5Output::write_piece(const WriteTask& task) {
     writer_->write_rows(task.tensor, task.row_begin, task.row_end, piece_.empty() ? nullptr : piece_.data());
     piece_.clear();
     for (const DerivedRows& rows : derived_) writer_->write_rows(rows.tensor, rows.row_begin, rows.row_end, rows.data.data());
     derived_.clear();
 }
 
+void Hdf5Output::send_parcel() {
+    parcel_.bytes() = exchange_->send(std::move(parcel_.bytes()));
+    parcel_.bytes().reserve(parcel_reserve_);
+}
+
+void Hdf5Output::task_done(const WriteTask& task) {
+    if (route_ == Route::MpiIo) write_piece(task);
+    if (route_ != Route::ToRankZero) return;
+    if (options_.rank != 0) {
+        if (parcel_.bytes().size() >= parcel_send_bytes_) send_parcel();
+        return;
+    }
+    // Between its own pieces rank 0 writes what the others have sent, so they need not wait.
+    exchange_->receive(false, [&](const std::vector<unsigned char>& parcel) { write_parcel(parcel); });
+}
+
 void Hdf5Output::finish() {
+    if (route_ == Route::ToRankZero) {
+        if (options_.rank != 0) {
+            if (!parcel_.empty()) send_parcel();
+            exchange_->finish_sends();
+            return;  // rank 0 alone holds the file
+        }
+        exchange_->receive(true, [&](const std::vector<unsigned char>& parcel) { write_parcel(parcel); });
+    }
     for (const auto& [rel, bytes] : files_) writer_->add_file(rel, bytes);
     std::vector<std::string> names;
     for (const auto& t : *tensors_) names.push_back(t.name);
@@ -157,6 +270,7 @@ void Hdf5Output::finish() {
 
 void Hdf5Output::abandon() {
     writer_.reset();
+    exchange_.reset();
     discard_staging(options_.target);
 }
 

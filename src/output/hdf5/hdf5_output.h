@@ -6,17 +6,27 @@
 #include <vector>
 
 #include "output/hdf5/archive_writer.h"
+#include "output/hdf5/chunk_compressor.h"
+#include "output/hdf5/chunk_parcel.h"
+#include "output/hdf5/parcel_exchange.h"
 #include "output/output_format.h"
 
 namespace vmerge {
 
-// --format hdf5: the merge as one <target_dir>/model.h5 (docs/hdf5.md), every rank writing its
-// share through parallel HDF5, plus the HF files inside it. Compressed datasets are written in
-// collective rounds: every rank joins every round, with an empty piece once it has nothing left;
-// the executor gets those pieces as tasks, the sink gathers a piece's blocks and task_done
-// writes it (HDF5 is only called on the executor's own thread under MPI). A quantized weight's
-// scales and zero points come with its blocks: they are stored unchunked (independent writes,
-// no rounds; they are small) and written in task_done after the weight's piece.
+// --format hdf5: the merge as one <target_dir>/model.h5 (docs/hdf5.md), plus the HF files inside
+// it. Three routes, by how the job runs:
+//  - one process (no MPI): the executor's writer thread writes each block (compressing its chunks
+//    first), so reading the next block overlaps writing this one;
+//  - uncompressed under MPI: every rank opens the file (MPI-IO) and writes its rows independently,
+//    in pieces the sink gathers and task_done writes (HDF5 is only called on the executor's own
+//    thread under MPI);
+//  - compressed under MPI: every rank compresses its own chunks on its writer thread; rank 0
+//    alone holds the file (sec2) and writes its own frames there, raw with H5Dwrite_chunk, and
+//    the others' parcels (ChunkParcel, ParcelExchange) between its pieces and at the end. Parallel HDF5 1.10.8 cannot take
+//    independent raw chunk writes (docs/hdf5.md, limits), and collective filtered writes cost one
+//    collective round per piece.
+// A quantized weight's scales and zero points come with its blocks: they are stored unchunked
+// and travel with the weight's piece.
 class Hdf5Output final : public OutputFormat {
 public:
     explicit Hdf5Output(OutputOptions options);
@@ -41,15 +51,29 @@ public:
     bool collective() const override { return true; }
 
 private:
+    enum class Route { OneProcess, MpiIo, ToRankZero };
+    ChunkGeometry geometry(size_t tensor) const;
+    void write_block(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
+    void compress_into_parcel(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
+    void write_parcel(const std::vector<unsigned char>& parcel);
+    void send_parcel();
+    void gather_piece(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size);
+    void write_piece(const WriteTask& task);
+
     const std::vector<OutputTensor>* tensors_ = nullptr;
     std::vector<int64_t> chunk_rows_;
     OutputLayout layout_;
+    Route route_ = Route::OneProcess;
     std::vector<WriteTask> work_;                 // this rank's share of the plan
     std::vector<std::vector<WriteTask>> pieces_;  // ... in pieces of whole chunks, by tensor
-    std::vector<size_t> rounds_;                  // collective writes per compressed tensor
     std::vector<std::pair<std::string, std::string>> files_;
-    std::unique_ptr<ArchiveWriter> writer_;
-    std::vector<unsigned char> piece_;  // the blocks of the piece being gathered
+    std::unique_ptr<ArchiveWriter> writer_;       // none on ranks other than 0 (compressed under MPI)
+    std::unique_ptr<ChunkCompressor> compressor_;
+    std::unique_ptr<ParcelExchange> exchange_;
+    ChunkParcel parcel_;                // compressed under MPI, ranks > 0: the parcel being filled
+    size_t parcel_reserve_ = 0;         // ... the most its bytes can be
+    uint64_t parcel_send_bytes_ = 0;    // ... sent once it holds this much (small tensors go together)
+    std::vector<unsigned char> piece_;  // uncompressed under MPI: the blocks of the piece being gathered
     struct DerivedRows {                // scale or zero-point rows that came with the piece
         size_t tensor;
         int64_t row_begin, row_end;

@@ -17,6 +17,20 @@ size_t zstd_compress_frame(const void* data, size_t size, void* out, size_t capa
     return n;
 }
 
+ZstdFrameCompressor::ZstdFrameCompressor(int level) : level_(level), context_(ZSTD_createCCtx()) {
+    if (!context_) throw Error("zstd: cannot allocate a compression context");
+}
+
+ZstdFrameCompressor::~ZstdFrameCompressor() { ZSTD_freeCCtx(static_cast<ZSTD_CCtx*>(context_)); }
+
+size_t ZstdFrameCompressor::compress(const void* data, size_t size, void* out, size_t capacity) {
+    // ZSTD_compressCCtx is ZSTD_compress with the context supplied: the same parameters from
+    // the level alone, the same one-shot frame with its content size.
+    const size_t n = ZSTD_compressCCtx(static_cast<ZSTD_CCtx*>(context_), out, capacity, data, size, level_);
+    if (ZSTD_isError(n)) throw Error(std::string("zstd compression failed: ") + ZSTD_getErrorName(n));
+    return n;
+}
+
 uint64_t zstd_frame_content_size(const void* frame, size_t size) {
     const unsigned long long n = ZSTD_getFrameContentSize(frame, size);
     if (n == ZSTD_CONTENTSIZE_ERROR) throw Error("zstd: not a zstd frame (" + std::to_string(size) + " bytes)");

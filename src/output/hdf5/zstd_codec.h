@@ -18,6 +18,23 @@ size_t zstd_frame_bound(size_t size);
 // Compresses `size` bytes into `out` (capacity at least zstd_frame_bound(size)); returns the
 // frame's length. Throws Error.
 size_t zstd_compress_frame(const void* data, size_t size, void* out, size_t capacity, int level);
+
+// The same frames as zstd_compress_frame, from one compression context kept across calls
+// (ZSTD_compress makes and frees one per call: a fresh workspace, and its page faults, per
+// chunk). One thread at a time.
+class ZstdFrameCompressor {
+public:
+    explicit ZstdFrameCompressor(int level);
+    ~ZstdFrameCompressor();
+    ZstdFrameCompressor(const ZstdFrameCompressor&) = delete;
+    ZstdFrameCompressor& operator=(const ZstdFrameCompressor&) = delete;
+    // As zstd_compress_frame. Throws Error.
+    size_t compress(const void* data, size_t size, void* out, size_t capacity);
+
+private:
+    int level_;
+    void* context_;  // ZSTD_CCtx
+};
 // The decompressed size a frame records. Throws Error for a frame without one (streaming API).
 uint64_t zstd_frame_content_size(const void* frame, size_t size);
 // Decompresses one frame into exactly `content_size` bytes. Throws Error.
