@@ -52,8 +52,10 @@ public:
                                       std::optional<std::pair<DType, DType>> cast = std::nullopt,
                                       std::optional<uint64_t> xxh64 = std::nullopt) {
         if (cast && cast->first == cast->second) cast.reset();
+        const auto start = Clock::now();
         std::unique_lock lock(mutex_);
         changed_.wait(lock, [this] { return !job_ || error_; });
+        waited_ += seconds_since(start);
         rethrow_locked();
         job_ = Job{tensor, row, end, std::move(data), cast, cast ? std::nullopt : xxh64};
         changed_.notify_all();
@@ -64,6 +66,8 @@ public:
         double write = 0;
         double cast = 0;
     };
+    // The time the submitting thread waited for the writer thread.
+    double waited() const { return waited_; }
     // Waits for the block in flight; rethrows its error. Returns the time spent on this thread.
     Seconds drain() {
         std::unique_lock lock(mutex_);
@@ -136,6 +140,7 @@ private:
     std::exception_ptr error_;
     Seconds seconds_;
     std::vector<unsigned char> converted_;  // the cast block (this thread only)
+    double waited_ = 0;  // submitting thread only
     bool stopping_ = false;
     std::thread thread_;
 };
@@ -291,6 +296,8 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 stats_.bytes_skipped += rows * sizing.out_row;
                 continue;
             }
+            if (!prefetched_) prefetch(t, row, end);  // the first block read
+            prefetch_after_ = next_block(tasks, static_cast<size_t>(&task - tasks.data()), end, sizing.block_rows);
             if (t.role == OutputTensor::Role::Constant) {
                 out_.assign(t.constant.begin() + static_cast<std::ptrdiff_t>(row * sizing.out_row),
                             t.constant.begin() + static_cast<std::ptrdiff_t>(end * sizing.out_row));
@@ -309,6 +316,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
     }
     const auto seconds = writer.drain();
     stats_.sink_seconds = seconds.write;
+    stats_.wait_seconds = writer.waited();
     stats_.cast_seconds += seconds.cast;
 }
 
@@ -473,10 +481,12 @@ void CopyExecutor::read_rows_into(const StorageRef& storage, const SourceReader&
     stats_.reads += static_cast<uint64_t>((rows + per_read - 1) / per_read);
 }
 
-void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
-                            unsigned char* block) {
-    Shape block_shape = t.assembled_shape();
-    if (!block_shape.empty()) block_shape[0] = row_end - row_begin;
+namespace {
+
+// The boxes of `t`'s copies that write output rows [row_begin, row_end), cut to those rows
+// (`dst_start` counted from row_begin): what assemble copies and prefetch asks for.
+template <typename Visit>
+void for_each_box(const OutputTensor& t, int64_t row_begin, int64_t row_end, const Visit& visit) {
     for (const BoxCopy& copy : t.copies) {
         Shape src_start = copy.src_start, dst_start = copy.dst_start, extent = copy.extent;
         if (!t.shape.empty()) {
@@ -487,8 +497,67 @@ void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t ro
             dst_start[0] = lo - row_begin;
             extent[0] = hi - lo;
         }
-        copy_box(mapping_.sources[copy.source], src_start, extent, block_shape, dst_start, block);
+        visit(copy.source, src_start, extent, dst_start);
     }
+}
+
+// The bytes of the source file a box lies in: from its first element to its last.
+struct SourceSpan {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+};
+SourceSpan source_span(const TensorRef& src, const Shape& src_start, const Shape& extent) {
+    int64_t first = src.storage_offset, last = src.storage_offset;
+    for (size_t d = 0; d < extent.size(); ++d) {
+        first += src_start[d] * src.stride[d];
+        last += (src_start[d] + extent[d] - 1) * src.stride[d];
+    }
+    const uint64_t esize = element_size(src.dtype);
+    return {src.storage.byte_offset + static_cast<uint64_t>(first) * esize, static_cast<uint64_t>(last - first + 1) * esize};
+}
+
+}  // namespace
+
+void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end,
+                            unsigned char* block) {
+    Shape block_shape = t.assembled_shape();
+    if (!block_shape.empty()) block_shape[0] = row_end - row_begin;
+    for_each_box(t, row_begin, row_end, [&](size_t source, const Shape& src_start, const Shape& extent, const Shape& dst_start) {
+        copy_box(mapping_.sources[source], src_start, extent, block_shape, dst_start, block);
+    });
+    if (prefetch_after_) {
+        const BlockRows next = *prefetch_after_;
+        prefetch_after_.reset();
+        prefetch(mapping_.tensors.at(next.tensor), next.row_begin, next.row_end);
+    }
+}
+
+// The block after the one that ends at row `end` of tasks[task]: the rest of this task, or the
+// first block of the next one.
+std::optional<CopyExecutor::BlockRows> CopyExecutor::next_block(const std::vector<WriteTask>& tasks, size_t task,
+                                                                int64_t end, int64_t block_rows) const {
+    if (end < tasks[task].row_end)
+        return BlockRows{tasks[task].tensor, end, std::min(tasks[task].row_end, end + block_rows)};
+    if (task + 1 == tasks.size()) return std::nullopt;
+    const WriteTask& next = tasks[task + 1];
+    const OutputTensor& t = mapping_.tensors.at(next.tensor);
+    const bool quantized = t.role == OutputTensor::Role::QuantPacked && quantize_;
+    const BlockSizing sizing = block_sizing(t, quantized, t.lora_delta.has_value(), max_memory_);
+    return BlockRows{next.tensor, next.row_begin, std::min(next.row_end, next.row_begin + sizing.block_rows)};
+}
+
+// Asked for once a block is read (or, for the first, before): the disk reads the next block
+// while this one is checksummed and handed on, instead of each block's reads waiting in turn
+// (cold, the merge read at the disk's speed only between the checksums).
+void CopyExecutor::prefetch(const OutputTensor& t, int64_t row_begin, int64_t row_end) {
+    prefetched_ = true;
+    if (t.role == OutputTensor::Role::Constant) return;
+    for_each_box(t, row_begin, row_end, [&](size_t source, const Shape& src_start, const Shape& extent, const Shape&) {
+        if (numel(extent) == 0) return;
+        const TensorRef& src = mapping_.sources[source];
+        const SourceSpan span = source_span(src, src_start, extent);
+        open(src.storage.file).will_need(span.offset, span.length);
+    });
 }
 
 void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const Shape& extent,
@@ -497,15 +566,10 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
     const size_t ndim = extent.size();
     if (numel(extent) == 0) return;
     const Shape dst_strides = contiguous_strides(block_shape);
-    int64_t first_src = src.storage_offset, first_dst = 0, last_src = src.storage_offset;
-    for (size_t d = 0; d < ndim; ++d) {
-        first_src += src_start[d] * src.stride[d];
-        last_src += (src_start[d] + extent[d] - 1) * src.stride[d];
-        first_dst += dst_start[d] * dst_strides[d];
-    }
+    int64_t first_dst = 0;
+    for (size_t d = 0; d < ndim; ++d) first_dst += dst_start[d] * dst_strides[d];
     const SourceReader& file = open(src.storage.file);
-    const uint64_t file_offset = src.storage.byte_offset + static_cast<uint64_t>(first_src) * esize;
-    const uint64_t span = static_cast<uint64_t>(last_src - first_src + 1) * esize;
+    const auto [file_offset, span] = source_span(src, src_start, extent);
 
     // The box is one contiguous run in both source and destination when, past its first
     // dim, it spans whole rows of a contiguous source and of the block.

@@ -28,6 +28,7 @@ struct CopyStats {
     double lora_seconds = 0;     // assembling LoRA factors and adding B·A to merged weights
     double crc_seconds = 0;      // CRC-32 of the record bytes read
     double hash_seconds = 0;     // xxh64 of the blocks, on the reading thread (hash_blocks)
+    double wait_seconds = 0;     // the reading thread waiting for the writer thread to take a block
     std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
@@ -94,6 +95,14 @@ private:
     void write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora,
                                int64_t align);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
+    struct BlockRows {
+        size_t tensor;
+        int64_t row_begin, row_end;
+    };
+    std::optional<BlockRows> next_block(const std::vector<WriteTask>& tasks, size_t task, int64_t end,
+                                        int64_t block_rows) const;
+    // Asks the sources for the bytes rows [row_begin, row_end) of `t` will read (will_need).
+    void prefetch(const OutputTensor& t, int64_t row_begin, int64_t row_end);
     void read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out, uint64_t length);
     // `rows` rows of `row_size` bytes, contiguous from `offset` in the source, each to its place
     // `out_stride` bytes apart in the block.
@@ -122,7 +131,9 @@ private:
     RecordCrcLedger crcs_;
     bool evict_reads_ = false;
     bool hash_blocks_ = false;
-    SequentialBlockHash block_hash_;  // of the block being assembled (hash_blocks)
+    SequentialBlockHash block_hash_;
+    std::optional<BlockRows> prefetch_after_;  // asked for once the block being assembled is read
+    bool prefetched_ = false;                  // the first block was asked for  // of the block being assembled (hash_blocks)
     bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
 };
 

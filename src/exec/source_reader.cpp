@@ -14,6 +14,7 @@ public:
     void read_scattered(uint64_t offset, iovec* pieces, size_t count, const char* what) const override {
         file_.read_scattered(offset, pieces, count, what);
     }
+    void will_need(uint64_t offset, uint64_t length) const override { file_.will_need(offset, length); }
     void drop_cache(uint64_t offset, uint64_t length) const override { file_.drop_cache(offset, length); }
 
 private:

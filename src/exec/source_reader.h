@@ -24,6 +24,8 @@ public:
             offset += pieces[i].iov_len;
         }
     }
+    // These bytes will be read soon (a hint: a file starts reading them from disk).
+    virtual void will_need(uint64_t /*offset*/, uint64_t /*length*/) const {}
     // These bytes will not be read again (a hint; nothing to do for most sources).
     virtual void drop_cache(uint64_t /*offset*/, uint64_t /*length*/) const {}
 };

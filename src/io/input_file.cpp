@@ -160,6 +160,10 @@ void InputFile::read_scattered(uint64_t offset, iovec* pieces, size_t count, con
     }
 }
 
+void InputFile::will_need(uint64_t offset, uint64_t length) const {
+    ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
+}
+
 void InputFile::drop_cache(uint64_t offset, uint64_t length) const {
     ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_DONTNEED);
 }

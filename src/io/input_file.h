@@ -28,6 +28,8 @@ public:
     // Reads the bytes from `offset` on into `count` places in memory, in order (preadv), as
     // read_exact does; `pieces` is consumed.
     void read_scattered(uint64_t offset, iovec* pieces, size_t count, const char* what = "data") const;
+    // Tells the kernel these bytes will be read soon (posix_fadvise WILLNEED: read ahead now).
+    void will_need(uint64_t offset, uint64_t length) const;
     // Tells the kernel these bytes will not be read again (posix_fadvise DONTNEED): a merge
     // reads every byte once, and a checkpoint larger than RAM should not evict everything else.
     void drop_cache(uint64_t offset, uint64_t length) const;

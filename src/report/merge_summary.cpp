@@ -12,7 +12,7 @@ nlohmann::ordered_json rank_record_json(const RankMergeRecord& r) {
     nlohmann::ordered_json j = {
         {"rank", r.rank}, {"host", r.host}, {"scan_s", r.scan_seconds}, {"map_s", r.map_seconds},
         {"plan_s", r.plan_seconds}, {"copy_s", r.copy_seconds}, {"read_s", s.read_seconds},
-        {"cast_s", s.cast_seconds}, {"lora_s", s.lora_seconds}, {"write_s", s.sink_seconds}, {"crc_s", s.crc_seconds}, {"hash_s", s.hash_seconds},
+        {"cast_s", s.cast_seconds}, {"lora_s", s.lora_seconds}, {"write_s", s.sink_seconds}, {"crc_s", s.crc_seconds}, {"hash_s", s.hash_seconds}, {"wait_s", s.wait_seconds},
         {"commit_s", r.commit_seconds},
         {"bytes_read", s.bytes_read}, {"bytes_written", s.bytes_written},
         {"bytes_kept_from_earlier_run", s.bytes_skipped}, {"reads", s.reads},
