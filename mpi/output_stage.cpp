@@ -43,10 +43,7 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         executor.run(
             output.tasks(),
             [&](const RowBlock& b) {
-                if (b.xxh64)
-                    output.write_hashed(b.tensor, b.row_begin, b.row_end, b.data, b.size, *b.xxh64);
-                else
-                    output.write(b.tensor, b.row_begin, b.row_end, b.data, b.size);
+                output.write(b);
                 if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
             },
             [&](size_t t, int64_t row, int64_t row_end) { return output.holds(t, row, row_end); },

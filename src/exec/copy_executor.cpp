@@ -190,6 +190,11 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
     return s;
 }
 
+// The blocks run() cuts `t` into.
+BlockSizing sizing_of(const OutputTensor& t, uint64_t max_memory) {
+    return block_sizing(t, t.role == OutputTensor::Role::QuantPacked, t.lora_delta.has_value(), max_memory);
+}
+
 }  // namespace
 
 void check_blocks_fit(const TensorMapping& mapping, uint64_t max_memory, bool quantizing) {
@@ -282,12 +287,13 @@ void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const Outpu
 void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip,
                        const TaskDone& task_done) {
     PipelinedSink writer(sink);
+    if (!tasks.empty()) prefetch(first_block(tasks.front()));
     for (const WriteTask& task : tasks) {
         const OutputTensor& t = mapping_.tensors.at(task.tensor);
         const bool quantized = t.role == OutputTensor::Role::QuantPacked;
         if (quantized && !quantize_) throw Error("internal: " + t.name + " is planned as quantized without a spec");
         const LoraFactors* lora = t.lora_delta ? &lora_factors(*t.lora_delta) : nullptr;
-        const BlockSizing sizing = block_sizing(t, quantized, lora != nullptr, max_memory_);
+        const BlockSizing sizing = sizing_of(t, max_memory_);
         if (quantized) stats_.quantization_error[quantized_kind(t.name)];  // reported even when resumed whole
         for (int64_t row = task.row_begin; row < task.row_end; row += sizing.block_rows) {
             const int64_t end = std::min(task.row_end, row + sizing.block_rows);
@@ -296,17 +302,17 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 stats_.bytes_skipped += rows * sizing.out_row;
                 continue;
             }
-            if (!prefetched_) prefetch(t, row, end);  // the first block read
-            prefetch_after_ = next_block(tasks, static_cast<size_t>(&task - tasks.data()), end, sizing.block_rows);
+            const auto next = next_block(tasks, static_cast<size_t>(&task - tasks.data()), end, sizing.block_rows);
             if (t.role == OutputTensor::Role::Constant) {
+                if (next) prefetch(*next);
                 out_.assign(t.constant.begin() + static_cast<std::ptrdiff_t>(row * sizing.out_row),
                             t.constant.begin() + static_cast<std::ptrdiff_t>(end * sizing.out_row));
                 out_ = writer.submit(task.tensor, row, end, std::move(out_));
                 stats_.bytes_written += rows * sizing.out_row;
             } else if (quantized) {
-                write_quantized_block(writer, task.tensor, row, end, lora, sizing.align);
+                write_quantized_block(writer, task.tensor, row, end, lora, sizing.align, next);
             } else {
-                write_block(writer, task.tensor, row, end, lora);
+                write_block(writer, task.tensor, row, end, lora, next);
             }
         }
         if (task_done) {
@@ -334,7 +340,7 @@ bool CopyExecutor::already_written(size_t tensor, const OutputTensor& t, int64_t
 // Rows [row, end) of an unquantized tensor: assembled, LoRA folded in fp32 when it has an
 // update, cast on the writer thread.
 void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end,
-                               const LoraFactors* lora) {
+                               const LoraFactors* lora, const std::optional<BlockRows>& next) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t rows = static_cast<size_t>(end - row);
     const uint64_t src_row = row_bytes(t) / element_size(t.dtype) * element_size(t.source_dtype);
@@ -343,9 +349,12 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     std::vector<unsigned char>& assembled = lora && !fold_in_place ? block_ : out_;
     assembled.resize(rows * src_row);
     if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
-    const bool hashing = hash_blocks_ && (lora ? DType::F32 : t.source_dtype) == t.dtype;
+    // The writer thread casts from `cast.first`; a block it need not cast is hashed here.
+    const std::pair cast{lora ? DType::F32 : t.source_dtype, t.dtype};
+    const bool hashing = hash_blocks_ && cast.first == cast.second;
     if (hashing && !lora) block_hash_.begin(assembled.data(), assembled.size());
     assemble(t, row, end, assembled.data());
+    if (next) prefetch(*next);
     if (lora) {
         const auto start = Clock::now();
         const size_t count = rows * static_cast<size_t>(t.shape[1]);
@@ -356,7 +365,6 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
         stats_.lora_seconds += seconds_since(start);
         if (hashing) block_hash_.begin(out_.data(), out_.size());  // the merged values, hashed whole
     }
-    const std::pair cast{lora ? DType::F32 : t.source_dtype, t.dtype};
     std::optional<uint64_t> hash;
     if (hashing) {
         const auto hash_start = Clock::now();
@@ -385,13 +393,14 @@ void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int
 // Rows [row, end) of a quantized weight: packed values or FP8 codes, scales and (asymmetric)
 // packed zero points, each handed to the writer.
 void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end,
-                                         const LoraFactors* lora, int64_t align) {
+                                         const LoraFactors* lora, int64_t align, const std::optional<BlockRows>& next) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t rows = static_cast<size_t>(end - row);
     const int64_t cols = t.source_shape[1];
     block_.resize(rows * static_cast<size_t>(cols) * element_size(t.source_dtype));
     if (t.zero_fill) std::fill(block_.begin(), block_.end(), 0);
     assemble(t, row, end, block_.data());
+    if (next) prefetch(*next);
     const auto start = Clock::now();
     const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
     const int64_t groups = scale.shape[1];
@@ -451,9 +460,14 @@ void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uin
         stats_.hash_seconds += seconds_since(hash_start);
         done += n;
     }
+    finish_read(file, offset, length, 1);
+}
+
+// Bytes [offset, offset + length) of `file` read, in `calls` reads.
+void CopyExecutor::finish_read(const SourceReader& file, uint64_t offset, uint64_t length, uint64_t calls) {
     if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
     stats_.bytes_read += length;
-    ++stats_.reads;
+    stats_.reads += calls;
 }
 
 void CopyExecutor::read_rows_into(const StorageRef& storage, const SourceReader& file, uint64_t offset,
@@ -475,10 +489,8 @@ void CopyExecutor::read_rows_into(const StorageRef& storage, const SourceReader&
         stats_.crc_seconds += seconds_since(crc_start);
     }
     block_hash_.disturb();  // the rows land apart: the block is hashed whole
-    const uint64_t length = static_cast<uint64_t>(rows) * row_size;
-    if (evict_reads_ && length >= (1u << 20)) file.drop_cache(offset, length);
-    stats_.bytes_read += length;
-    stats_.reads += static_cast<uint64_t>((rows + per_read - 1) / per_read);
+    const auto calls = static_cast<uint64_t>((rows + per_read - 1) / per_read);
+    finish_read(file, offset, static_cast<uint64_t>(rows) * row_size, calls);
 }
 
 namespace {
@@ -525,11 +537,11 @@ void CopyExecutor::assemble(const OutputTensor& t, int64_t row_begin, int64_t ro
     for_each_box(t, row_begin, row_end, [&](size_t source, const Shape& src_start, const Shape& extent, const Shape& dst_start) {
         copy_box(mapping_.sources[source], src_start, extent, block_shape, dst_start, block);
     });
-    if (prefetch_after_) {
-        const BlockRows next = *prefetch_after_;
-        prefetch_after_.reset();
-        prefetch(mapping_.tensors.at(next.tensor), next.row_begin, next.row_end);
-    }
+}
+
+CopyExecutor::BlockRows CopyExecutor::first_block(const WriteTask& task) const {
+    const int64_t rows = sizing_of(mapping_.tensors.at(task.tensor), max_memory_).block_rows;
+    return {task.tensor, task.row_begin, std::min(task.row_end, task.row_begin + rows)};
 }
 
 // The block after the one that ends at row `end` of tasks[task]: the rest of this task, or the
@@ -539,20 +551,16 @@ std::optional<CopyExecutor::BlockRows> CopyExecutor::next_block(const std::vecto
     if (end < tasks[task].row_end)
         return BlockRows{tasks[task].tensor, end, std::min(tasks[task].row_end, end + block_rows)};
     if (task + 1 == tasks.size()) return std::nullopt;
-    const WriteTask& next = tasks[task + 1];
-    const OutputTensor& t = mapping_.tensors.at(next.tensor);
-    const bool quantized = t.role == OutputTensor::Role::QuantPacked && quantize_;
-    const BlockSizing sizing = block_sizing(t, quantized, t.lora_delta.has_value(), max_memory_);
-    return BlockRows{next.tensor, next.row_begin, std::min(next.row_end, next.row_begin + sizing.block_rows)};
+    return first_block(tasks[task + 1]);
 }
 
 // Asked for once a block is read (or, for the first, before): the disk reads the next block
 // while this one is checksummed and handed on, instead of each block's reads waiting in turn
 // (cold, the merge read at the disk's speed only between the checksums).
-void CopyExecutor::prefetch(const OutputTensor& t, int64_t row_begin, int64_t row_end) {
-    prefetched_ = true;
+void CopyExecutor::prefetch(const BlockRows& block) {
+    const OutputTensor& t = mapping_.tensors.at(block.tensor);
     if (t.role == OutputTensor::Role::Constant) return;
-    for_each_box(t, row_begin, row_end, [&](size_t source, const Shape& src_start, const Shape& extent, const Shape&) {
+    for_each_box(t, block.row_begin, block.row_end, [&](size_t source, const Shape& src_start, const Shape& extent, const Shape&) {
         if (numel(extent) == 0) return;
         const TensorRef& src = mapping_.sources[source];
         const SourceSpan span = source_span(src, src_start, extent);

@@ -9,6 +9,7 @@
 
 #include "exec/source_reader.h"
 #include "exec/lora_kernel.h"
+#include "exec/row_block.h"
 #include "exec/sequential_block_hash.h"
 #include "mapping/quantization.h"
 #include "plan/rank_work.h"
@@ -32,16 +33,6 @@ struct CopyStats {
     std::map<std::string, QuantError> quantization_error;  // by tensor kind
 };
 
-// Assembled output rows [row_begin, row_end) of `tensor`, already in the output dtype.
-struct RowBlock {
-    size_t tensor = 0;
-    int64_t row_begin = 0, row_end = 0;
-    const unsigned char* data = nullptr;
-    size_t size = 0;
-    // The xxh64 of the bytes, when the executor was asked for it (hash_blocks) and could compute
-    // it on its reading thread (blocks that need no cast on the writer thread).
-    std::optional<uint64_t> xxh64;
-};
 using RowSink = std::function<void(const RowBlock& block)>;
 
 // Executes write tasks: reads exactly the source bytes each row block needs (one pread per
@@ -90,20 +81,25 @@ private:
     const LoraFactors& lora_factors(size_t delta);
     bool already_written(size_t tensor, const OutputTensor& t, int64_t row, int64_t end, int64_t align,
                          const SkipBlock& skip) const;
-    void write_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora);
-    void quantizer_input(const OutputTensor& t, DType model_dtype, int64_t row, int64_t end, const LoraFactors* lora);
-    void write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora,
-                               int64_t align);
-    void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
+    // Rows of a tensor: the block a prefetch asks for.
     struct BlockRows {
         size_t tensor;
         int64_t row_begin, row_end;
     };
+    // Each writes one block; `next` (the block after it) is asked for once this one is read.
+    void write_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora,
+                     const std::optional<BlockRows>& next);
+    void quantizer_input(const OutputTensor& t, DType model_dtype, int64_t row, int64_t end, const LoraFactors* lora);
+    void write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora,
+                               int64_t align, const std::optional<BlockRows>& next);
+    void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
+    BlockRows first_block(const WriteTask& task) const;
     std::optional<BlockRows> next_block(const std::vector<WriteTask>& tasks, size_t task, int64_t end,
                                         int64_t block_rows) const;
-    // Asks the sources for the bytes rows [row_begin, row_end) of `t` will read (will_need).
-    void prefetch(const OutputTensor& t, int64_t row_begin, int64_t row_end);
+    // Asks the sources for the bytes `block` will read (will_need).
+    void prefetch(const BlockRows& block);
     void read(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out, uint64_t length);
+    void finish_read(const SourceReader& file, uint64_t offset, uint64_t length, uint64_t calls);
     // `rows` rows of `row_size` bytes, contiguous from `offset` in the source, each to its place
     // `out_stride` bytes apart in the block.
     void read_rows_into(const StorageRef& storage, const SourceReader& file, uint64_t offset, unsigned char* out,
@@ -131,9 +127,7 @@ private:
     RecordCrcLedger crcs_;
     bool evict_reads_ = false;
     bool hash_blocks_ = false;
-    SequentialBlockHash block_hash_;
-    std::optional<BlockRows> prefetch_after_;  // asked for once the block being assembled is read
-    bool prefetched_ = false;                  // the first block was asked for  // of the block being assembled (hash_blocks)
+    SequentialBlockHash block_hash_;  // of the block being assembled (hash_blocks)
     bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/row_block.h"
 #include "io/page_cache.h"
 #include "mapping/tensor_mapping.h"
 #include "output/output_folder.h"
@@ -65,14 +66,10 @@ public:
     virtual uint64_t executor_memory() const { return options_.max_memory; }
     // The row-block sink: rows [row_begin, row_end) of `tensor` in the output dtype (called on
     // the executor's writer thread).
-    virtual void write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) = 0;
-    // A format that checksums what it writes takes the bytes' xxh64 from the executor, which
-    // computes it on its reading thread (see CopyExecutor::hash_blocks).
+    virtual void write(const RowBlock& block) = 0;
+    // A format that checksums what it writes takes the bytes' xxh64 with the block (RowBlock::xxh64)
+    // from the executor, which computes it on its reading thread (CopyExecutor::hash_blocks).
     virtual bool takes_block_hashes() const { return false; }
-    virtual void write_hashed(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
-                              size_t size, uint64_t /*xxh64*/) {
-        write(tensor, row_begin, row_end, data, size);
-    }
     // Whether an earlier run already wrote these rows intact (--resume).
     virtual bool holds(size_t /*tensor*/, int64_t /*row_begin*/, int64_t /*row_end*/) { return false; }
     // Every block of `task` went through write (called on the executor's own thread).

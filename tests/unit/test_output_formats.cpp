@@ -93,8 +93,8 @@ public:
     }
     void open() override { calls.push_back("open"); }
     std::vector<WriteTask> tasks() const override { return {{0, 0, 2}, {0, 2, 4}}; }
-    void write(size_t, int64_t row, int64_t, const unsigned char* data, size_t size) override {
-        std::memcpy(written.data() + row * 8, data, size);
+    void write(const RowBlock& b) override {
+        std::memcpy(written.data() + b.row_begin * 8, b.data, b.size);
     }
     void task_done(const WriteTask& task) override { calls.push_back("task_done " + std::to_string(task.row_end)); }
     void finish() override { calls.push_back("finish"); }

@@ -169,20 +169,20 @@ ChunkGeometry Hdf5Output::geometry(size_t tensor) const {
     return {t.name, row_bytes(t), chunk_rows_[tensor], row_count(t)};
 }
 
-void Hdf5Output::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) {
+void Hdf5Output::write(const RowBlock& b) {
     switch (route_) {
         case Route::OneProcess:
-            write_block(tensor, row_begin, row_end, data, size);
+            write_block(b.tensor, b.row_begin, b.row_end, b.data, b.size);
             return;
         case Route::MpiIo:
-            gather_piece(tensor, row_begin, row_end, data, size);
+            gather_piece(b.tensor, b.row_begin, b.row_end, b.data, b.size);
             return;
         case Route::ToRankZero:
             // Rank 0 writes its own blocks here, on the writer thread, as one process does: the
             // main thread calls HDF5 (others' parcels) only in task_done and finish, while this
             // thread is idle.
-            if (options_.rank == 0) write_block(tensor, row_begin, row_end, data, size);
-            else compress_into_parcel(tensor, row_begin, row_end, data, size);
+            if (options_.rank == 0) write_block(b.tensor, b.row_begin, b.row_end, b.data, b.size);
+            else compress_into_parcel(b.tensor, b.row_begin, b.row_end, b.data, b.size);
             return;
     }
 }

@@ -41,7 +41,7 @@ public:
     void open() override;
     std::vector<WriteTask> tasks() const override;
     uint64_t executor_memory() const override;
-    void write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) override;
+    void write(const RowBlock& block) override;
     void task_done(const WriteTask& task) override;
     void finish() override;
     void abandon() override;

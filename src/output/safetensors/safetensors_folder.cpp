@@ -152,10 +152,11 @@ void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, cons
     const int fd = fd_for(where.file);
     // Hashed piece by piece just before each piece is written: the piece is then in the CPU
     // cache for the write, instead of the whole block being read from memory twice.
-    Xxh64Stream hash;
+    std::optional<Xxh64Stream> hash;  // only where the block came without its hash
+    if (journal_ && !xxh64) hash.emplace();
     for (size_t done = 0; done < size;) {
         const size_t n = std::min(kWritePiece, size - done);
-        if (journal_ && !xxh64) hash.update(data + done, n);
+        if (hash) hash->update(data + done, n);
         pwrite_all(fd, data + done, n, offset + done, path);
         done += n;
     }
@@ -165,7 +166,7 @@ void OutputWriter::write(size_t tensor, int64_t row_begin, int64_t row_end, cons
     // fdatasync does the work).
     ::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(size), SYNC_FILE_RANGE_WRITE);
     if (pending_.empty()) pending_since_ = Clock::now();
-    pending_.push_back({tensor, row_begin, row_end, where.file, offset, size, xxh64 ? *xxh64 : hash.digest()});
+    pending_.push_back({tensor, row_begin, row_end, where.file, offset, size, hash ? hash->digest() : *xxh64});
     pending_bytes_ += size;
     if (pending_bytes_ >= kDurableBatchBytes || seconds_since(pending_since_) >= kDurableBatchSeconds) make_durable();
 }

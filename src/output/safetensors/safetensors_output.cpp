@@ -22,14 +22,8 @@ void SafetensorsOutput::open() {
                                              options_.page_cache == PageCachePolicy::Evict, previous_.get());
 }
 
-void SafetensorsOutput::write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
-                              size_t size) {
-    writer_->write(tensor, row_begin, row_end, data, size);
-}
-
-void SafetensorsOutput::write_hashed(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data,
-                                     size_t size, uint64_t xxh64) {
-    writer_->write(tensor, row_begin, row_end, data, size, xxh64);
+void SafetensorsOutput::write(const RowBlock& b) {
+    writer_->write(b.tensor, b.row_begin, b.row_end, b.data, b.size, b.xxh64);
 }
 
 bool SafetensorsOutput::holds(size_t tensor, int64_t row_begin, int64_t row_end) {

@@ -19,10 +19,8 @@ public:
     StagingState prepare(const ResumeIdentity& identity, const std::vector<InputFolder>& inputs) override;
     void open() override;
     std::vector<WriteTask> tasks() const override { return work_; }
-    void write(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size) override;
+    void write(const RowBlock& block) override;
     bool takes_block_hashes() const override { return true; }
-    void write_hashed(size_t tensor, int64_t row_begin, int64_t row_end, const unsigned char* data, size_t size,
-                      uint64_t xxh64) override;
     bool holds(size_t tensor, int64_t row_begin, int64_t row_end) override;
     void finish() override;
     std::string reuse_state() const override;
