@@ -136,7 +136,9 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     }
     out << "vmerge test: " << problems.size() << " difference" << (problems.size() > 1 ? "s" : "")
         << " against " << o.test_hf_dir << ":\n";
-    for (size_t i = 0; i < problems.size() && i < 20; ++i) out << "  " << problems[i] << "\n";
+    constexpr size_t kListed = 20;
+    for (size_t i = 0; i < problems.size() && i < kListed; ++i) out << "  " << problems[i] << "\n";
+    if (problems.size() > kListed) out << "  and " << problems.size() - kListed << " more\n";
     return 1;
 }
 

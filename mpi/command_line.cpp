@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <iostream>
 #include <set>
@@ -154,6 +155,7 @@ struct RawFlags {
 struct OptionTable {
     po::options_description input{"Checkpoint and model"};
     po::options_description output{"Output"};
+    po::options_description conversion{"Output tensors"};
     po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_DYNAMIC; for vLLM)"};
     po::options_description lora{"LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)"};
     po::options_description run{"Running"};
@@ -190,6 +192,9 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
         ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest; torchtitan: this step-N")
+        ("role", po::value(&o.watch.rules.role)->default_value("actor"),
+         "verl: the role a step folder holding actor/ and critic/ is merged from (merge, test, inspect: default its "
+         "only role; watch: default actor)")
         ("step", po::value(&raw.step),
          "verl run folder (--local_dir with global_step_N/): merge step N instead of the one "
          "latest_checkpointed_iteration.txt names")
@@ -214,10 +219,11 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
 }
 
 void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
+    t.conversion.add_options()
+        ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
+        ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)");
     t.output.add_options()
         ("target_dir", po::value(&o.output.target), "output folder (merge) or folder to check (verify)")
-        ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
-        ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)")
         ("force", po::bool_switch(&o.output.force), "replace an existing target folder")
         ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder")
         ("reuse", po::value(&o.output.reuse),
@@ -277,7 +283,8 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("low_cpu_mem_usage", po::bool_switch(&raw.low_cpu_mem_usage),
          "verl's flag: caps the automatic --max_memory at 256MiB (memory is always bounded)")
         ("batch_size", po::value(&raw.batch_size), "accepted for verl compatibility (see --max_memory)")
-        ("help,h", "print help (vmerge-mpi COMMAND --help for one command)");
+        ("help,h", "print help (vmerge-mpi COMMAND --help for one command)")
+        ("version", "print the version");
     t.testing.add_options()
         ("test_hf_dir", po::value(&o.test_hf_dir), "reference Hugging Face folder")
         ("atol", po::value(&o.atol)->default_value(0.0), "absolute tolerance (default: bit for bit)")
@@ -293,9 +300,6 @@ void add_watch_options(OptionTable& t, Options& o) {
     t.watching.add_options()
         ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps)")
         ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/")
-        ("role", po::value(&o.watch.rules.role)->default_value("actor"),
-         "verl: the role folder of each step (actor, critic); merge/test/inspect: the role a step folder holding "
-         "actor/ and critic/ is merged from (default: its only role)")
         ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
         ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
         ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")
@@ -317,8 +321,44 @@ OptionTable option_table(Options& o, RawFlags& raw) {
 
 po::options_description visible_options(const OptionTable& t) {
     po::options_description visible;
-    visible.add(t.input).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing).add(t.inspecting).add(t.watching);
+    visible.add(t.input).add(t.conversion).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing)
+        .add(t.inspecting).add(t.watching);
     return visible;
+}
+
+// The option groups each command takes, in the order its --help shows them: the one list that
+// both the help text and the check that refuses a flag the command would ignore read.
+std::vector<const po::options_description*> command_groups(const OptionTable& t, const std::string& command) {
+    if (command == "merge") return {&t.input, &t.conversion, &t.output, &t.lora, &t.quantizing, &t.run};
+    if (command == "test") return {&t.input, &t.conversion, &t.lora, &t.testing, &t.run};
+    if (command == "inspect") return {&t.input, &t.conversion, &t.inspecting, &t.lora, &t.quantizing, &t.run};
+    if (command == "verify") return {&t.run};
+    if (command == "watch") return {&t.watching, &t.input, &t.conversion, &t.output, &t.lora, &t.quantizing, &t.run};
+    return {};
+}
+
+// The commands whose groups hold a flag, for "applies to" messages.
+std::string commands_taking(const OptionTable& t, const std::string& flag) {
+    std::string names;
+    for (const char* command : {"merge", "test", "inspect", "verify", "watch"})
+        for (const auto* group : command_groups(t, command))
+            if (group->find_nothrow(flag, false)) {
+                names += (names.empty() ? "" : ", ") + std::string(command);
+                break;
+            }
+    return names;
+}
+
+// A flag that the command does not use is refused, never ignored (`merge --np 4`).
+void refuse_flags_not_taken(const OptionTable& t, const std::string& command, const po::variables_map& vm) {
+    const auto groups = command_groups(t, command);
+    for (const auto& [flag, value] : vm) {
+        if (value.defaulted() || flag == "command" || flag == "help" || flag == "version") continue;
+        if (command == "verify" && flag == "target_dir") continue;
+        bool taken = false;
+        for (const auto* group : groups) taken = taken || group->find_nothrow(flag, false) != nullptr;
+        if (!taken) throw UsageError("--" + flag + " applies to " + commands_taking(t, flag) + ", not " + command);
+    }
 }
 
 void print_help(const OptionTable& t, const std::string& command) {
@@ -329,12 +369,10 @@ void print_help(const OptionTable& t, const std::string& command) {
                  "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n"
                  "  watch    merge every finished checkpoint of a training run (--root) into --target_root, as it appears\n"
               << "\n";
-    if (command == "merge") std::cout << t.input << t.output << t.lora << t.quantizing << t.run;
-    else if (command == "test") std::cout << t.input << t.lora << t.testing << t.run;
-    else if (command == "inspect") std::cout << t.input << t.inspecting << t.lora << t.quantizing << t.run;
-    else if (command == "verify") std::cout << "verify: --target_dir DIR\n";
-    else if (command == "watch") std::cout << t.watching << t.input << t.output << t.lora << t.quantizing << t.run;
-    else std::cout << visible_options(t);
+    const auto groups = command_groups(t, command);
+    if (command == "verify") std::cout << "verify: --target_dir DIR\n";
+    for (const auto* group : groups) std::cout << *group;
+    if (groups.empty()) std::cout << visible_options(t);
     std::cout << "\n";
 }
 
@@ -434,6 +472,12 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
                              o.hf_config + "): --hf_model_path is verl's older spelling of --hf_config, give one");
         o.hf_config = raw.hf_model_path;
     }
+    // --hf_config .../config.json names the file: the folder that holds it is meant.
+    std::error_code ec;
+    if (std::filesystem::path(o.hf_config).filename() == "config.json" && std::filesystem::is_regular_file(o.hf_config, ec))
+        o.hf_config = std::filesystem::path(o.hf_config).parent_path().empty()
+                          ? "."
+                          : std::filesystem::path(o.hf_config).parent_path().string();
     if (o.hf_upload_private && o.hf_upload_path.empty()) throw UsageError("--private applies to --hf_upload_path");
     if (!o.hf_upload_path.empty() && o.command != "merge")
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
@@ -463,6 +507,10 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     RawFlags raw;
     const OptionTable table = option_table(o, raw);
     const po::variables_map vm = parse_args(normalized_args(argc, argv), table, o);
+    if (vm.count("version")) {
+        if (print_help_text) std::cout << "vmerge-mpi " << VMERGE_VERSION << "\n";
+        return std::nullopt;
+    }
     if (vm.count("help") || o.command.empty()) {
         if (print_help_text) print_help(table, o.command);
         if (vm.count("help")) return std::nullopt;
@@ -471,6 +519,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify" &&
         o.command != "watch")
         throw UsageError("unknown command '" + o.command + "' (merge, test, inspect, verify or watch)");
+    refuse_flags_not_taken(table, o.command, vm);
     check_value_flags(o, raw, vm);
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);

@@ -1,5 +1,6 @@
 #include "watch_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <sstream>
@@ -85,7 +86,7 @@ void remove_old_outputs(const WatchOptions& w, const std::vector<StepToDo>& todo
         if (classify_target(t.target).kind == TargetKind::VmergeOutput) merged.push_back(&t);
     for (size_t i = 0; i + static_cast<size_t>(w.keep_last) < merged.size(); ++i) {
         fs::remove_all(merged[i]->target);
-        out << "vmerge watch: " << merged[i]->step.name << ": removed (--keep_last " << w.keep_last << ")\n";
+        out << "vmerge watch: " << merged[i]->step.name << ": removed (--keep_last " << w.keep_last << ")" << std::endl;
     }
 }
 
@@ -103,12 +104,28 @@ Options step_options(const Options& o, const StepToDo& t, const std::string& pre
     return step;
 }
 
+// What a look that found no step says, once until steps appear: what was looked for, and what
+// the root holds instead (a user who named a step or role folder sees its contents).
+std::string nothing_found_line(const WatchOptions& w) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(w.root, ec)) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    std::string found;
+    for (size_t i = 0; i < names.size() && i < 8; ++i) found += (i ? ", " : "") + names[i];
+    if (names.size() > 8) found += ", and " + std::to_string(names.size() - 8) + " more";
+    return "vmerge watch: no checkpoint step under " + w.root +
+           " yet (looked for verl global_step_N/, Megatron-LM iter_NNNNNNN/, DCP step-N/, DeepSpeed global_stepN/, "
+           "HF Trainer checkpoint-N/; found " + (names.empty() ? std::string("nothing") : found) + ")" +
+           (w.once ? "" : "; still watching");
+}
+
 // One line per merged step, after the merge's own report (which says what --reuse reused).
 std::string step_summary(const StepToDo& t, const Options& step, std::chrono::steady_clock::duration took) {
     std::ostringstream line;
     line << "vmerge watch: " << t.step.name << ": merged in " << std::fixed << std::setprecision(1)
          << std::chrono::duration<double>(took).count() << " s";
-    if (!step.output.reuse.empty()) line << ", unchanged files taken from " << step.output.reuse;
+    if (!step.output.reuse.empty()) line << ", compared with " << step.output.reuse << " (--reuse)";
     if (step.output.resume) line << " (resumed)";
     return line.str();
 }
@@ -120,42 +137,54 @@ int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     std::optional<TargetLock> lock;  // rank 0: one watcher per target root
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
-        check_target_placement(w.target_root, {{w.root, "the training run (--root)"}});
+        check_target_placement(w.target_root, {{w.root, "the training run (--root)"}}, "--target_root");
         fs::create_directories(w.target_root);
-        lock.emplace((fs::path(w.target_root) / "watch").string());
+        try {
+            lock.emplace((fs::path(w.target_root) / "watch").string());
+        } catch (const Error& e) {
+            throw Error("another vmerge watch is running into --target_root " + w.target_root + " (" + e.what() +
+                        "); one watcher per target root");
+        }
     });
     std::set<std::string> failed;       // steps whose merge failed: not retried by this watcher
     std::map<std::string, std::string> told;  // what was last said of each waiting step
     const bool speak = comm.rank() == 0 && !o.quiet;
+    // Every line flushed as it is said: stdout to a file (a Slurm log) is block-buffered, and a
+    // watcher is ended by a signal, which loses what the buffer held.
+    auto say = [&](const std::string& line) {
+        if (speak) out << line << std::endl;
+    };
+    bool said_empty = false;
     while (true) {
         const std::vector<StepToDo> todo = shared_look(w, comm);
+        if (todo.empty() && !said_empty) say(nothing_found_line(w));
+        said_empty = todo.empty();
         std::string previous;  // the newest merged output so far, oldest step first
         for (const StepToDo& t : todo) {
             if (t.merged) {
                 previous = t.target;
-                if (speak && told[t.step.name] != "merged")
-                    out << "vmerge watch: " << t.step.name << ": skipped (merged already: " << t.target << ")\n";
+                if (told[t.step.name] != "merged")
+                    say("vmerge watch: " + t.step.name + ": skipped (merged already: " + t.target + ")");
                 told[t.step.name] = "merged";
                 continue;
             }
             if (failed.count(t.step.name)) continue;
             if (!t.step.complete) {
-                if (speak && told[t.step.name] != t.step.why)
-                    out << "vmerge watch: " << t.step.name << ": waiting (" << t.step.why << ")\n";
+                if (told[t.step.name] != t.step.why)
+                    say("vmerge watch: " + t.step.name + ": waiting (" + t.step.why + ")");
                 told[t.step.name] = t.step.why;
                 continue;
             }
-            if (speak)
-                out << "vmerge watch: " << t.step.name << ": " << (t.resume ? "resuming" : "merging") << " "
-                    << t.step.checkpoint_dir << " (" << t.step.why << ") into " << t.target << "\n";
+            say("vmerge watch: " + t.step.name + ": " + (t.resume ? "resuming" : "merging") + " " +
+                t.step.checkpoint_dir + " (" + t.step.why + ") into " + t.target);
             try {
                 const Options step = step_options(o, t, previous);
                 const auto start = std::chrono::steady_clock::now();
                 merge(step);
                 previous = t.target;
-                if (speak) out << step_summary(t, step, std::chrono::steady_clock::now() - start) << "\n";
+                say(step_summary(t, step, std::chrono::steady_clock::now() - start));
             } catch (const std::exception& e) {
-                if (comm.rank() == 0) err << "vmerge-mpi: error: " << t.step.name << ": " << e.what() << "\n";
+                if (comm.rank() == 0) err << "vmerge-mpi: error: " << t.step.name << ": " << e.what() << std::endl;
                 failed.insert(t.step.name);
             }
         }

@@ -11,6 +11,8 @@ packages+=(libhdf5-openmpi-dev libzstd-dev pkg-config)
 packages+=(libdeflate-dev zlib1g-dev)
 # libxxhash: the XXH64 of every written block (the resume journal, vmerge.checksums.json).
 packages+=(libxxhash-dev)
+# RE2: linear-time regular expressions for every pattern matched against input text.
+packages+=(libre2-dev)
 if [[ ${1:-} == --tests ]]; then
     packages+=(libgtest-dev python3-torch python3-numpy)
     # tests/tools/check_hdf5_archive.py: h5py reads the archive, an independent zstd its chunks;

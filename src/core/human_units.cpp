@@ -16,6 +16,20 @@ std::string human_bytes(double bytes) {
     return text;
 }
 
+std::string human_rate(double bytes_per_second) {
+    return human_bytes(bytes_per_second > 0 ? bytes_per_second : 0) + "/s";
+}
+
+std::string exact_size_flag(uint64_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (u < 4 && bytes != 0 && bytes % 1024 == 0) {
+        bytes /= 1024;
+        ++u;
+    }
+    return std::to_string(bytes) + units[u];
+}
+
 std::string human_duration(double seconds) {
     const long s = static_cast<long>(seconds + 0.5);
     char text[32];

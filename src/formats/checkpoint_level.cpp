@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
 
+#include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "io/input_file.h"
@@ -12,7 +12,7 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
-const std::regex kStepFolder(R"(global_step_(\d+))");
+const TextPattern kStepFolder(R"(global_step_(\d+))");
 // The role folders verl's trainer saves into a step folder.
 const std::vector<std::string> kRoles{"actor", "critic"};
 
@@ -27,7 +27,7 @@ std::string list_text(const std::vector<std::string>& names) {
 std::vector<std::string> step_folders(const FolderListing& listing) {
     std::vector<std::string> steps;
     for (const auto& name : listing.subfolders)
-        if (std::regex_match(name, kStepFolder)) steps.push_back(name);
+        if (kStepFolder.full_match(name)) steps.push_back(name);
     std::sort(steps.begin(), steps.end());
     return steps;
 }

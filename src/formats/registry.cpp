@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_folder.h"
 #include "formats/checkpoint_level.h"
 #include "io/input_file.h"
 #include "torch/torch_pickle.h"
@@ -99,8 +100,7 @@ std::string default_hf_dir(const fs::path& dir) {
 DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::string& backend,
                                      std::optional<int> iteration, std::optional<std::string> tag,
                                      const LevelChoice& choice) {
-    std::error_code ec;
-    if (!fs::is_directory(given_dir, ec)) throw Error(given_dir + ": not a directory");
+    require_input_folder(given_dir, "--local_dir: the checkpoint folder");
     const CheckpointLevel level = resolve_checkpoint_level(given_dir, choice.step, choice.role, list_folder);
     const std::string& local_dir = level.dir;
     const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), std::move(tag), choice.allow_incomplete};

@@ -1,8 +1,10 @@
 #include "mapping/architecture_table.h"
 
+
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <filesystem>
 #include <map>
@@ -11,6 +13,7 @@
 #include "core/error.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
+#include "mapping/builtin_tables.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -295,7 +298,40 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     return table;
 }
 
+namespace {
+
+constexpr const char* kBuiltinPrefix = "builtin:";
+constexpr const char* kTablesEnv = "VMERGE_ARCHITECTURE_TABLES";
+
+// The *.json files of a folder, sorted.
+std::vector<fs::path> json_files_in(const std::string& dir) {
+    std::vector<fs::path> files;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+        if (entry.path().extension() == ".json") files.push_back(entry.path());
+    std::sort(files.begin(), files.end());
+    return files;
+}
+
+// Adds a folder's tables: a file named like an earlier table replaces it in place, others follow.
+void overlay_folder(std::vector<std::string>& files, const std::string& dir) {
+    for (const fs::path& file : json_files_in(dir)) {
+        const std::string name = file.filename().string();
+        auto same = std::find_if(files.begin(), files.end(),
+                                 [&](const std::string& f) { return fs::path(f).filename().string() == name; });
+        if (same != files.end()) *same = file.string();
+        else files.push_back(file.string());
+    }
+}
+
+}  // namespace
+
 std::string read_architecture_table_text(const std::string& file) {
+    if (file.starts_with(kBuiltinPrefix)) {
+        for (const BuiltinTable& table : builtin_architecture_tables())
+            if (file == kBuiltinPrefix + std::string(table.name)) return table.text;
+        throw Error(file + ": no such built-in architecture table");
+    }
     return read_small_file(file, kMaxTableBytes, "an architecture table");  // read_once inside
 }
 
@@ -311,13 +347,22 @@ std::string shipped_tables_dir() {
     return "";
 }
 
+std::string table_folders_text() {
+    std::string text = "built in";
+    if (const std::string dir = shipped_tables_dir(); !dir.empty()) text += ", " + dir;
+    if (const char* env = std::getenv(kTablesEnv); env && *env) text += ", " + std::string(env) + " ($" + kTablesEnv + ")";
+    return text;
+}
+
 std::vector<std::string> architecture_table_files(const std::vector<std::string>& extra_files) {
     std::vector<std::string> files;
-    if (const std::string dir = shipped_tables_dir(); !dir.empty()) {
+    for (const BuiltinTable& table : builtin_architecture_tables()) files.push_back(kBuiltinPrefix + std::string(table.name));
+    if (const std::string dir = shipped_tables_dir(); !dir.empty()) overlay_folder(files, dir);
+    if (const char* env = std::getenv(kTablesEnv); env && *env) {
         std::error_code ec;
-        for (const auto& entry : fs::directory_iterator(dir, ec))
-            if (entry.path().extension() == ".json") files.push_back(entry.path().string());
-        std::sort(files.begin(), files.end());
+        if (!fs::is_directory(env, ec))
+            throw Error(std::string("$") + kTablesEnv + "=" + env + ": not a folder of architecture tables");
+        overlay_folder(files, env);
     }
     files.insert(files.end(), extra_files.begin(), extra_files.end());
     return files;

@@ -82,9 +82,14 @@ ArchitectureTable read_architecture_table(const std::string& file);
 // running binary (a build tree) or in ../share (an installed prefix); "" when neither exists.
 std::string shipped_tables_dir();
 
-// The table files: the shipped ones (sorted), then `extra_files` (--architecture_table).
+// The tables in the order they apply: the built-in ones ("builtin:NAME.json", sorted), each
+// replaced by a same-named file in shipped_tables_dir() and then in the folder
+// $VMERGE_ARCHITECTURE_TABLES names (their other files added), then `extra_files`
+// (--architecture_table).
 std::vector<std::string> architecture_table_files(const std::vector<std::string>& extra_files);
-// One table file's text (read_small_file, so through read_once: rank 0 reads, the others replay).
+// Where tables were looked for, for messages: "built in, DIR, ENVDIR ($VMERGE_ARCHITECTURE_TABLES)".
+std::string table_folders_text();
+// One table file's text (a built-in one from the binary) (read_small_file, so through read_once: rank 0 reads, the others replay).
 std::string read_architecture_table_text(const std::string& file);
 
 // The tables of architecture_table_files in order; a later table replaces an earlier one for

@@ -1,9 +1,9 @@
 #include "mapping/fp8_quantization.h"
 
-#include <regex>
 #include <set>
 
 #include "core/error.h"
+#include "core/text_pattern.h"
 #include "mapping/fp8_shape_rules.h"
 #include "mapping/quantization_selection.h"
 
@@ -13,9 +13,9 @@ namespace {
 constexpr int64_t kBlock = 128;
 
 bool fp8_candidate_name(const std::string& name) {
-    static const std::regex linear(R"(^model\.layers\..*(_proj|\.kv_a_proj_with_mqa|\.w[123])\.weight$)");
+    static const TextPattern linear(R"(model\.layers\..*(_proj|\.kv_a_proj_with_mqa|\.w[123])\.weight)");
     // vLLM builds DeepSeek MTP's eh_proj as a plain torch Linear: it must stay unquantized.
-    return std::regex_match(name, linear) && !name.ends_with(".eh_proj.weight");
+    return linear.full_match(name) && !name.ends_with(".eh_proj.weight");
 }
 
 // The FP8 weight and its scale tensor, replacing `t`.

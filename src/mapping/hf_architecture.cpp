@@ -1,8 +1,8 @@
 #include "mapping/hf_architecture.h"
 
 #include <algorithm>
-#include <regex>
 
+#include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
 
@@ -51,11 +51,11 @@ void add_mtp_block_tensors(std::map<std::string, Shape>& req, int64_t i, int64_t
 }  // namespace
 
 std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth) {
-    static const std::regex inner(R"(^mtp\.layers\.(\d{1,6})\.(?:transformer_layer|mtp_model_layer)\.(.*)$)");
-    static const std::regex own(R"(^mtp\.layers\.(\d{1,6})\.(enorm|hnorm|eh_proj|final_layernorm)\.(.*)$)");
-    std::smatch m;
-    const bool is_inner = std::regex_match(key, m, inner);
-    if (!is_inner && !std::regex_match(key, m, own)) return std::nullopt;
+    static const TextPattern inner(R"(mtp\.layers\.(\d{1,6})\.(?:transformer_layer|mtp_model_layer)\.(.*))");
+    static const TextPattern own(R"(mtp\.layers\.(\d{1,6})\.(enorm|hnorm|eh_proj|final_layernorm)\.(.*))");
+    TextMatch m;
+    const bool is_inner = inner.full_match(key, m);
+    if (!is_inner && !own.full_match(key, m)) return std::nullopt;
     depth = std::stoll(m[1]);
     const std::string layer = "decoder.layers." + std::to_string(layers + depth) + ".";
     return is_inner ? layer + std::string(m[2]) : layer + "mtp." + std::string(m[2]) + "." + std::string(m[3]);
@@ -111,11 +111,9 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
     const auto tables = load_architecture_tables(table_files);
     const ArchitectureTable* table = megatron_table(tables, arch.name);
     if (!table) {
-        const std::string dir = shipped_tables_dir();
         throw Error(config.dir + "/config.json: unknown architecture " + arch.name +
-                    "; supported: " + table_architectures(tables, "megatron") +
-                    " (the megatron tables in " + (dir.empty() ? std::string("share/vmerge/architectures, not found") : dir) +
-                    "); pass --architecture_table FILE for another");
+                    "; supported: " + table_architectures(tables, "megatron") + " (the megatron tables: " +
+                    table_folders_text() + "); pass --architecture_table FILE for another");
     }
     arch.table_file = table->file;
     arch.table_name = table->name;
@@ -181,15 +179,15 @@ std::vector<std::string> split_names(std::string_view names) {
 }
 
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& key) {
-    static const std::regex layer(R"(^(decoder\.layers\.)(\d+)(\..*)$)");
-    static const std::regex expert(R"(^(.*\.experts\.)(\d+)(\..*)$)");
+    static const TextPattern layer(R"((decoder\.layers\.)(\d+)(\..*))");
+    static const TextPattern expert(R"((.*\.experts\.)(\d+)(\..*))");
     std::string pattern = key, layer_index, expert_index;
-    std::smatch m;
-    if (std::regex_match(pattern, m, layer)) {
+    TextMatch m;
+    if (layer.full_match(pattern, m)) {
         layer_index = m[2];
         pattern = std::string(m[1]) + "{i}" + std::string(m[3]);
     }
-    if (std::regex_match(pattern, m, expert)) {
+    if (expert.full_match(pattern, m)) {
         expert_index = m[2];
         pattern = std::string(m[1]) + "{e}" + std::string(m[3]);
     }

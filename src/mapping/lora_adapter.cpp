@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 
+#include "core/text_pattern.h"
 #include "core/error.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
@@ -127,13 +127,10 @@ nlohmann::json json_number(double x) {
     return x;
 }
 
-// PEFT's pattern rule: a key matches a module path that ends with it at a dot boundary.
+// PEFT's pattern rule: a key matches a module path that ends with it at a dot boundary. The key
+// is text from adapter_config.json: matched by RE2, in linear time whatever it holds.
 bool pattern_matches(const std::string& key, const std::string& module) {
-    try {
-        return std::regex_match(module, std::regex("(.*\\.)?(" + key + ")"));
-    } catch (const std::regex_error&) {
-        throw Error("rank_pattern/alpha_pattern key '" + key + "' is not a valid regular expression");
-    }
+    return TextPattern("(.*\\.)?(" + key + ")", "adapter_config.json: rank_pattern/alpha_pattern key").full_match(module);
 }
 
 std::optional<int64_t> module_rank(const LoraHyperparameters& h, const std::string& module) {

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <map>
 #include <optional>
-#include <regex>
 
 #include "exec/dtype_cast.h"
+#include "core/text_pattern.h"
 #include "core/error.h"
 #include "mapping/fp8_quantization.h"
 #include "mapping/quantization_selection.h"
@@ -16,8 +16,8 @@ namespace vmerge {
 namespace {
 
 bool quantizable_name(const std::string& name) {
-    static const std::regex linear(R"(^model\.layers\..*(_proj|\.w[123])\.weight$)");
-    return std::regex_match(name, linear);
+    static const TextPattern linear(R"(model\.layers\..*(_proj|\.w[123])\.weight)");
+    return linear.full_match(name);
 }
 
 float to_f32(DType dtype, const unsigned char* p) {
@@ -76,10 +76,10 @@ std::string unsupported_by_vllm(const QuantizeSpec& spec) {
 }
 
 std::string quantized_kind(const std::string& name) {
-    static const std::regex numbers(R"(\.\d+\.)");
+    static const TextPattern numbers(R"(\.\d+\.)");
     std::string kind = name;
     if (kind.starts_with("model.layers.")) kind = kind.substr(kind.find('.', 13) + 1);
-    kind = std::regex_replace(kind, numbers, ".*.");
+    kind = numbers.replace_all(kind, ".*.");
     for (const char* suffix : {".weight_packed", ".weight"})
         if (kind.ends_with(suffix)) kind.resize(kind.size() - std::strlen(suffix));
     return kind;

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/text_pattern.h"
 
 namespace vmerge {
 namespace {
@@ -13,10 +14,10 @@ struct ExpertName {
     std::string layer, projection;
 };
 std::optional<ExpertName> expert_name(const std::string& module) {
-    static const std::regex expert(R"(^(.*\.experts)\.\d+\.(.+)$)");
-    std::smatch m;
-    if (!std::regex_match(module, m, expert)) return std::nullopt;
-    return ExpertName{m[1].str(), m[2].str()};
+    static const TextPattern expert(R"((.*\.experts)\.\d+\.(.+))");
+    TextMatch m;
+    if (!expert.full_match(module, m)) return std::nullopt;
+    return ExpertName{m[1], m[2]};
 }
 
 }  // namespace
@@ -30,14 +31,14 @@ bool linear_like(const OutputTensor& t) {
 
 IgnoredModules::IgnoredModules(const std::vector<std::string>& ignore) {
     for (const auto& pattern : ignore) {
-        if (pattern.starts_with("re:")) patterns_.emplace_back(pattern.substr(3));
+        if (pattern.starts_with("re:")) patterns_.emplace_back(pattern.substr(3), "--quantize_ignore " + pattern);
         else names_.push_back(pattern);
     }
 }
 
 bool IgnoredModules::contains(const std::string& module) const {
     return std::find(names_.begin(), names_.end(), module) != names_.end() ||
-           std::any_of(patterns_.begin(), patterns_.end(), [&](const std::regex& r) { return std::regex_match(module, r); });
+           std::any_of(patterns_.begin(), patterns_.end(), [&](const TextPattern& p) { return p.full_match(module); });
 }
 
 void ExpertSchemes::add(const std::string& module, bool quantized) {

@@ -1,10 +1,10 @@
 #pragma once
 #include <map>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/text_pattern.h"
 #include "mapping/tensor_mapping.h"
 
 namespace vmerge {
@@ -28,7 +28,7 @@ public:
 
 private:
     std::vector<std::string> names_;
-    std::vector<std::regex> patterns_;
+    std::vector<TextPattern> patterns_;
 };
 
 // Per MoE layer and projection, one quantized and one unquantized expert, when both exist:

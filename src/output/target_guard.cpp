@@ -96,7 +96,8 @@ std::vector<std::string> folder_entries(const std::string& dir) {
     return out;
 }
 
-void check_target_placement(const std::string& target, const std::vector<InputFolder>& inputs) {
+void check_target_placement(const std::string& target, const std::vector<InputFolder>& inputs,
+                            const std::string& flag) {
     const fs::path t_lex = absolute_normal(target), t_res = resolved(target);
     for (const auto& input : inputs) {
         if (input.path.empty()) continue;
@@ -106,8 +107,8 @@ void check_target_placement(const std::string& target, const std::vector<InputFo
         else if (within(i_lex, t_lex) || within(i_res, t_res)) relation = "contains";
         else if (within(t_lex, i_lex) || within(t_res, i_res)) relation = "lies inside";
         if (relation)
-            throw Error("--target_dir " + target + " " + relation + " " + input.what + " " + input.path +
-                        ": a merge never writes into, over or around its inputs; choose a --target_dir outside it");
+            throw Error(flag + " " + target + " " + relation + " " + input.what + " " + input.path +
+                        ": a merge never writes into, over or around its inputs; choose a " + flag + " outside it");
     }
 }
 

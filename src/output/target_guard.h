@@ -19,7 +19,8 @@ struct InputFolder {
     std::string path;
     std::string what;  // "the checkpoint (--local_dir)", ...
 };
-void check_target_placement(const std::string& target, const std::vector<InputFolder>& inputs);
+void check_target_placement(const std::string& target, const std::vector<InputFolder>& inputs,
+                            const std::string& flag = "--target_dir");
 
 enum class TargetKind { Absent, EmptyFolder, VmergeOutput, Other };
 struct ExistingTarget {

@@ -15,7 +15,9 @@
 
 #include "core/bounded_number.h"
 #include "io/checksum.h"
+#include "io/contained_path.h"
 #include "core/error.h"
+#include "core/human_units.h"
 #include "io/json_file.h"
 #include "io/input_file.h"
 #include "output/output_folder.h"
@@ -108,8 +110,8 @@ void check_resume_identity(const std::string& staging, const ResumeIdentity& id)
     const uint64_t memory = recorded.value("max_memory", uint64_t{0});
     if (ranks != id.ranks || memory != id.max_memory)
         throw Error(staging + ": the interrupted merge ran with " + std::to_string(ranks) + " ranks and --max-memory " +
-                    std::to_string(memory) + " bytes; resume with the same (mpirun -np " + std::to_string(ranks) +
-                    " ... --max-memory " + std::to_string(memory) + "B --resume), or rerun without --resume");
+                    exact_size_flag(memory) + "; resume with the same (mpirun -np " + std::to_string(ranks) +
+                    " ... --max-memory " + exact_size_flag(memory) + " --resume), or rerun without --resume");
 }
 
 JournalWriter::JournalWriter(const std::string& staging, int rank)
@@ -210,44 +212,67 @@ std::string checksums_json(const OutputLayout& layout, const std::vector<Written
     return j.dump() + "\n";
 }
 
+namespace {
+
+// The XXH64 of bytes [offset, offset + length) of a file, read in bounded pieces (a recorded
+// range is as long as the file allows, whatever a crafted list says).
+uint64_t range_checksum(const InputFile& file, uint64_t offset, uint64_t length) {
+    constexpr uint64_t kPiece = 8ull << 20;
+    std::vector<unsigned char> buffer(static_cast<size_t>(std::min(length, kPiece)));
+    Xxh64Stream hash;
+    for (uint64_t done = 0; done < length;) {
+        const uint64_t n = std::min(kPiece, length - done);
+        file.read_exact(offset + done, buffer.data(), n, "checksummed range");
+        hash.update(buffer.data(), n);
+        done += n;
+    }
+    return hash.digest();
+}
+
+// The problems of one file of the checksum list (its entry malformed, its bytes changed).
+void verify_file_checksums(const std::string& dir, const std::string& list, const std::string& name,
+                           const nlohmann::json& entry, std::vector<std::string>& problems) {
+    const std::string file_path = path_inside(dir, name, list);
+    if (!fs::exists(file_path)) {
+        problems.push_back(file_path + ": missing");
+        return;
+    }
+    if (!entry.is_object() || !entry.contains("size") || !entry["size"].is_number_unsigned() ||
+        !entry.contains("header") || !entry.contains("blocks") || !entry["blocks"].is_array())
+        throw Error(list + ": the entry of " + name + " is not {\"size\": N, \"header\": [...], \"blocks\": [...]}");
+    InputFile file(file_path);
+    if (file.size() != entry["size"].get<uint64_t>()) {
+        problems.push_back(file_path + ": " + std::to_string(file.size()) + " bytes, recorded " + entry["size"].dump());
+        return;
+    }
+    std::vector<nlohmann::json> ranges{entry["header"]};
+    for (const auto& r : entry["blocks"]) ranges.push_back(r);
+    for (const auto& r : ranges) {
+        const bool well_formed = r.is_array() && r.size() == 3 && r[0].is_number_unsigned() &&
+                                 r[1].is_number_unsigned() && r[2].is_string();
+        const uint64_t offset = well_formed ? r[0].get<uint64_t>() : 0, length = well_formed ? r[1].get<uint64_t>() : 0;
+        const auto want = well_formed ? parse_hex64(r[2].get<std::string>()) : std::nullopt;
+        if (!want || offset > file.size() || length > file.size() - offset) {
+            problems.push_back(list + ": range " + r.dump().substr(0, 200) + " of " + name + " is not inside its " +
+                               std::to_string(file.size()) + " bytes with a 16-digit hex checksum");
+            continue;
+        }
+        if (range_checksum(file, offset, length) != *want)
+            problems.push_back(file_path + ": bytes " + std::to_string(offset) + ".." + std::to_string(offset + length) +
+                               " do not match their recorded checksum");
+    }
+}
+
+}  // namespace
+
 std::vector<std::string> verify_checksums(const std::string& dir) {
     const std::string path = dir + "/" + kChecksumsFile;
     const nlohmann::json j = read_json_file(path);
-    if (j.value("algorithm", "") != "xxh64" || !j.contains("files") || !j["files"].is_object())
+    if (!j.is_object() || !j.contains("algorithm") || j["algorithm"] != "xxh64" || !j.contains("files") || !j["files"].is_object())
         throw Error(path + ": expected {\"algorithm\": \"xxh64\", \"files\": {...}}");
     std::vector<std::string> problems;
-    std::vector<unsigned char> buffer;
-    for (auto it = j["files"].begin(); it != j["files"].end(); ++it) {
-        const std::string file_path = dir + "/" + it.key();
-        if (!fs::exists(file_path)) {
-            problems.push_back(file_path + ": missing");
-            continue;
-        }
-        InputFile file(file_path);
-        if (file.size() != it->at("size").get<uint64_t>()) {
-            problems.push_back(file_path + ": " + std::to_string(file.size()) + " bytes, recorded " +
-                               it->at("size").dump());
-            continue;
-        }
-        std::vector<nlohmann::json> ranges{it->at("header")};
-        for (const auto& r : it->at("blocks")) ranges.push_back(r);
-        for (const auto& r : ranges) {
-            const uint64_t offset = r.at(0).get<uint64_t>(), length = r.at(1).get<uint64_t>();
-            const auto want = parse_hex64(r.at(2).get<std::string>());
-            if (!want || offset > file.size() || length > file.size() - offset) {
-                problems.push_back(path + ": range " + r.dump() + " of " + it.key() + " is not inside its " +
-                                   std::to_string(file.size()) + " bytes with a 16-digit hex checksum");
-                continue;
-            }
-            // Ranges are the blocks ranks wrote, each bounded by their --max-memory.
-            buffer.resize(length);
-            file.read_exact(offset, buffer.data(), length, "checksummed range");
-            if (xxh64(buffer.data(), length) != *want) {
-                problems.push_back(file_path + ": bytes " + std::to_string(offset) + ".." + std::to_string(offset + length) +
-                                   " do not match their recorded checksum");
-            }
-        }
-    }
+    for (auto it = j["files"].begin(); it != j["files"].end(); ++it)
+        verify_file_checksums(dir, path, it.key(), it.value(), problems);
     return problems;
 }
 

@@ -71,9 +71,9 @@ void print_merge_summary(const MergeSummary& s, std::ostream& out) {
         << (s.adapter_tensors ? " and " + std::to_string(s.adapter_tensors) + " adapter tensors" : std::string()) << " ("
         << human_bytes(s.total_bytes) << ") from " << s.archives << " archives into " << s.target_dir << " ("
         << s.files << " file" << (s.files > 1 ? "s" : "") << ") with " << s.ranks << " rank" << (s.ranks > 1 ? "s" : "")
-        << " in " << std::fixed << std::setprecision(2) << seconds << " s (" << std::setprecision(2)
-        << (seconds > 0 ? static_cast<double>(s.total_bytes - t.resumed_bytes) / seconds / 1e9 : 0.0)
-        << " GB/s written); peak memory per rank " << human_bytes(t.rss_min) << " .. " << human_bytes(t.rss_max) << "\n";
+        << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
+        << human_rate(seconds > 0 ? static_cast<double>(s.total_bytes - t.resumed_bytes) / seconds : 0.0)
+        << " written); peak memory per rank " << human_bytes(t.rss_min) << " .. " << human_bytes(t.rss_max) << "\n";
     if (s.quantize) print_quantization_lines(s, t, out);
 }
 

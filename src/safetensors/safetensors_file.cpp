@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/contained_path.h"
 #include "io/json_file.h"
 #include "io/input_file.h"
 
@@ -145,8 +146,11 @@ HfWeights read_hf_weights(const std::string& dir) {
         if (!index.contains("metadata") || !index["metadata"].is_object())
             throw Error(index_path + ": no metadata object");
         std::set<std::string> files;
-        for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it)
+        for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+            if (!it->is_string())
+                throw Error(index_path + ": weight_map['" + it.key() + "'] is " + it->type_name() + ", expected a file name");
             files.insert(it->get<std::string>());
+        }
         names.assign(files.begin(), files.end());
     } else if (fs::exists(dir + "/model.safetensors")) {
         names.push_back("model.safetensors");
@@ -155,7 +159,7 @@ HfWeights read_hf_weights(const std::string& dir) {
     }
     uint64_t total = 0;
     for (const auto& name : names) {
-        weights.files.push_back(read_safetensors_header(dir + "/" + name));
+        weights.files.push_back(read_safetensors_header(path_inside(dir, name, index_path + " weight_map")));
         const size_t f = weights.files.size() - 1;
         for (size_t e = 0; e < weights.files[f].entries.size(); ++e) {
             const auto& entry = weights.files[f].entries[e];

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <map>
 
+#include "io/contained_path.h"
 #include "core/error.h"
 #include "io/input_file.h"
 #include "io/read_once.h"
@@ -62,10 +63,10 @@ StorageLocations storage_locations(const Value& storage, const std::string& path
         if (const Value* transforms = info->state ? pickle::dict_get(*info->state, "transform_descriptors") : nullptr;
             transforms && transforms->kind == Kind::List && !transforms->items.empty())
             throw Error(where + " '" + fqn.text + "': stored with stream transforms (e.g. zstd), not supported");
-        if (relative.text.find('/') != std::string::npos || relative.text.starts_with(".."))
-            throw Error(where + " '" + fqn.text + "': file name '" + relative.text + "' leaves the folder");
+        if (relative.text.find('/') != std::string::npos)  // DCP writes every file beside .metadata
+            throw Error(where + " '" + fqn.text + "': file name '" + relative.text + "' is not in the folder");
         DcpChunk chunk;
-        chunk.file = dir + "/" + relative.text;
+        chunk.file = path_inside(dir, relative.text, where + " '" + fqn.text + "'");
         chunk.offset = static_cast<uint64_t>(start.integer);
         chunk.length = static_cast<uint64_t>(length.integer);
         where_stored[{fqn.text, offsets}] = chunk;

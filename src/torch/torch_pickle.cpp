@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "torch/dtensor_placement.h"
+#include "core/bounded_number.h"
 #include "core/error.h"
 
 namespace vmerge {
@@ -174,17 +175,43 @@ std::vector<Placement> parse_placements(const Value& v, const std::string& where
     return out;
 }
 
+// The mesh shape a DeviceMesh `_layout` (torch.distributed._mesh_layout._MeshLayout) holds:
+// torch 2.10-2.12 pickle its `shape` tuple; 2.13 pickles `axes`, one _FlatLayout per mesh
+// dimension, whose size is the product of its flattened `shape` (empty for a size-1 dim).
+Shape mesh_layout_shape(const Value& layout_obj, const std::string& where) {
+    const Value* state = layout_obj.state.get();
+    if (const Value* shape = state ? pickle::dict_get(*state, "shape") : nullptr)
+        return as_shape(*shape, where, "mesh shape");
+    const Value* axes = state ? pickle::dict_get(*state, "axes") : nullptr;
+    if (!axes || (axes->kind != Kind::Tuple && axes->kind != Kind::List))
+        fail(where, "DeviceMesh _layout with neither `shape` nor `axes`; cannot tell its shape");
+    Shape sizes;
+    for (const auto& axis : axes->items) {
+        const Value* axis_shape = axis->state ? pickle::dict_get(*axis->state, "shape") : nullptr;
+        if (!axis_shape) fail(where, "DeviceMesh _layout axis without a shape");
+        int64_t size = 1;
+        if (axis_shape->kind == Kind::Int) {
+            size = as_int(*axis_shape, where, "mesh axis size");
+        } else {
+            for (const int64_t part : as_shape(*axis_shape, where, "mesh axis shape")) {
+                if (part < 1 || part > kMaxWorldSize || size > kMaxWorldSize / part)
+                    fail(where, "DeviceMesh _layout axis of more than " + std::to_string(kMaxWorldSize) + " ranks");
+                size *= part;
+            }
+        }
+        sizes.push_back(size);
+    }
+    return sizes;
+}
+
 // DeviceMesh state varies by torch version (torch-formats.md §3.3): the mesh shape is the
-// `mesh` tensor's shape (<= 2.9) or `_layout.shape` (2.10+).
+// `mesh` tensor's shape (<= 2.9) or its `_layout` (2.10+).
 void parse_mesh(const Value& mesh, DTensorLayout& layout, const ZipArchive& archive,
                 const InputFile& file, const std::string& where) {
     const Value* state = mesh.state.get();
     if (!state || state->kind != Kind::Dict) fail(where, "DeviceMesh without state");
     if (const Value* layout_obj = pickle::dict_get(*state, "_layout")) {
-        const Value* shape = layout_obj->state ? pickle::dict_get(*layout_obj->state, "shape")
-                                                : nullptr;
-        if (!shape) fail(where, "DeviceMesh _layout without shape");
-        layout.mesh_shape = as_shape(*shape, where, "mesh shape");
+        layout.mesh_shape = mesh_layout_shape(*layout_obj, where);
     } else if (const Value* mesh_tensor = pickle::dict_get(*state, "mesh")) {
         TensorRef t;
         if (!interpret_tensor(*mesh_tensor, archive, file, t, where + " (DeviceMesh.mesh)"))

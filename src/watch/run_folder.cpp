@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <regex>
 
+#include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
+#include "io/input_folder.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
 
@@ -27,16 +28,16 @@ int64_t mtime_seconds(const fs::path& p) {
 // An FSDP role folder without a marker: every rank file of its world size present (from
 // fsdp_config.json, else the file names) and none changed within the settle time.
 void settle_fsdp(const fs::path& dir, const RunFolderRules& rules, RunStep& step) {
-    static const std::regex rank_file(R"(model_world_size_(\d+)_rank_(\d+)\.pt)");
+    static const TextPattern rank_file(R"(model_world_size_(\d+)_rank_(\d+)\.pt)");
     int64_t world = 0, newest = 0;
     std::vector<int64_t> ranks;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
-        std::smatch m;
+        TextMatch m;
         const std::string name = entry.path().filename().string();
-        if (!std::regex_match(name, m, rank_file)) continue;
-        world = std::max<int64_t>(world, parse_int_within(m[1].str(), 1, 1 << 20).value_or(0));
-        ranks.push_back(parse_int_within(m[2].str(), 0, 1 << 20).value_or(-1));
+        if (!rank_file.full_match(name, m)) continue;
+        world = std::max<int64_t>(world, parse_int_within(m[1], 1, 1 << 20).value_or(0));
+        ranks.push_back(parse_int_within(m[2], 0, 1 << 20).value_or(-1));
         newest = std::max(newest, mtime_seconds(entry.path()));
     }
     const fs::path config = dir / "fsdp_config.json";
@@ -85,10 +86,10 @@ void judge_verl_step(const fs::path& role_dir, std::optional<int64_t> tracker, c
 
 // The number in a DeepSpeed tag global_stepN or best_global_stepN; nullopt for other tags.
 std::optional<int64_t> deepspeed_tag_step(const std::string& tag) {
-    static const std::regex numbered(R"((?:best_)?global_step(\d+))");
-    std::smatch m;
-    if (!std::regex_match(tag, m, numbered)) return std::nullopt;
-    return parse_int_within(m[1].str(), 0, int64_t{1} << 40);
+    static const TextPattern numbered(R"((?:best_)?global_step(\d+))");
+    TextMatch m;
+    if (!numbered.full_match(tag, m)) return std::nullopt;
+    return parse_int_within(m[1], 0, int64_t{1} << 40);
 }
 
 // A DeepSpeed tag folder of a save_dir: rank 0 writes save_dir/latest with the tag after every
@@ -128,30 +129,30 @@ std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRule
         rules.now_seconds = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
     std::error_code ec;
-    if (!fs::is_directory(root, ec)) throw Error(root + ": not a folder (--root names the training run's checkpoint folder)");
+    require_input_folder(root, "--root names the training run's checkpoint folder");
     const std::optional<int64_t> tracker = tracker_step(root);
-    static const std::regex verl(R"(global_step_(\d+))"), megatron(R"(iter_(\d+))"), dcp(R"(step-(\d+))"),
+    static const TextPattern verl(R"(global_step_(\d+))"), megatron(R"(iter_(\d+))"), dcp(R"(step-(\d+))"),
         trainer(R"(checkpoint-(\d+))");
     std::vector<RunStep> steps;
     for (const auto& entry : fs::directory_iterator(root, ec)) {
         if (!entry.is_directory()) continue;
         const std::string name = entry.path().filename().string();
-        std::smatch m;
+        TextMatch m;
         RunStep step;
         step.name = name;
-        if (std::regex_match(name, m, verl)) {
-            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+        if (verl.full_match(name, m)) {
+            step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
             const fs::path role_dir = entry.path() / rules.role;
             step.checkpoint_dir = role_dir.string();
             if (!fs::is_directory(role_dir, ec)) step.why = "no " + rules.role + "/ folder yet";
             else judge_verl_step(role_dir, tracker, rules, step);
-        } else if (std::regex_match(name, m, megatron)) {
-            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+        } else if (megatron.full_match(name, m)) {
+            step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
             step.checkpoint_dir = entry.path().string();
             step.complete = tracker && *tracker >= step.step;
             step.why = tracker ? std::string(kTracker) + " says " + std::to_string(*tracker) : "no " + std::string(kTracker) + " yet";
-        } else if (std::regex_match(name, m, dcp)) {
-            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+        } else if (dcp.full_match(name, m)) {
+            step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
             step.checkpoint_dir = entry.path().string();
             step.complete = fs::exists(entry.path() / ".metadata", ec);
             step.why = step.complete ? ".metadata present (DCP writes it last)" : "no .metadata yet";
@@ -165,10 +166,10 @@ std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRule
             step.step = *tag_step;
             step.checkpoint_dir = entry.path().string();
             judge_deepspeed_tag(root, name, step);
-        } else if (std::regex_match(name, m, trainer)) {
+        } else if (trainer.full_match(name, m)) {
             // transformers.Trainer._save_checkpoint: the model, the optimizer (DeepSpeed's save and
             // its latest), the RNG state, then trainer_state.json.
-            step.step = parse_int_within(m[1].str(), 0, int64_t{1} << 40).value_or(-1);
+            step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
             step.checkpoint_dir = entry.path().string();
             step.complete = fs::exists(entry.path() / "trainer_state.json", ec);
             step.why = step.complete ? "trainer_state.json present (the Trainer writes it last)" : "no trainer_state.json yet";

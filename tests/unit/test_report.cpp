@@ -115,7 +115,7 @@ TEST(MergeSummary, LogJsonAndSummaryLinesFromOneModel) {
     const std::string t = text.str();
     EXPECT_NE(t.find("vmerge: resumed: "), std::string::npos) << t;
     EXPECT_NE(t.find("vmerge: merged 3 tensors and 2 adapter tensors ("), std::string::npos) << t;
-    EXPECT_NE(t.find("from 2 archives into /out (1 file) with 2 ranks in 2.00 s (1.00 GB/s written)"), std::string::npos)
+    EXPECT_NE(t.find("from 2 archives into /out (1 file) with 2 ranks in 2.00 s (953.7 MiB/s written)"), std::string::npos)
         << t;
     EXPECT_NE(t.find("  mlp: 5.000e-01, 1.500e+00\n"), std::string::npos) << t;
 }

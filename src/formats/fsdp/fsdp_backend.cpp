@@ -3,15 +3,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "torch/dtensor_placement.h"
+#include "core/text_pattern.h"
 #include "core/box_region.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
+#include "io/input_folder.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
 
@@ -19,7 +20,7 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
-const std::regex kRankFile(R"(model_world_size_(\d+)_rank_(\d+)\.pt)");
+const TextPattern kRankFile(R"(model_world_size_(\d+)_rank_(\d+)\.pt)");
 
 std::string rank_file_name(int world, int rank) {
     return "model_world_size_" + std::to_string(world) + "_rank_" + std::to_string(rank) + ".pt";
@@ -79,21 +80,21 @@ std::string fsdp_model_name(const std::string& key) {
 bool looks_like_fsdp(const std::string& dir) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (std::regex_match(entry.path().filename().string(), kRankFile)) return true;
+        if (kRankFile.full_match(entry.path().filename().string())) return true;
     return false;
 }
 
 FsdpCheckpoint discover_fsdp(const std::string& dir) {
     FsdpCheckpoint ckpt;
     ckpt.dir = dir;
+    require_input_folder(dir, "the FSDP checkpoint folder");
     std::error_code ec;
-    if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a directory");
     std::set<int> worlds;
     std::map<int, std::map<int, std::string>> files_by_world;
     for (const auto& entry : fs::directory_iterator(dir)) {
-        std::smatch m;
+        TextMatch m;
         const std::string name = entry.path().filename().string();
-        if (std::regex_match(name, m, kRankFile)) {
+        if (kRankFile.full_match(name, m)) {
             const std::string path = entry.path().string();
             require_regular_file(path);
             const int world = static_cast<int>(parse_bounded_int(m.str(1), 1, kMaxWorldSize, path + ": world size"));

@@ -9,6 +9,7 @@
 #include "output/hdf5/h5z_zstd_filter.h"
 #include "output/hdf5/row_selection.h"
 #include "core/error.h"
+#include "output/write_journal.h"
 #include "core/human_units.h"
 #include "io/input_file.h"
 
@@ -163,6 +164,11 @@ std::vector<std::pair<std::string, std::string>> ArchiveReader::files() {
     for (const std::string& name : names) {
         const std::string where = path_ + " /" + kArchiveFilesGroup + "/" + name;
         if (name.find("..") != std::string::npos) throw Error(where + ": a file name with '..' is not extracted");
+        // A copied file never takes the name of a file the weights are written to.
+        if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name == kChecksumsFile ||
+            name.find('/') != std::string::npos)
+            throw Error(where + ": '" + name + "' is not a configuration or tokenizer file name (the archive's weights "
+                        "are under /tensors); not extracted");
         const H5Handle dataset = checked(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose, where);
         const H5Handle space = checked(H5Dget_space(dataset), H5Sclose, where);
         const H5Handle type = checked(H5Dget_type(dataset), H5Tclose, where);

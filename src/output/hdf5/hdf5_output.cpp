@@ -290,8 +290,8 @@ std::vector<std::string> Hdf5Output::summary(double seconds, double copy_seconds
          << human_bytes(written.stored_size()) << " stored) with " << options_.ranks << " rank"
          << (options_.ranks > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds
          << " s (writing " << copy_seconds << " s, "
-         << (copy_seconds > 0 ? static_cast<double>(layout_.total_size) / copy_seconds / 1e9 : 0.0)
-         << " GB/s of tensor bytes)";
+         << human_rate(copy_seconds > 0 ? static_cast<double>(layout_.total_size) / copy_seconds : 0.0)
+         << " of tensor bytes)";
     std::vector<std::string> lines{line.str()};
     for (const auto& storage : archive_storage_lines(written.tensors())) lines.push_back("vmerge:   " + storage);
     return lines;

@@ -1,0 +1,143 @@
+"""What every ecosystem generator shares: the tiny model configs, a local tokenizer, the fixed
+input, the live model's logits, and the case folder (checkpoint + oracle + case.json).
+
+A case folder, written by a generator and read by run_case.py:
+  <case>/ckpt/...                 the checkpoint exactly as the real library saved it
+  <case>/oracle/weights.safetensors  full tensors of the live model under their HF names,
+                                  written here with safetensors (never by vmerge)
+  <case>/oracle/logits.safetensors   input_ids and the live model's logits on them
+  <case>/case.json                how to merge it and what to check (see write_case)
+"""
+import copy
+import json
+import os
+
+import torch
+
+# Odd sizes force uneven shards (257 rows over 2 or 3 ranks); head_dim 16 keeps it tiny.
+VOCAB = 257
+FIXED_INPUT = [[5, 17, 42, 99, 3, 250, 7, 128, 64, 11, 200, 31]]
+
+
+def tiny_config(family="qwen2", tie=False, dtype="bfloat16", layers=2):
+    """A two-layer HF config of the given family (Qwen2 with QKV bias, or Llama)."""
+    from transformers import LlamaConfig, Qwen2Config
+    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=88, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2)
+    cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[family]
+    cfg = cls(**common)
+    cfg.dtype = dtype
+    cfg.architectures = [{"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[family]]
+    return cfg
+
+
+def build_model(cfg, seed=1234):
+    """The live model: identical on every rank (same seed), in the config's dtype, eval mode.
+    Parameters get a random spread (not the init's zeros/ones) so every tensor is distinct."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    # Built in its dtype, as from_pretrained builds it (a .to() would also cast the fp32 rotary
+    # buffers, and the live logits would then differ from any loaded model's).
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype(cfg.dtype))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape) * 0.05 + (1.0 if p.dim() == 1 else 0.0))
+    return model.eval()
+
+
+def cast_model(model, dtype):
+    """The model as a loader builds it in `dtype` from the model's weights cast with torch's
+    .to(): the reference for a merge that casts."""
+    from transformers import AutoModelForCausalLM
+    cfg = copy.deepcopy(model.config)
+    cfg.dtype = dtype
+    cast = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype(dtype))
+    cast.load_state_dict({k: v.to(torch_dtype(dtype)) for k, v in model.state_dict().items()})
+    return cast.eval()
+
+
+def torch_dtype(value):
+    """A torch.dtype from a config's dtype (transformers 5 keeps a torch.dtype, a JSON a string)."""
+    return value if isinstance(value, torch.dtype) else getattr(torch, value)
+
+
+def build_tokenizer():
+    """A word-level tokenizer with exactly VOCAB entries, built locally (no hub)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for i in range(3, VOCAB):
+        vocab[f"w{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>")
+
+
+def save_hf_files(cfg, folder):
+    """config.json, generation_config.json and the tokenizer, as save_pretrained writes them."""
+    from transformers import GenerationConfig
+    os.makedirs(folder, exist_ok=True)
+    cfg.save_pretrained(folder)
+    GenerationConfig(bos_token_id=1, eos_token_id=2).save_pretrained(folder)
+    build_tokenizer().save_pretrained(folder)
+
+
+@torch.no_grad()
+def live_logits(model):
+    """Logits of the live model on FIXED_INPUT, in float32 (computed in the model's dtype)."""
+    ids = torch.tensor(FIXED_INPUT)
+    return model(input_ids=ids).logits.float()
+
+
+def full_tensors(state_dict):
+    """The full tensor of every state-dict value (DTensors gathered with full_tensor(); a
+    collective, so every rank calls it), detached, contiguous, on the CPU."""
+    from torch.distributed.tensor import DTensor
+    out = {}
+    for name, value in state_dict.items():
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        out[name] = value.detach().cpu().contiguous().clone()
+    return out
+
+
+def write_oracle(case_dir, tensors, logits=None):
+    """The oracle: full tensors and logits, written with safetensors by the generator."""
+    from safetensors.torch import save_file
+    folder = os.path.join(case_dir, "oracle")
+    os.makedirs(folder, exist_ok=True)
+    save_file(tensors, os.path.join(folder, "weights.safetensors"))
+    if logits is not None:
+        save_file({"input_ids": torch.tensor(FIXED_INPUT), "logits": logits.contiguous()},
+                  os.path.join(folder, "logits.safetensors"))
+
+
+def write_case(case_dir, **fields):
+    """case.json: what run_case.py does with the case. Fields:
+      producer       which real library saved it (text for the report)
+      checkpoint     the folder vmerge merges, relative to the case folder
+      merge_args     extra vmerge arguments (e.g. ["--backend", "fsdp"])
+      hf_config      folder of config.json and tokenizer, relative to the case (--hf_config)
+      output_dtype   dtype of the merged weights ("bfloat16", "float32", ...); oracle tensors are
+                     cast with torch's .to() when they differ
+      hf_load        true: AutoModelForCausalLM.from_pretrained must load the output
+      logits_exact   true: the loaded model's logits must equal the live ones bit for bit
+      adapter        true: the output has a PEFT adapter (checked with PeftModel)
+      base_model     folder of the base model for the adapter check (relative to the case)
+      extra_oracles  more tensor oracles the plain/extract output must equal, e.g. the producer's
+                     own consolidation tool: [{"file": name in oracle/, "what": text for the
+                     report, "partial": true if it may lack some output tensors}]
+    """
+    with open(os.path.join(case_dir, "case.json"), "w") as f:
+        json.dump(fields, f, indent=2, sort_keys=True)
+
+
+def init_gloo():
+    """torch.distributed over gloo on loopback (torchrun sets the rank variables)."""
+    import torch.distributed as dist
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()

@@ -1,0 +1,180 @@
+"""verl FSDP2 checkpoints written by torch 2.13's real fully_shard, DTensor and torch.save.
+
+    torchrun --standalone --nproc_per_node=N gen_fsdp2.py CASE_DIR VARIANT
+
+VARIANT (N ranks):
+  w2_bf16        1-D mesh ("fsdp",) of N, Qwen2 in bf16
+  w3_fp32_tied   1-D mesh of N, Llama with tied embeddings, fp32 parameters (what verl's actor
+                 keeps) under a bf16 config: the merge casts
+  hsdp           2x2 mesh ("ddp", "fsdp"), Qwen2 bf16
+  tp2d           2x2 mesh ("dp", "tp"), Llama bf16, Colwise/RowwiseParallel then fully_shard on
+                 "dp": _StridedShard placements
+  lora           PEFT LoRA (q/k/v/o/gate/up/down, r 4) on Qwen2 bf16 under FSDP2, full state dict
+  lora_only      the same with verl's save_lora_only (only lora_ keys) and the base as an HF folder
+
+Files as verl's FSDPCheckpointManager writes them: model_/optim_/extra_state_world_size_W_rank_R.pt,
+fsdp_config.json, huggingface/ (config, generation config, tokenizer), lora_train_meta.json.
+"""
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eco_common as E  # noqa: E402
+
+VARIANTS = {
+    # name: (family, tie, param dtype, config dtype, mesh shape, mesh names)
+    "w2_bf16": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
+    "w3_fp32_tied": ("llama", True, "float32", "bfloat16", None, ("fsdp",)),
+    "hsdp": ("qwen2", False, "bfloat16", "bfloat16", (2, 2), ("ddp", "fsdp")),
+    "tp2d": ("llama", False, "bfloat16", "bfloat16", (2, 2), ("dp", "tp")),
+    "lora": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
+    "lora_only": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
+}
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def make_mesh(world, shape, names):
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh("cpu", shape or (world,), mesh_dim_names=names)
+
+
+def apply_tensor_parallel(model, tp_mesh):
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    plan = {}
+    for i in range(len(model.model.layers)):
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            plan[f"model.layers.{i}.self_attn.{proj}"] = ColwiseParallel()
+        plan[f"model.layers.{i}.self_attn.o_proj"] = RowwiseParallel()
+        for proj in ("gate_proj", "up_proj"):
+            plan[f"model.layers.{i}.mlp.{proj}"] = ColwiseParallel()
+        plan[f"model.layers.{i}.mlp.down_proj"] = RowwiseParallel()
+    parallelize_module(model, tp_mesh, plan)
+
+
+def shard(model, layers, mesh):
+    """fully_shard every decoder layer, then the root, as verl's FSDP2 wrapping does."""
+    from torch.distributed.fsdp import fully_shard
+    for layer in layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def add_lora(model):
+    """PEFT LoRA with random B (PEFT starts B at zero, which would make the adapter a no-op)."""
+    from peft import LoraConfig, get_peft_model
+    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS, task_type="CAUSAL_LM",
+                     lora_dropout=0.0)
+    peft_model = get_peft_model(model, cfg)
+    torch.manual_seed(99)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.2)
+    return peft_model.eval()
+
+
+def lora_oracle(case_dir, peft_model):
+    """The adapter as PEFT exports it, and the fold PEFT's merge_and_unload makes, with the
+    logits of both (from the live PEFT model and from the merged module)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+    folder = os.path.join(case_dir, "oracle")
+    os.makedirs(folder, exist_ok=True)
+    adapter = {k: v.detach().contiguous().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
+    save_file(adapter, os.path.join(folder, "adapter.safetensors"))
+    folded = copy.deepcopy(peft_model).merge_and_unload()
+    save_file({k: v.detach().contiguous() for k, v in folded.state_dict().items()},
+              os.path.join(folder, "folded.safetensors"))
+    save_file({"input_ids": torch.tensor(E.FIXED_INPUT), "logits": E.live_logits(folded).contiguous()},
+              os.path.join(folder, "folded_logits.safetensors"))
+
+
+def base_names(tensors):
+    """PEFT state-dict names of the base weights -> HF names; adapter tensors dropped."""
+    out = {}
+    for name, t in tensors.items():
+        if "lora_" in name:
+            continue
+        out[name.replace("base_model.model.", "", 1).replace(".base_layer.", ".")] = t
+    return out
+
+
+def write_verl_files(actor, model, rank, world, cfg, peft_model=None, lora_only=False):
+    sd = model.state_dict()
+    if lora_only:
+        sd = {k: v for k, v in sd.items() if "lora_" in k or ".adapter_" in k}
+    torch.save(sd, os.path.join(actor, f"model_world_size_{world}_rank_{rank}.pt"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    torch.save(optimizer.state_dict(), os.path.join(actor, f"optim_world_size_{world}_rank_{rank}.pt"))
+    torch.save({"lr_scheduler": None, "rng": {"cpu": torch.get_rng_state()}},
+               os.path.join(actor, f"extra_state_world_size_{world}_rank_{rank}.pt"))
+    if rank == 0:
+        E.save_hf_files(cfg, os.path.join(actor, "huggingface"))
+        with open(os.path.join(actor, "fsdp_config.json"), "w") as f:
+            json.dump({"FSDP_version": 2, "world_size": world}, f, indent=4)
+        if peft_model is not None:
+            pc = peft_model.peft_config["default"]
+            with open(os.path.join(actor, "lora_train_meta.json"), "w") as f:
+                json.dump({"r": pc.r, "lora_alpha": pc.lora_alpha, "task_type": "CAUSAL_LM"}, f, indent=4)
+
+
+def main():
+    case_dir, variant = sys.argv[1], sys.argv[2]
+    family, tie, pdtype, cdtype, shape, names = VARIANTS[variant]
+    rank, world = E.init_gloo()
+    cfg = E.tiny_config(family, tie=tie, dtype=cdtype)
+    model = E.build_model(E.tiny_config(family, tie=tie, dtype=pdtype))
+    model.config.dtype = cdtype
+    lora = variant.startswith("lora")
+    actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
+    if rank == 0:
+        os.makedirs(actor, exist_ok=True)
+        if variant == "lora_only":
+            model.save_pretrained(os.path.join(case_dir, "base"))
+            E.save_hf_files(cfg, os.path.join(case_dir, "base"))
+    dist.barrier()
+    peft_model = add_lora(model) if lora else None
+    live = peft_model if lora else model
+    # Where the merge casts, the oracle logits are the live model's cast with torch's .to().
+    logits = E.live_logits(live if cdtype == pdtype else E.cast_model(live, cdtype))
+    if rank == 0 and lora:
+        lora_oracle(case_dir, peft_model)
+    before = {k: v.clone() for k, v in live.state_dict().items()}
+
+    mesh = make_mesh(world, shape, names)
+    if variant == "tp2d":
+        apply_tensor_parallel(model, mesh["tp"])
+        mesh = mesh["dp"]
+    hf_model = peft_model.base_model.model if lora else model
+    shard(live, hf_model.model.layers, mesh)
+    write_verl_files(actor, live, rank, world, cfg, peft_model, lora_only=variant == "lora_only")
+
+    full = E.full_tensors(live.state_dict())   # collective: every rank gathers
+    if rank == 0:
+        for k, v in full.items():   # the producer itself: gathering gives back what was sharded
+            assert torch.equal(v, before[k]), k
+        if tie:
+            full.pop("lm_head.weight", None)
+        E.write_oracle(case_dir, base_names(full) if lora else full, logits)
+        write_case_json(case_dir, variant, family, cdtype, pdtype, world, shape)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def write_case_json(case_dir, variant, family, cdtype, pdtype, world, shape):
+    lora = variant.startswith("lora")
+    E.write_case(case_dir, producer=f"torch {torch.__version__} fully_shard ({variant}, {world} ranks"
+                 f"{', mesh ' + 'x'.join(map(str, shape)) if shape else ''}), verl file layout",
+                 checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
+                 output_dtype=cdtype, hf_load=True, logits_exact=True,
+                 adapter=lora, base_model="base" if variant == "lora_only" else None,
+                 verl_merger=variant in ("w2_bf16", "w3_fp32_tied", "hsdp"))
+
+
+if __name__ == "__main__":
+    main()

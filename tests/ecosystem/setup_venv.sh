@@ -1,0 +1,34 @@
+#!/bin/bash
+# Makes, or reuses when its requirements have not changed, a virtual environment of the
+# ecosystem tests under build/, and prints its python:
+#   setup_venv.sh main [DIR]   DIR default build/eco-venv (requirements.txt + requirements-deepspeed.txt)
+#   setup_venv.sh verl [DIR]   DIR default build/eco-verl-venv (requirements-verl.txt: verl's own merger)
+# torch==2.13.0 (the CPU build on this machine's disk) goes in first, so that no later package
+# resolves torch to a CUDA build of several GB.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+case ${1:-main} in
+    main) venv=${2:-$root/build/eco-venv} requirements=(requirements.txt requirements-deepspeed.txt) ;;
+    verl) venv=${2:-$root/build/eco-verl-venv} requirements=(requirements-verl.txt) ;;
+    *) echo "usage: setup_venv.sh main|verl [VENV_DIR]" >&2; exit 2 ;;
+esac
+python=${VMERGE_ECO_PYTHON:-python3.11}
+stamp=$venv/requirements.sha256
+wanted=$(cd "$here" && cat "${requirements[@]}" setup_venv.sh | sha256sum | cut -d' ' -f1)
+if [[ -f $stamp && $(cat "$stamp") == "$wanted" ]]; then
+    echo "$venv/bin/python"
+    exit 0
+fi
+rm -rf "$venv"
+"$python" -m venv "$venv" >&2
+pip=("$venv/bin/pip" install -q --disable-pip-version-check)
+"${pip[@]}" torch==2.13.0 >&2
+for file in "${requirements[@]}"; do
+    extra=()
+    [[ $file == requirements-deepspeed.txt ]] && extra=(--no-build-isolation)
+    "${pip[@]}" "${extra[@]}" -r "$here/$file" >&2
+done
+"$venv/bin/python" -c 'import torch; assert torch.__version__.endswith("+cpu"), torch.__version__' >&2
+echo "$wanted" > "$stamp"
+echo "$venv/bin/python"
