@@ -94,6 +94,7 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
         // previous output was never checked, so no file of it may be linked in their place.
         if (o.output.resume) throw UsageError("--reuse and --resume exclude each other");
     }
+    if (o.output.resume && o.output.restart) throw UsageError("--resume and --restart exclude each other");
     const bool archive_input = is_archive_backend(o.backend);
     const std::string& folder_format = output_formats().front().name;
     if (archive_input && o.format != folder_format)
@@ -210,6 +211,9 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
+        ("pad_vocab", po::bool_switch(&o.map.pad_vocab),
+         "Megatron: write config.json's vocab_size rows where the checkpoint's embedding or head has fewer "
+         "(the missing rows as zeros; refused by default)")
         ("drop_mtp", po::bool_switch(&o.map.drop_mtp),
          "Megatron: leave the multi-token prediction layers (mtp.*) out of the output (recorded in the summary)")
         ("architecture_table", po::value(&o.map.architecture_tables)->composing(),
@@ -226,6 +230,8 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("target_dir", po::value(&o.output.target), "output folder (merge) or folder to check (verify)")
         ("force", po::bool_switch(&o.output.force), "replace an existing target folder")
         ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder")
+        ("restart", po::bool_switch(&o.output.restart),
+         "discard an interrupted merge's staging folder and merge from the start (a plain rerun refuses to)")
         ("reuse", po::value(&o.output.reuse),
          "an earlier merge's output folder (the previous step's): files whose bytes come out the same are "
          "hard-linked from it, unchanged blocks of the others copied from it, not cast and written again")
@@ -254,7 +260,10 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
          "write a --bits/--group_size combination no vLLM kernel runs (refused by default)")
         ("quantize_ignore", po::value(&raw.quantize_ignore),
          "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
-         "router gates always are");
+         "router gates always are")
+        ("fp8_full_blocks_only", po::bool_switch(&o.quantize_spec.fp8_full_blocks_only),
+         "--quantize=fp8: leave Linears with a partial 128x128 block unquantized (listed in the config), so "
+         "transformers loads the folder without an FP8 GPU");
     t.lora.add_options()
         ("extract_lora", po::bool_switch(&raw.extract_lora),
          "write the base model plus the adapter in PEFT format to <target_dir>/lora_adapter/ (the default)")
@@ -415,10 +424,15 @@ po::variables_map parse_args(const std::vector<std::string>& args, const OptionT
 // --quantize[=SCHEME]; the int scheme's flags are refused with an FP8 one (they would be ignored).
 void check_quantize_scheme(Options& o, const RawFlags& raw, const po::variables_map& vm) {
     o.quantize = vm.count("quantize") > 0;
+    if (!o.quantize && o.quantize_spec.fp8_full_blocks_only)
+        throw UsageError("--fp8_full_blocks_only applies to --quantize=fp8 (block FP8)");
     if (!o.quantize) return;
     const auto scheme = parse_quant_scheme(raw.quantize);
     if (!scheme) throw UsageError("--quantize " + raw.quantize + ": expected int, fp8 or fp8-dynamic");
     o.quantize_spec.scheme = *scheme;
+    if (o.quantize_spec.fp8_full_blocks_only && *scheme != QuantScheme::Fp8Block)
+        throw UsageError("--fp8_full_blocks_only applies to --quantize=fp8 (block FP8); --quantize=" +
+                         quant_scheme_name(*scheme) + " has no blocks");
     if (*scheme == QuantScheme::Int) return;
     for (const char* flag : {"bits", "group_size", "symmetric", "asymmetric", "allow_unsupported_quantization"})
         if (vm.count(flag) && !vm[flag].defaulted())
@@ -481,7 +495,12 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (o.hf_upload_private && o.hf_upload_path.empty()) throw UsageError("--private applies to --hf_upload_path");
     if (!o.hf_upload_path.empty() && o.command != "merge")
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
-    if (vm.count("tag")) o.tag = raw.tag;
+    if (vm.count("tag")) {
+        if (raw.tag.empty()) throw UsageError("--tag \"\": expected the name of a DeepSpeed tag folder (global_step100)");
+        o.tag = raw.tag;
+    }
+    if (vm.count("hf_upload_path") && (o.hf_upload_path.empty() || o.hf_upload_path.starts_with("-")))
+        throw UsageError("--hf_upload_path '" + o.hf_upload_path + "': expected a Hugging Face repo id (user/model)");
     if (o.command == "watch") {
         if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
         bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);

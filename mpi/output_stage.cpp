@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/stopwatch.h"
 #include "io/record_crc.h"
+#include "output/target_guard.h"
 #include "report/progress_monitor.h"
 
 namespace vmerge {
@@ -88,6 +89,9 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
         const StagingState state = output.prepare(run.identity(layout), run.inputs);
+        if (output.options().resumable)
+            say_on_interrupt("\nvmerge-mpi: interrupted; the unfinished output is kept in " + staging +
+                             "; rerun the same command with --resume to continue it\n");
         result.resumed = state.resumed;
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
@@ -120,7 +124,10 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
                 if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";
             });
         } catch (const Error&) {
-            if (comm.rank() == 0) discard_staging(o.output.target);
+            if (comm.rank() == 0) {
+                say_on_interrupt("");
+                discard_staging(o.output.target);
+            }
             throw;
         }
     }
@@ -137,6 +144,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     const auto commit_start = Clock::now();
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
+        say_on_interrupt("");  // from here on the staging folder becomes the output
         for (const auto& note : output.commit())
             if (!o.quiet) out << "vmerge: " << note << "\n";
     }, hint);

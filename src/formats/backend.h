@@ -49,6 +49,9 @@ public:
     // dropped in `ledger` with its reason.
     virtual void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
                      const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const = 0;
+    // The step-selection flags this layout honours ("--iteration", "--tag"); any other one
+    // given is refused after detection (docs/usage.md: never ignored).
+    virtual std::vector<std::string> selection_flags() const { return {}; }
     // True when the checkpoint records its tensor/pipeline-parallel sizes (--tp_size and
     // --pp_size are checked against them).
     virtual bool records_parallelism() const { return false; }

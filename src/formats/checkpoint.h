@@ -65,6 +65,7 @@ struct MapOptions {
     std::string lora_base;  // MegatronAdapter: the HF folder of the base model
     std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
     bool drop_mtp = false;  // --drop_mtp: leave multi-token prediction layers out (recorded)
+    bool pad_vocab = false;  // --pad_vocab: zero rows up to vocab_size where the checkpoint holds fewer
 };
 
 struct MappedCheckpoint {

@@ -98,6 +98,8 @@ CheckpointLevel resolve_checkpoint_level(const std::string& dir, std::optional<i
     return level;
 }
 
+bool is_run_folder(const FolderListing& listing) { return !step_folders(listing).empty(); }
+
 FolderListing list_folder(const std::string& dir) {
     FolderListing listing;
     std::error_code ec;

@@ -31,6 +31,9 @@ struct CheckpointLevel {
 CheckpointLevel resolve_checkpoint_level(const std::string& dir, std::optional<int> step, const std::string& role,
                                          const FolderLister& list);
 
+// True when the folder is a verl run folder (it has global_step_N/ subfolders).
+bool is_run_folder(const FolderListing& listing);
+
 // The lister that reads the file system.
 FolderListing list_folder(const std::string& dir);
 

@@ -1,5 +1,6 @@
 #include "formats/registry.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -97,11 +98,40 @@ std::string default_hf_dir(const fs::path& dir) {
 
 }  // namespace
 
+namespace {
+
+// A step-selection flag the detected layout does not honour is an error, never ignored: the
+// user asked for one step and would silently get another.
+void refuse_unused_selections(const DetectRequest& request, const Backend& layout, const DetectedCheckpoint& d) {
+    const auto flags = layout.selection_flags();
+    auto honoured = [&](const char* flag) { return std::find(flags.begin(), flags.end(), flag) != flags.end(); };
+    const std::string read_as = d.dir + " was read as " + d.description + " (" + layout.name() + ")";
+    if (request.iteration && !honoured("--iteration"))
+        throw Error("--iteration " + std::to_string(*request.iteration) + ": " + read_as +
+                    ", which has no iterations to choose from (--iteration picks iter_N/ of a Megatron-LM save, "
+                    "step-N/ of a torchtitan run, global_step_N/ of a verl run folder)");
+    if (request.tag && !honoured("--tag"))
+        throw Error("--tag " + *request.tag + ": " + read_as + ", which has no tags to choose from (--tag picks "
+                    "a DeepSpeed tag folder; a verl run folder takes --step N, Megatron-LM and torchtitan --iteration N)");
+}
+
+}  // namespace
+
 DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::string& backend,
                                      std::optional<int> iteration, std::optional<std::string> tag,
                                      const LevelChoice& choice) {
     require_input_folder(given_dir, "--local_dir: the checkpoint folder");
-    const CheckpointLevel level = resolve_checkpoint_level(given_dir, choice.step, choice.role, list_folder);
+    // verl numbers a run's saves in latest_checkpointed_iteration.txt, as Megatron-LM does: on a
+    // verl run folder --iteration N is --step N.
+    LevelChoice levels = choice;
+    if (iteration && is_run_folder(list_folder(given_dir))) {
+        if (levels.step && *levels.step != *iteration)
+            throw Error("--step " + std::to_string(*levels.step) + " and --iteration " + std::to_string(*iteration) +
+                        " name two steps of the verl run folder " + given_dir + "; give one");
+        levels.step = iteration;
+        iteration.reset();
+    }
+    const CheckpointLevel level = resolve_checkpoint_level(given_dir, levels.step, levels.role, list_folder);
     const std::string& local_dir = level.dir;
     const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), std::move(tag), choice.allow_incomplete};
     const bool automatic = backend == kAutoBackend;
@@ -118,6 +148,7 @@ DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::st
             if (detection.found) {
                 d.source = layout;
                 d.backend = choice.name;
+                refuse_unused_selections(request, *layout, d);
                 return d;
             }
             seen += (seen.empty() ? "" : ", ") + detection.evidence;

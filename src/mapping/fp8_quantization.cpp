@@ -53,18 +53,34 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
 
 // Which candidate modules stay unquantized: the user's, and every part of a fused group one
 // part of which the user left out (vLLM refuses a half-quantized qkv_proj or gate_up_proj).
+// Block FP8 also: the modules with a partial 128x128 block, which transformers' dequantize-on-load
+// (its path without an FP8 GPU) refuses; --fp8_full_blocks_only leaves them out as well.
 struct Fp8Selection {
     std::set<std::string> ignored_groups;
     size_t widened = 0;
     std::string widened_example;
+    std::set<std::string> partial_blocks;
+    size_t partial = 0;
+    std::string partial_example;
 };
 
-Fp8Selection select_groups(const TensorMapping& mapping, const IgnoredModules& ignored) {
+bool fp8_candidate(const OutputTensor& t) {
+    return fp8_candidate_name(t.name) && t.shape.size() == 2 && is_floating(t.dtype);
+}
+
+Fp8Selection select_groups(const TensorMapping& mapping, const IgnoredModules& ignored, const QuantizeSpec& spec) {
     Fp8Selection s;
     for (const OutputTensor& t : mapping.tensors) {
         if (!fp8_candidate_name(t.name)) continue;
-        const FusedPart part = fused_part(module_of(t.name));
-        if (!part.group.empty() && ignored.contains(module_of(t.name))) s.ignored_groups.insert(part.group);
+        const std::string module = module_of(t.name);
+        const FusedPart part = fused_part(module);
+        bool left_out = ignored.contains(module);
+        if (spec.scheme == QuantScheme::Fp8Block && fp8_candidate(t) && !left_out &&
+            (t.shape[0] % kBlock != 0 || t.shape[1] % kBlock != 0)) {
+            s.partial_blocks.insert(module);
+            left_out = spec.fp8_full_blocks_only;
+        }
+        if (!part.group.empty() && left_out) s.ignored_groups.insert(part.group);
     }
     return s;
 }
@@ -88,18 +104,24 @@ QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpe
     QuantizationPlan plan;
     plan.ignored_modules.push_back("lm_head");
     const IgnoredModules ignored(spec.ignore);
-    Fp8Selection selection = select_groups(mapping, ignored);
+    Fp8Selection selection = select_groups(mapping, ignored, spec);
     ExpertSchemes experts;
     std::vector<QuantizedLinear> quantized_linears;
     std::vector<OutputTensor> out;
     for (OutputTensor& t : mapping.tensors) {
         plan.bytes_before += t.nbytes();
         const std::string module = t.name.ends_with(".weight") ? module_of(t.name) : "";
-        const bool candidate = fp8_candidate_name(t.name) && t.shape.size() == 2 && is_floating(t.dtype);
+        const bool candidate = fp8_candidate(t);
         bool quantized = candidate && !ignored.contains(module);
-        if (quantized && selection.ignored_groups.count(fused_part(module).group)) {
+        const bool partial = quantized && selection.partial_blocks.count(module);
+        if (quantized && !(partial && spec.fp8_full_blocks_only) && selection.ignored_groups.count(fused_part(module).group)) {
             quantized = false;
             if (selection.widened++ == 0) selection.widened_example = module;
+        }
+        if (quantized && partial) {  // written with partial blocks, or left out for them
+            if (selection.partial++ == 0) selection.partial_example = module + " [" + std::to_string(t.shape[0]) + ", " +
+                                                                       std::to_string(t.shape[1]) + "]";
+            if (spec.fp8_full_blocks_only) quantized = false;
         }
         if (candidate) experts.add(module, quantized);
         if (!quantized) {
@@ -125,6 +147,16 @@ QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpe
         plan.notes.push_back(std::to_string(selection.widened) + " Linear modules left unquantized with the rest of their "
                              "fused group (vLLM loads q/k/v and gate/up as one layer, all FP8 or none), e.g. " +
                              selection.widened_example);
+    if (selection.partial) {
+        const std::string count = std::to_string(selection.partial);
+        const std::string why = " (rows or columns not a multiple of 128), which transformers cannot dequantize on "
+                                "a machine without an FP8 GPU (its dequantize-on-load needs whole 128x128 blocks), e.g. " +
+                                selection.partial_example;
+        plan.notes.push_back(spec.fp8_full_blocks_only
+                                 ? count + " Linear modules left unquantized by --fp8_full_blocks_only: partial blocks" + why
+                                 : count + " Linear modules written with partial 128x128 blocks" + why +
+                                       "; vLLM and DeepSeek's code load them; --fp8_full_blocks_only leaves them unquantized");
+    }
     if (spec.scheme == QuantScheme::Fp8Block) plan.shape_warnings = block_fp8_shape_warnings(quantized_linears);
     return plan;
 }

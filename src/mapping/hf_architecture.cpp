@@ -14,6 +14,17 @@ int64_t get_int(const HfConfig& c, const char* key, int64_t fallback = -1) {
     return config_int(c, key, fallback >= 0 ? std::optional<int64_t>(fallback) : std::nullopt);
 }
 
+// The routed experts of a Qwen MoE config: `num_experts` as the hub's configs write it;
+// transformers 5 keeps it as `num_local_experts` (an attribute map) and save_pretrained writes
+// that name instead. Both given and different is an error.
+int64_t qwen_expert_count(const HfConfig& c, int64_t fallback = -1) {
+    const bool local = c.json.contains("num_local_experts"), named = c.json.contains("num_experts");
+    if (local && named && get_int(c, "num_experts") != get_int(c, "num_local_experts"))
+        throw Error(c.dir + "/config.json: num_experts " + c.json["num_experts"].dump() + " and num_local_experts " +
+                    c.json["num_local_experts"].dump() + " disagree");
+    return get_int(c, named || !local ? "num_experts" : "num_local_experts", fallback);
+}
+
 // The expert tensor table grows with layers x experts: bound the product, not just each.
 void check_expert_table_size(const HfConfig& c, const ArchitectureInfo& arch) {
     const char* key = arch.family == "mixtral"       ? "num_local_experts"
@@ -21,7 +32,7 @@ void check_expert_table_size(const HfConfig& c, const ArchitectureInfo& arch) {
                       : arch.family == "dense"       ? nullptr
                                                      : "num_experts";
     if (!key) return;
-    const int64_t experts = get_int(c, key, 0);
+    const int64_t experts = std::string(key) == "num_experts" ? qwen_expert_count(c, 0) : get_int(c, key, 0);
     if (arch.layers * experts > kMaxLayerExperts)
         throw Error(c.dir + "/config.json: num_hidden_layers " + std::to_string(arch.layers) + " x " + key + " " +
                     std::to_string(experts) + " = " + std::to_string(arch.layers * experts) +
@@ -276,7 +287,7 @@ ExpectedTensors expected_hf_tensors(const HfConfig& c, const ArchitectureInfo& a
                 E = get_int(c, "n_routed_experts");
                 moe = i >= get_int(c, "first_k_dense_replace", 0) && i % get_int(c, "moe_layer_freq", 1) == 0;
             } else {
-                E = get_int(c, "num_experts");
+                E = qwen_expert_count(c);
                 const int64_t step = get_int(c, "decoder_sparse_step", 1);
                 bool mlp_only = false;
                 if (auto it = c.json.find("mlp_only_layers"); it != c.json.end() && it->is_array())

@@ -42,6 +42,9 @@ struct ArchitectureInfo {
     // num_nextn_predict_layers; 0 with --drop_mtp, whose mtp.* tensors are then dropped).
     int64_t mtp_layers = 0;
     bool drop_mtp = false;
+    // --pad_vocab: an embedding or head with fewer rows than vocab_size is padded with zero rows
+    // (otherwise the config contradicts the checkpoint: an Error naming both sizes).
+    bool pad_vocab = false;
     std::vector<NameRule> rules;
     ExpectedTensors expected;  // what config.json implies, see expected_hf_tensors
 };

@@ -28,6 +28,10 @@ struct QuantizeSpec {
     bool symmetric = true;
     std::vector<std::string> ignore;  // extra names (exact module names or "re:" regexes)
     bool allow_unsupported = false;   // --allow_unsupported_quantization: write what no vLLM kernel runs
+    // Block FP8 only (--fp8_full_blocks_only): leave every Linear with a partial 128x128 block
+    // (rows or columns not a multiple of 128) unquantized, with the rest of its fused group, so
+    // transformers' dequantize-on-load (no FP8 GPU) loads the folder (fp8-formats.md §2.5).
+    bool fp8_full_blocks_only = false;
 };
 
 // Why no vLLM WNA16 kernel (compressed-tensors pack-quantized) runs `spec`, empty when one does:

@@ -21,6 +21,7 @@ struct OutputOptions {
     std::string target;           // --target_dir
     bool force = false;           // --force
     bool resume = false;          // --resume: continue an earlier staging folder
+    bool restart = false;         // --restart: discard an earlier staging folder and start over
     std::string reuse;            // --reuse: an earlier output whose unchanged files are taken over
     // A merge --resume can continue: ranks journal their blocks (progress display), CRCs are
     // checked before the commit, a failure keeps the staging folder. A format without --resume

@@ -208,9 +208,12 @@ bool create_lock(const std::string& path, const std::string& token) {
 // A merge stopped by SIGINT/SIGTERM/SIGHUP (Ctrl-C, scancel, mpirun passing it on) removes
 // its lock on the way out; only SIGKILL leaves a stale one, which the next merge takes over.
 char g_lock_path[4096] = {};
+char g_interrupt_note[8192] = {};
 
 void remove_lock_and_reraise(int signal) {
     if (g_lock_path[0]) ::unlink(g_lock_path);
+    // write(2) only: the one way to print that is safe in a signal handler.
+    if (g_interrupt_note[0]) [[maybe_unused]] const auto n = ::write(STDERR_FILENO, g_interrupt_note, std::strlen(g_interrupt_note));
     std::signal(signal, SIG_DFL);
     std::raise(signal);
 }
@@ -222,6 +225,16 @@ void remove_lock_on_signals(const std::string& path) {
 }
 
 }  // namespace
+
+void say_on_interrupt(const std::string& text) {
+    // The first byte goes last: a signal in between prints nothing rather than half a note.
+    g_interrupt_note[0] = '\0';
+    if (text.empty()) return;
+    const size_t n = std::min(text.size(), sizeof g_interrupt_note - 1);
+    std::memcpy(g_interrupt_note + 1, text.data() + 1, n - 1);
+    g_interrupt_note[n] = '\0';
+    g_interrupt_note[0] = text[0];
+}
 
 TargetLock::TargetLock(const std::string& target) : path_(path_for(target)) {
     // The target's parent folders are made as `mkdir -p` would (a merge always did).

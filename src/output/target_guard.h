@@ -50,6 +50,10 @@ private:
     std::string token_;
 };
 
+// What the process prints on stderr when SIGINT/SIGTERM/SIGHUP stops it while it holds a
+// target lock ("" for nothing): where the unfinished output is kept and how to continue it.
+void say_on_interrupt(const std::string& text);
+
 // The names below `dir` (files and folders, relative, sorted), without following links.
 std::vector<std::string> folder_entries(const std::string& dir);
 

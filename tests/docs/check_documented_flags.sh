@@ -19,6 +19,8 @@ foreign=(
     parsable mpi kill_on_bad_exit pty partition account dependency
     # Megatron-LM (its --save folder)
     save
+    # DeepSpeed's zero_to_fp32.py (docs/performance.md's peer runs)
+    safe_serialization
     # lfs (Lustre)
     stripe_count stripe_size
     # vLLM (docs/lora.md)

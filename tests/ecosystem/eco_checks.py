@@ -134,3 +134,139 @@ def check_adapter(folder, oracle, dtype):
             fail(f"{adapter_dir}: {key} differs from PEFT's export")
     model = PeftModel.from_pretrained(load_causal_lm(folder, dtype), adapter_dir).eval()
     compare_logits(model, os.path.join(oracle, "logits.safetensors"), True, "PeftModel")
+
+
+# ---- quantized outputs (docs/quantization.md) and HDF5 archives (docs/hdf5.md) ----
+
+BF16_U = 2.0 ** -8   # bf16 unit roundoff (7 stored mantissa bits, round to nearest)
+E4M3_REL = 2.0 ** -4   # float8_e4m3fn normals: 3 mantissa bits, half a step is 2^-4 of the value
+E4M3_SUB = 2.0 ** -10  # float8_e4m3fn subnormals: steps of 2^-9, half a step 2^-10 (times the scale)
+
+
+def quantized_bound(kind, ref, scale):
+    """The most |dequantized - oracle| may be per element, from the scheme alone (ref: the oracle
+    weight in fp32; scale: the file's scale, expanded to the weight's shape, in fp32).
+      int (symmetric, L = amax/scale = 7.5 for 4 bits, 127.5 for 8): round to nearest is half a
+        step (scale/2); the scale stored in bf16 is off by up to BF16_U, so the row maximum may
+        land up to L*BF16_U steps past the clamp; the dequantized product is rounded to bf16.
+      fp8 (both): E4M3 rounding 2^-4 relative (normals) or 2^-10 * scale (subnormals), plus the
+        bf16 roundings of the quotient (FP8_DYNAMIC), of the stored scale at the clamp and of the
+        dequantized value: 3 * BF16_U relative."""
+    if kind in ("int4", "int8"):
+        levels = 7.5 if kind == "int4" else 127.5
+        return scale * (0.5 + levels * BF16_U + BF16_U) + BF16_U * ref.abs()
+    return ref.abs() * (E4M3_REL + 3 * BF16_U) + scale * E4M3_SUB
+
+
+def expand_scale(kind, scale, shape):
+    """A file's scale tensor as one value per weight element."""
+    rows, cols = shape
+    scale = scale.float()
+    if kind == "fp8_block":   # [ceil(N/128), ceil(K/128)]
+        return scale.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
+    return scale.repeat_interleave(cols // scale.shape[1], 1)   # [N, groups] or [N, 1]
+
+
+def check_quantized_load(folder, kind, oracle_dir, logits_tol):
+    """A quantized folder loaded by transformers itself: compressed-tensors (int, FP8_DYNAMIC)
+    decompressed with run_compressed=False, block FP8 by plain from_pretrained (dequantized on
+    load without an FP8 GPU). Every quantized Linear within quantized_bound of the oracle, every
+    other tensor equal to it, logits within logits_tol (relative to their scale) of the live model's."""
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    with open(os.path.join(folder, "config.json")) as f:
+        qcfg = json.load(f)["quantization_config"]
+    kwargs = {}
+    if kind != "fp8_block":
+        # dequantize=True: what run_compressed=False was called before transformers 5.x deprecated it
+        kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    model, info = AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True, **kwargs)
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        if info.get(key):
+            fail(f"from_pretrained({folder}): {key} {list(info[key])[:8]}")
+    model.eval()
+    files = output_tensors(folder)
+    scale_suffix = {"fp8_block": ".weight_scale_inv"}.get(kind, ".weight_scale")
+    quantized = sorted(n[: -len(scale_suffix)] for n in files if n.endswith(scale_suffix))
+    ignored = set(qcfg.get("ignore") or qcfg.get("modules_to_not_convert") or [])
+    if ignored & set(quantized):
+        fail(f"{folder}: modules both quantized and listed as unquantized: {sorted(ignored & set(quantized))}")
+    state = {k: v for k, v in model.state_dict().items()}
+    oracle = load_file(os.path.join(oracle_dir, "weights.safetensors"))
+    compare_key_sets({k: v for k, v in state.items() if k in oracle or not k.endswith(
+        ("_scale", "_scale_inv", "_packed", "_shape", "_zero_point"))}, oracle, f"{folder} (loaded)")
+    worst, exact = 0.0, 0
+    for key, ref in oracle.items():
+        got = state[key]
+        module = key[: -len(".weight")] if key.endswith(".weight") else None
+        if module in quantized:
+            if not got.is_floating_point() or got.element_size() < 2 or got.shape != ref.shape:
+                fail(f"{key}: loaded as {got.dtype} {tuple(got.shape)}, not dequantized to the oracle's shape")
+            r = ref.float()
+            bound = quantized_bound(kind, r, expand_scale(kind, files[module + scale_suffix], ref.shape))
+            err = (got.float() - r).abs()
+            over = (err > bound).sum().item()
+            if over:
+                i = int((err - bound).argmax())
+                fail(f"{key}: {over} elements outside the {kind} bound, worst |diff| {err.flatten()[i]:g} "
+                     f"> bound {bound.flatten()[i]:g} (oracle {r.flatten()[i]:g})")
+            worst = max(worst, (err / bound.clamp_min(1e-30)).max().item())
+        else:
+            if module is not None and module.rsplit(".", 1)[-1].endswith("_proj") and module not in ignored:
+                fail(f"{module}: unquantized but not in the config's ignore list")
+            if got.dtype != ref.dtype or not torch.equal(got, ref):
+                fail(f"{key}: unquantized tensor differs from the oracle ({got.dtype}, {ref.dtype})")
+            exact += 1
+    print(f"  transformers ({kind}): loads; {len(quantized)} quantized Linears within "
+          f"{worst:.2f} of the {kind} error bound, {exact} other tensors equal the oracle", flush=True)
+    ref = load_file(os.path.join(oracle_dir, "logits.safetensors"))
+    with torch.no_grad():
+        got = model(input_ids=ref["input_ids"]).logits.float()
+    diff = (got - ref["logits"]).abs().max().item()
+    scale = ref["logits"].abs().max().item()
+    if diff > logits_tol * scale:
+        fail(f"{kind}: logits differ from the bf16 model's by {diff:g} (> {logits_tol} x scale {scale:g})")
+    print(f"  transformers ({kind}): logits within {diff:.3g} of the bf16 model's "
+          f"({diff / scale:.2%} of their scale {scale:.3g}; tolerance {logits_tol:.0%})", flush=True)
+    return len(quantized)
+
+
+def check_hdf5_archive(folder, oracle_file, dtype):
+    """model.h5 read with h5py (hdf5plugin registers the zstd filter 32015): every tensor the
+    root's tensor_names lists, its stored bytes read with the file type as memory type, bit-equal
+    to the oracle (after .to(dtype)); BF16 also read as h5py converts it (float32, exact); the
+    archive's hf_files/ equal the files beside it."""
+    import h5py
+    import hdf5plugin  # noqa: F401  (registers the zstd filter)
+    import numpy as np
+    want = load_file(oracle_file)
+    path = os.path.join(folder, "model.h5")
+    with h5py.File(path, "r") as f:
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in f.attrs["tensor_names"]]
+        compression = f.attrs["compression"]
+        compression = compression.decode() if isinstance(compression, bytes) else str(compression)
+        compare_key_sets(dict.fromkeys(names), want, path)
+        total = 0
+        for name in names:
+            ds = f[name.replace(".", "/")]
+            ref = want[name]
+            ref = ref.to(dtype) if ref.is_floating_point() else ref
+            hf_name = ds.attrs["hf_name"]
+            hf_name = hf_name.decode() if isinstance(hf_name, bytes) else str(hf_name)
+            if hf_name != name or tuple(ds.shape) != tuple(ref.shape):
+                fail(f"{path}: {name}: hf_name {hf_name}, shape {ds.shape}, oracle {tuple(ref.shape)}")
+            raw = np.empty(ds.shape, f"u{ds.id.get_type().get_size()}")
+            ds.id.read(h5py.h5s.ALL, h5py.h5s.ALL, raw, mtype=ds.id.get_type())
+            if raw.tobytes() != ref.contiguous().view(torch.uint8).numpy().tobytes():
+                fail(f"{path}: {name}: stored bytes differ from the oracle")
+            if ref.dtype == torch.bfloat16 and not torch.equal(torch.from_numpy(ds[()]), ref.float()):
+                fail(f"{path}: {name}: h5py's float32 reading differs from the oracle")
+            total += ref.numel() * ref.element_size()
+        if int(f.attrs["total_size"]) != total:
+            fail(f"{path}: total_size {f.attrs['total_size']}, tensors hold {total} bytes")
+        for fname, ds in f["hf_files"].items():
+            if not isinstance(ds, h5py.Dataset):
+                continue
+            beside = os.path.join(folder, fname)
+            if os.path.exists(beside) and open(beside, "rb").read() != ds[()].tobytes():
+                fail(f"{path}: hf_files/{fname} differs from {beside}")
+    print(f"  h5py ({compression}): {len(names)} tensors bit-equal to the oracle", flush=True)

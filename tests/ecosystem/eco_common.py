@@ -19,12 +19,19 @@ VOCAB = 257
 FIXED_INPUT = [[5, 17, 42, 99, 3, 250, 7, 128, 64, 11, 200, 31]]
 
 
-def tiny_config(family="qwen2", tie=False, dtype="bfloat16", layers=2):
-    """A two-layer HF config of the given family (Qwen2 with QKV bias, or Llama)."""
+# Every Linear a multiple of 128 in both dims (block FP8 loads on the CPU only then): hidden 128,
+# intermediate 256, 4 heads of 64 (q [256, 128], k/v [128, 128], o [128, 256]).
+SIZES_128 = dict(hidden_size=128, intermediate_size=256, head_dim=64)
+
+
+def tiny_config(family="qwen2", tie=False, dtype="bfloat16", layers=2, sizes=None):
+    """A two-layer HF config of the given family (Qwen2 with QKV bias, or Llama); `sizes`
+    overrides hidden/intermediate/head_dim (SIZES_128)."""
     from transformers import LlamaConfig, Qwen2Config
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=88, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                   tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2)
+    common.update(sizes or {})
     cls = {"qwen2": Qwen2Config, "llama": LlamaConfig}[family]
     cfg = cls(**common)
     cfg.dtype = dtype
@@ -126,6 +133,10 @@ def write_case(case_dir, **fields):
       logits_exact   true: the loaded model's logits must equal the live ones bit for bit
       adapter        true: the output has a PEFT adapter (checked with PeftModel)
       base_model     folder of the base model for the adapter check (relative to the case)
+      expected_error text the merge must fail with (a layout vmerge refuses by design)
+      quantized_modes  also merge with these quantizations and load each with its consumer
+                     (run_case.py QUANT_MODES: int4, int8, fp8_dynamic, fp8_block, fp8_full_blocks)
+      hdf5           true: also merge with --format hdf5 (plain and zstd) and read it with h5py
       extra_oracles  more tensor oracles the plain/extract output must equal, e.g. the producer's
                      own consolidation tool: [{"file": name in oracle/, "what": text for the
                      report, "partial": true if it may lack some output tensors}]

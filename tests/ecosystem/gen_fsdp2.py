@@ -4,6 +4,8 @@
 
 VARIANT (N ranks):
   w2_bf16        1-D mesh ("fsdp",) of N, Qwen2 in bf16
+  w2_bf16_128    the same with every Linear a multiple of 128 in both dims (block FP8 on the CPU)
+  (both also checked quantized: int4/int8, FP8_DYNAMIC, block FP8, and as HDF5 archives)
   w3_fp32_tied   1-D mesh of N, Llama with tied embeddings, fp32 parameters (what verl's actor
                  keeps) under a bf16 config: the merge casts
   hsdp           2x2 mesh ("ddp", "fsdp"), Qwen2 bf16
@@ -29,6 +31,7 @@ import eco_common as E  # noqa: E402
 VARIANTS = {
     # name: (family, tie, param dtype, config dtype, mesh shape, mesh names)
     "w2_bf16": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
+    "w2_bf16_128": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
     "w3_fp32_tied": ("llama", True, "float32", "bfloat16", None, ("fsdp",)),
     "hsdp": ("qwen2", False, "bfloat16", "bfloat16", (2, 2), ("ddp", "fsdp")),
     "tp2d": ("llama", False, "bfloat16", "bfloat16", (2, 2), ("dp", "tp")),
@@ -127,8 +130,9 @@ def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
     family, tie, pdtype, cdtype, shape, names = VARIANTS[variant]
     rank, world = E.init_gloo()
-    cfg = E.tiny_config(family, tie=tie, dtype=cdtype)
-    model = E.build_model(E.tiny_config(family, tie=tie, dtype=pdtype))
+    sizes = E.SIZES_128 if variant == "w2_bf16_128" else None
+    cfg = E.tiny_config(family, tie=tie, dtype=cdtype, sizes=sizes)
+    model = E.build_model(E.tiny_config(family, tie=tie, dtype=pdtype, sizes=sizes))
     model.config.dtype = cdtype
     lora = variant.startswith("lora")
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
@@ -173,7 +177,19 @@ def write_case_json(case_dir, variant, family, cdtype, pdtype, world, shape):
                  checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
                  output_dtype=cdtype, hf_load=True, logits_exact=True,
                  adapter=lora, base_model="base" if variant == "lora_only" else None,
-                 verl_merger=variant in ("w2_bf16", "w3_fp32_tied", "hsdp"))
+                 verl_merger=variant in ("w2_bf16", "w3_fp32_tied", "hsdp"),
+                 **quantized_fields(variant))
+
+
+def quantized_fields(variant):
+    """The bf16 Qwen2 cases also go through every quantization and the HDF5 archive. Block FP8
+    loads on the CPU only with whole 128x128 blocks: the 64/88-dim model with
+    --fp8_full_blocks_only (every Linear then unquantized), the 128-dim one with and without it."""
+    if variant == "w2_bf16":
+        return dict(quantized_modes=["int4", "int8", "fp8_dynamic", "fp8_full_blocks"], hdf5=True)
+    if variant == "w2_bf16_128":
+        return dict(quantized_modes=["int4", "int8", "fp8_dynamic", "fp8_block", "fp8_full_blocks"], hdf5=True)
+    return {}
 
 
 if __name__ == "__main__":

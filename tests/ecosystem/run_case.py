@@ -1,5 +1,6 @@
 """Merges one ecosystem case with vmerge on 1, 2 and 3 ranks and loads every output with the real
-consumers: safetensors, transformers, PEFT.
+consumers: safetensors, transformers, PEFT; quantized outputs with transformers' compressed-tensors
+and FineGrainedFP8 paths, HDF5 archives with h5py and hdf5plugin.
 
     run_case.py CASE_DIR --vmerge BIN --mpiexec MPIEXEC --work DIR [--np 1 2 3]
 
@@ -20,7 +21,8 @@ import eco_checks as C  # noqa: E402
 
 
 def run_vmerge(args, case, np_, target, extra):
-    """vmerge merge under mpiexec with its own Open MPI session folder (TMPDIR) per run."""
+    """vmerge merge under mpiexec with its own Open MPI session folder (TMPDIR) per run. A case
+    with `expected_error` must fail with that text on stderr and leave no target folder."""
     session = target + ".ompi"
     os.makedirs(session, exist_ok=True)
     env = dict(os.environ, TMPDIR=session, OMPI_ALLOW_RUN_AS_ROOT="1",
@@ -31,8 +33,56 @@ def run_vmerge(args, case, np_, target, extra):
     if case.get("hf_config"):
         cmd += ["--hf_config", os.path.join(args.case, case["hf_config"])]
     print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, env=env)
+    expected = case.get("expected_error")
+    result = subprocess.run(cmd, env=env, stderr=subprocess.PIPE if expected else None, text=True)
     shutil.rmtree(session, ignore_errors=True)
+    if not expected:
+        if result.returncode:
+            raise subprocess.CalledProcessError(result.returncode, cmd)
+        return True
+    if result.returncode == 0 or expected not in result.stderr or os.path.exists(target):
+        raise C.CheckFailed(f"expected the merge to fail with '{expected}' and leave no {target}; exit "
+                            f"{result.returncode}, stderr: {result.stderr[-2000:]}")
+    print(f"  refused as expected: {expected}", flush=True)
+    return False
+
+
+# case.json `quantized_modes`: the vmerge flags of each, and the logits tolerance (max |diff| from
+# the bf16 model's logits over their max |value|). The tolerances are a few times what these tiny
+# random models show (README: measured), loose enough for rounding-order changes in a consumer,
+# tight enough that a wrong scale, code or transposed block fails by far: int4 in groups of 32
+# (step amax/7.5) moves the logits most, int8 per channel and both FP8s (2^-4 relative) least.
+QUANT_MODES = {
+    "int4": (["--quantize", "--bits", "4", "--group_size", "32"], 0.25),
+    "int8": (["--quantize", "--bits", "8", "--group_size", "0"], 0.03),
+    "fp8_dynamic": (["--quantize=fp8-dynamic"], 0.08),
+    "fp8_block": (["--quantize=fp8"], 0.08),
+    "fp8_full_blocks": (["--quantize=fp8", "--fp8_full_blocks_only"], 0.08),
+}
+ARCHIVE_MODES = {"hdf5": ["--format", "hdf5"], "hdf5_zstd": ["--format", "hdf5", "--compress", "zstd"]}
+
+
+def check_quantized(args, case, np_, mode):
+    """One quantized merge, loaded by transformers (compressed-tensors or FineGrainedFP8)."""
+    target = os.path.join(args.work, f"{os.path.basename(args.case)}.{mode}.np{np_}")
+    shutil.rmtree(target, ignore_errors=True)
+    flags, tol = QUANT_MODES[mode]
+    run_vmerge(args, case, np_, target, flags)
+    kind = "fp8_block" if mode == "fp8_full_blocks" else mode
+    C.check_quantized_load(target, kind, os.path.join(args.case, "oracle"), tol)
+    shutil.rmtree(target)
+    print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
+
+
+def check_archive(args, case, np_, mode):
+    """One HDF5 archive, read with h5py."""
+    target = os.path.join(args.work, f"{os.path.basename(args.case)}.{mode}.np{np_}")
+    shutil.rmtree(target, ignore_errors=True)
+    run_vmerge(args, case, np_, target, ARCHIVE_MODES[mode])
+    C.check_hdf5_archive(target, os.path.join(args.case, "oracle", "weights.safetensors"),
+                         getattr(torch, case["output_dtype"]))
+    shutil.rmtree(target)
+    print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 
 
 def check_merge(args, case, np_, mode):
@@ -42,7 +92,8 @@ def check_merge(args, case, np_, mode):
     extra = {"plain": [], "extract": [], "fold": ["--merge_lora"]}[mode]
     if case.get("base_model"):
         extra += ["--lora_base", os.path.join(args.case, case["base_model"])]
-    run_vmerge(args, case, np_, target, extra + case.get(f"{mode}_args", []))
+    if not run_vmerge(args, case, np_, target, extra + case.get(f"{mode}_args", [])):
+        return
     oracle = os.path.join(args.case, "oracle")
     dtype = getattr(torch, case["output_dtype"])
     if mode == "fold":
@@ -70,15 +121,21 @@ def main():
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--np", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--modes", nargs="+", help="only these modes (plain, int4, ..., hdf5_zstd)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     with open(os.path.join(args.case, "case.json")) as f:
         case = json.load(f)
     os.makedirs(args.work, exist_ok=True)
     modes = ["extract", "fold"] if case.get("adapter") else ["plain"]
+    wanted = (lambda m: not args.modes or m in args.modes)
     for np_ in args.np:
-        for mode in modes:
+        for mode in filter(wanted, modes):
             check_merge(args, case, np_, mode)
+        for mode in filter(wanted, case.get("quantized_modes", [])):
+            check_quantized(args, case, np_, mode)
+        for mode in filter(wanted, ARCHIVE_MODES if case.get("hdf5") else []):
+            check_archive(args, case, np_, mode)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 # Failures for real: (1) kill -9 one rank of an `mpirun -np 4` merge midway: every rank must
 # stop quickly with a non-zero exit, no target folder, the staging folder kept; then --resume
 # finishes it bit-exact to an uninterrupted merge, keeping (not rewriting) what was already
-# written and checked. (2) a write that fails (ulimit -f) stops the merge with the file named.
+# written and checked; a plain rerun keeps the staging folder, --restart discards it; Ctrl-C says
+# how to continue. (2) a write that fails (ulimit -f) stops the merge with the file named.
 # usage: kill_and_resume.sh VMERGE MPIEXEC SOURCE_DIR WORK
 set -uo pipefail
 vmerge=$1 mpiexec=$2 source_dir=$3 work=$4
@@ -77,6 +78,26 @@ done
     fail "resumed a staging folder of a different plan"
 grep -q "different merge" "$work/other.log" || { cat "$work/other.log"; fail "no clear message for a different plan"; }
 echo "ok   a different plan is refused"
+
+# A plain rerun keeps the interrupted merge's staging folder and says how to go on; --restart
+# discards it and merges from the start.
+"$vmerge" merge --local_dir "$example" --target_dir "$work/other" >"$work/rerun.log" 2>&1 &&
+    fail "a plain rerun went past an interrupted merge's staging folder"
+grep -q -- "rerun with --resume to continue it" "$work/rerun.log" || { cat "$work/rerun.log"; fail "no --resume/--restart hint"; }
+[[ -d $work/.other.vmerge-staging ]] || fail "a plain rerun discarded the staging folder"
+"$vmerge" merge --local_dir "$example" --target_dir "$work/other" --restart >"$work/restart.log" 2>&1 ||
+    { cat "$work/restart.log"; fail "--restart failed"; }
+grep -q "discarded the staging folder" "$work/restart.log" || { cat "$work/restart.log"; fail "--restart did not say what it discarded"; }
+echo "ok   a plain rerun keeps the staging folder; --restart discards it"
+
+# Ctrl-C (SIGINT) mid-copy: the message says where the unfinished output is kept and how to
+# continue it; the staging folder stays.
+VMERGE_TEST_BLOCK_DELAY_MS=1000 timeout -s INT 3 "$vmerge" merge "${args[@]}" --target_dir "$work/ctrlc" \
+    >"$work/ctrlc.log" 2>&1 && fail "an interrupted merge exited 0"
+grep -q "interrupted; the unfinished output is kept in $work/.ctrlc.vmerge-staging; rerun the same command with --resume" \
+    "$work/ctrlc.log" || { cat "$work/ctrlc.log"; fail "Ctrl-C did not say how to continue"; }
+[[ -d $work/.ctrlc.vmerge-staging && ! -e $work/ctrlc ]] || fail "Ctrl-C did not keep the staging folder"
+echo "ok   Ctrl-C names the kept staging folder and --resume"
 
 # (2) A write that fails: a 256 KiB file-size limit on the ranks (not on mpirun, whose
 # shared-memory segments need more), output files of about 1 MB.

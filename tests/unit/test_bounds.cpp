@@ -202,8 +202,13 @@ TEST(CommandLineBounds, EveryNumericFlagBounded) {
     EXPECT_EQ(with({"--iteration", "-1"}), "--iteration -1: expected 0..999999999");
     EXPECT_EQ(with({"--progress", "-2"}), "--progress -2: expected -1..86400");
     EXPECT_EQ(with({"--group_size", "-1"}), "--group_size -1: expected 0..16777216");
-    EXPECT_EQ(with({"--atol", "nan"}), "--atol nan: expected a finite number >= 0");
-    EXPECT_EQ(with({"--rtol", "-1"}), "--rtol -1: expected a finite number >= 0");
+    EXPECT_EQ(error_of([] { parse({"test", "--local_dir", "/in", "--test_hf_dir", "/ref", "--atol", "nan"}); }),
+              "--atol nan: expected a finite number >= 0");
+    EXPECT_EQ(error_of([] { parse({"test", "--local_dir", "/in", "--test_hf_dir", "/ref", "--rtol", "-1"}); }),
+              "--rtol -1: expected a finite number >= 0");
+    // A flag the command does not take is refused, never ignored.
+    EXPECT_EQ(with({"--atol", "1"}), "--atol applies to test, not merge");
+    EXPECT_EQ(with({"--np", "4"}), "--np applies to inspect, not merge");
     EXPECT_EQ(with({"--max_shard_size", "0"}), "--max_shard_size 0: expected a positive size (at least 1 byte)");
     EXPECT_FALSE(with({"--lora_alpha", "inf"}).empty());
     EXPECT_EQ(with({"--tp_size", "8", "--iteration", "1000", "--progress", "0"}), "");

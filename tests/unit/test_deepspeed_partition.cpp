@@ -85,6 +85,18 @@ TEST(DeepSpeedPartition, Zero2GroupReadsParametersAcrossRankPartitions) {
     EXPECT_THROW(zero2_group_slices(params, {4, 4, 10}, "g"), Error);
 }
 
+TEST(DeepSpeedPartition, Zero2GroupSkipsParameterAlignmentPadding) {
+    // DeepSpeed 0.19's parameter_alignment: a [5] then 3 padding elements, then b [2, 3]: 14
+    // elements, W = 3, padded to 18, P = 6; the last rank saves 2. b starts at element 8.
+    const std::vector<FlatParam> params{{"a", {5}}, {"b", {2, 3}}};
+    const auto s = zero2_group_slices(params, {6, 6, 2}, "g", {3, 0});
+    ASSERT_EQ(s.size(), 2u);
+    EXPECT_EQ(s[0], (std::vector<FlatSlice>{{0, 0, 0, 5}}));
+    EXPECT_EQ(s[1], (std::vector<FlatSlice>{{1, 2, 0, 4}, {2, 0, 4, 2}}));
+    // Read back to back, as before the paddings were known, b would start 3 elements early.
+    EXPECT_THROW(zero2_group_slices(params, {6, 6, 2}, "g", {3}), Error);  // one padding per parameter
+}
+
 TEST(DeepSpeedPartition, Zero3PiecesAreCeilNOverWPerRank) {
     // W = 4: a [5] (ps 2), b [3] (ps 1) in sub-group 0 (3 per rank), c [2, 4] (ps 2) in sub-group 1.
     const std::vector<FlatParam> params{{"a", {5}}, {"b", {3}}, {"c", {2, 4}}};

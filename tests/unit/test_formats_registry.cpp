@@ -101,6 +101,29 @@ TEST(BackendRegistry, EachLayoutDetectsItsFixtures) {
     EXPECT_EQ(layout_of(archive.path(), "hdf5"), "hdf5_archive");
 }
 
+TEST(BackendRegistry, StepSelectionFlagsAreHonouredOrRefused) {
+    // A flag that names a step is never ignored: FSDP has no iterations and no tags.
+    const std::string fsdp = kFixtures + "/fsdp2_w2";
+    const std::string no_iterations = error_of([&] { detect_checkpoint(fsdp, "auto", 2); });
+    EXPECT_TRUE(testing::contains(no_iterations, "--iteration 2: " + fsdp + " was read as ")) << no_iterations;
+    EXPECT_TRUE(testing::contains(no_iterations, "which has no iterations to choose from")) << no_iterations;
+    const std::string no_tags = error_of([&] { detect_checkpoint(fsdp, "fsdp", std::nullopt, "global_step2"); });
+    EXPECT_TRUE(testing::contains(no_tags, "--tag global_step2: ")) << no_tags;
+    // On a verl run folder --iteration N is --step N.
+    testing::TempDir run;
+    for (const char* step : {"global_step_1", "global_step_2"}) {
+        std::filesystem::create_directories(run.path() + "/" + step);
+        std::filesystem::copy(fsdp, run.path() + "/" + step + "/actor", std::filesystem::copy_options::recursive);
+    }
+    run.touch("latest_checkpointed_iteration.txt", "1");
+    const DetectedCheckpoint second = detect_checkpoint(run.path(), "auto", 2);
+    EXPECT_EQ(second.dir, run.path() + "/global_step_2/actor");
+    LevelChoice step_one;
+    step_one.step = 1;
+    EXPECT_TRUE(testing::contains(error_of([&] { detect_checkpoint(run.path(), "auto", 2, std::nullopt, step_one); }),
+                                  "name two steps"));
+}
+
 TEST(BackendRegistry, TorchDistWithoutModelTensorsIsPassedOver) {
     // A dist_ckpt/ holding only optimizer state (verl >= 0.7): here a plain DCP folder's files.
     testing::TempDir dir;
@@ -140,7 +163,8 @@ TEST(BackendRegistry, ForcedBackendMissesKeepTheirMessages) {
     // A forced backend looks only at its own layouts.
     EXPECT_EQ(error_of([&] { detect_checkpoint(kFixtures + "/fsdp2_w2_dcp", "fsdp", std::nullopt); }),
               kFixtures + "/fsdp2_w2_dcp: no model_world_size_*_rank_*.pt files (--backend fsdp)");
-    EXPECT_EQ(error_of([&] { detect_checkpoint(d + "/none", "auto", std::nullopt); }), d + "/none: not a directory");
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d + "/none", "auto", std::nullopt); }),
+              d + "/none: does not exist (--local_dir: the checkpoint folder)");
 }
 
 }  // namespace

@@ -123,6 +123,68 @@ TEST(Fp8Quantization, IgnoringOnePartOfAFusedGroupLeavesTheGroup) {
     EXPECT_TRUE(fused_part("model.layers.0.mlp.down_proj").group.empty());
 }
 
+TEST(Fp8Quantization, FullBlocksOnlyLeavesPartialBlocksAndTheirFusedGroupUnquantized) {
+    // q [256, 128] and k/v [128, 128] are whole blocks; gate/up [200, 128] and down [128, 200] are not.
+    auto dense = [] {
+        TensorMapping m;
+        m.tensors = {weight("model.layers.0.self_attn.q_proj.weight", {256, 128}),
+                     weight("model.layers.0.self_attn.k_proj.weight", {128, 128}),
+                     weight("model.layers.0.self_attn.v_proj.weight", {128, 128}),
+                     weight("model.layers.0.self_attn.o_proj.weight", {128, 256}),
+                     weight("model.layers.0.mlp.gate_proj.weight", {256, 128}),
+                     weight("model.layers.0.mlp.up_proj.weight", {200, 128}),
+                     weight("model.layers.0.mlp.down_proj.weight", {128, 200}),
+                     weight("lm_head.weight", {100, 128})};
+        return m;
+    };
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8Block;
+    // Today's layout: everything quantized, partial blocks said in a note.
+    TensorMapping kept = dense();
+    const QuantizationPlan as_is = plan_quantization(kept, spec);
+    for (const char* m : {"self_attn.q_proj", "mlp.up_proj", "mlp.down_proj"})
+        EXPECT_EQ(find(kept, std::string("model.layers.0.") + m + ".weight")->dtype, DType::F8_E4M3) << m;
+    EXPECT_EQ(as_is.ignored_modules, std::vector<std::string>{"lm_head"});
+    ASSERT_EQ(as_is.notes.size(), 1u);
+    EXPECT_NE(as_is.notes[0].find("2 Linear modules written with partial 128x128 blocks"), std::string::npos);
+    EXPECT_NE(as_is.notes[0].find("transformers cannot dequantize"), std::string::npos);
+    EXPECT_NE(as_is.notes[0].find("model.layers.0.mlp.up_proj [200, 128]"), std::string::npos);
+    EXPECT_NE(as_is.notes[0].find("--fp8_full_blocks_only"), std::string::npos);
+
+    // The option: up and down stay BF16, gate with them (vLLM fuses gate/up), attention is FP8.
+    spec.fp8_full_blocks_only = true;
+    TensorMapping whole = dense();
+    const QuantizationPlan plan = plan_quantization(whole, spec);
+    for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj"})
+        EXPECT_EQ(find(whole, std::string("model.layers.0.") + m + ".weight")->dtype, DType::F8_E4M3) << m;
+    for (const char* m : {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+        EXPECT_EQ(find(whole, std::string("model.layers.0.") + m + ".weight")->dtype, DType::BF16) << m;
+        EXPECT_FALSE(find(whole, std::string("model.layers.0.") + m + ".weight_scale_inv")) << m;
+    }
+    EXPECT_EQ(plan.ignored_modules, (std::vector<std::string>{"lm_head", "model.layers.0.mlp.gate_proj",
+                                                              "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"}));
+    const auto config = quantization_config(spec, plan.ignored_modules);
+    EXPECT_EQ(config["modules_to_not_convert"], plan.ignored_modules);
+    ASSERT_EQ(plan.notes.size(), 2u);
+    EXPECT_NE(plan.notes[0].find("1 Linear modules left unquantized with the rest of their fused group"), std::string::npos);
+    EXPECT_NE(plan.notes[1].find("2 Linear modules left unquantized by --fp8_full_blocks_only"), std::string::npos);
+
+    // A model of whole blocks: the option changes nothing, and there is no note.
+    TensorMapping full;
+    full.tensors = {weight("model.layers.0.self_attn.q_proj.weight", {256, 128}),
+                    weight("model.layers.0.mlp.down_proj.weight", {128, 256})};
+    const QuantizationPlan none = plan_quantization(full, spec);
+    EXPECT_EQ(find(full, "model.layers.0.mlp.down_proj.weight")->dtype, DType::F8_E4M3);
+    EXPECT_TRUE(none.notes.empty());
+    EXPECT_EQ(none.ignored_modules, std::vector<std::string>{"lm_head"});
+
+    // FP8_DYNAMIC has no blocks: no note.
+    TensorMapping rows = dense();
+    QuantizeSpec dynamic;
+    dynamic.scheme = QuantScheme::Fp8Dynamic;
+    EXPECT_TRUE(plan_quantization(rows, dynamic).notes.empty());
+}
+
 TEST(Fp8Quantization, ShapeRulesNameWhatVllmRefuses) {
     // Llama-3-8B's dimensions load at TP 1..8: no warning.
     EXPECT_TRUE(block_fp8_shape_warnings({{"model.layers.0.self_attn.q_proj", 4096, 4096},

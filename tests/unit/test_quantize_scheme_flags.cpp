@@ -60,6 +60,16 @@ TEST(QuantizeSchemeFlags, IntFlagsWithFp8AreUsageErrors) {
     EXPECT_EQ(usage_error({"--quantize=fp9"}), "--quantize fp9: expected int, fp8 or fp8-dynamic");
 }
 
+TEST(QuantizeSchemeFlags, FullBlocksOnlyIsABlockFp8Flag) {
+    EXPECT_TRUE(parse_merge({"--quantize=fp8", "--fp8_full_blocks_only"})->quantize_spec.fp8_full_blocks_only);
+    EXPECT_TRUE(parse_merge({"--quantize", "fp8", "--fp8-full-blocks-only"})->quantize_spec.fp8_full_blocks_only);
+    EXPECT_FALSE(parse_merge({"--quantize=fp8"})->quantize_spec.fp8_full_blocks_only);
+    EXPECT_EQ(usage_error({"--fp8_full_blocks_only"}), "--fp8_full_blocks_only applies to --quantize=fp8 (block FP8)");
+    EXPECT_EQ(usage_error({"--quantize=fp8-dynamic", "--fp8_full_blocks_only"}),
+              "--fp8_full_blocks_only applies to --quantize=fp8 (block FP8); --quantize=fp8-dynamic has no blocks");
+    EXPECT_NE(usage_error({"--quantize", "--fp8_full_blocks_only"}).find("--quantize=int has no blocks"), std::string::npos);
+}
+
 TEST(QuantizeSchemeFlags, EverySchemeCombinesWithTheArchive) {
     for (const char* scheme : {"--quantize", "--quantize=fp8", "--quantize=fp8-dynamic"})
         EXPECT_EQ(usage_error({scheme, "--format", "hdf5"}), "") << scheme;

@@ -145,6 +145,12 @@ std::map<std::string, OutputTensor> trainable(Zero& z) {
     std::map<std::string, OutputTensor> out;
     const auto& groups = z.model.param_shapes;
     if (z.stage <= 2) {
+        // Padding between parameters (parameter_alignment): the same on every rank, zero_to_fp32
+        // reads rank 0's; a file without the key (DeepSpeed < 0.19) has none.
+        const auto aligned = optim_facts(z.optim_scan(0)).param_alignment_paddings;
+        if (!aligned.empty() && aligned.size() != groups.size())
+            throw Error(z.optim_scan(0).path + ": param_alignment_paddings has " + std::to_string(aligned.size()) +
+                        " groups but param_shapes has " + std::to_string(groups.size()));
         for (size_t g = 0; g < groups.size(); ++g) {
             std::vector<int64_t> lengths;
             std::vector<const TensorRef*> flats;
@@ -153,7 +159,8 @@ std::map<std::string, OutputTensor> trainable(Zero& z) {
                 flats.push_back(z.flats[r][g]);
             }
             const auto params = params_of(groups[g]);
-            const auto slices = zero2_group_slices(params, lengths, z.c.tag_dir + " param group " + std::to_string(g));
+            const auto slices = zero2_group_slices(params, lengths, z.c.tag_dir + " param group " + std::to_string(g),
+                                                   aligned.empty() ? std::vector<int64_t>{} : aligned[g]);
             for (size_t i = 0; i < params.size(); ++i)
                 out.emplace(params[i].name, from_slices(z, params[i].name, params[i].shape, slices[i], flats));
         }
@@ -304,9 +311,12 @@ TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<Scan
             masters += static_cast<uint64_t>(numel(shape)) * 4;
             if (z.stage == 3) padding += (z.world - numel(shape) % z.world) % z.world;
         }
-    if (z.stage <= 2)
+    if (z.stage <= 2) {
         for (size_t r = 0; r < z.world; ++r)
             for (int64_t p : optim_facts(z.optim_scan(r)).group_paddings) padding += static_cast<uint64_t>(p);
+        for (const auto& group : optim_facts(z.optim_scan(0)).param_alignment_paddings)  // once per flat, not per rank
+            for (int64_t p : group) padding += static_cast<uint64_t>(p);
+    }
     facts["tag"] = c.tag;
     facts["zero_stage"] = z.stage;
     facts["world_size"] = z.world;

@@ -103,6 +103,13 @@ json optim_metadata(const Value& top, const std::string& where) {
         m["partition_count"] = ints_of(*count, where + " partition_count");
     if (const Value* paddings = pickle::dict_get(*osd, "group_paddings"))
         m["group_paddings"] = ints_of(*paddings, where + " group_paddings");
+    if (const Value* aligned = pickle::dict_get(*osd, "param_alignment_paddings"); aligned && aligned->kind != Kind::None) {
+        if (aligned->kind != Kind::List && aligned->kind != Kind::Tuple)
+            throw Error(where + ": param_alignment_paddings is " + pickle::describe(*aligned) + ", not a list per group");
+        m["param_alignment_paddings"] = json::array();
+        for (const auto& group : aligned->items)
+            m["param_alignment_paddings"].push_back(ints_of(*group, where + " param_alignment_paddings"));
+    }
     return m;
 }
 
@@ -167,6 +174,8 @@ OptimFacts optim_facts(const ScannedFile& scan) {
     if (m.contains("zero_stage")) f.zero_stage = m["zero_stage"].get<int>();
     if (m.contains("partition_count")) f.partition_count = m["partition_count"].get<std::vector<int64_t>>();
     if (m.contains("group_paddings")) f.group_paddings = m["group_paddings"].get<std::vector<int64_t>>();
+    if (m.contains("param_alignment_paddings"))
+        f.param_alignment_paddings = m["param_alignment_paddings"].get<std::vector<std::vector<int64_t>>>();
     return f;
 }
 

@@ -29,6 +29,9 @@ struct OptimFacts {
     std::optional<int> zero_stage;  // none: not a ZeRO optimizer (BF16_Optimizer)
     std::vector<int64_t> partition_count;
     std::vector<int64_t> group_paddings;
+    // DeepSpeed >= 0.19 with zero_optimization.parameter_alignment: per ZeRO-1/2 group, the
+    // padding after each parameter (param_shapes order) inside the flat; empty when not saved.
+    std::vector<std::vector<int64_t>> param_alignment_paddings;
 };
 
 // What a model-states file says besides its tensors.

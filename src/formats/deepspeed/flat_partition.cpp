@@ -81,10 +81,18 @@ std::vector<FlatSlice> slices_of_concatenation(const std::vector<int64_t>& lengt
 }
 
 std::vector<std::vector<FlatSlice>> zero2_group_slices(const std::vector<FlatParam>& params,
-                                                       const std::vector<int64_t>& rank_lengths, const std::string& where) {
+                                                       const std::vector<int64_t>& rank_lengths, const std::string& where,
+                                                       const std::vector<int64_t>& param_paddings) {
+    if (!param_paddings.empty() && param_paddings.size() != params.size())
+        throw Error(where + ": param_alignment_paddings has " + std::to_string(param_paddings.size()) +
+                    " entries but param_shapes has " + std::to_string(params.size()) + " parameters");
+    auto padding_after = [&](size_t i) { return param_paddings.empty() ? int64_t{0} : param_paddings[i]; };
     const int64_t available = std::accumulate(rank_lengths.begin(), rank_lengths.end(), int64_t{0});
     int64_t consumed = 0;
-    for (const auto& p : params) consumed += numel_of(p);
+    for (size_t i = 0; i < params.size(); ++i) {
+        if (padding_after(i) < 0) throw Error(where + ": a negative param_alignment_paddings entry");
+        consumed += numel_of(params[i]) + padding_after(i);
+    }
     // Both counts may differ by DeepSpeed's alignment of the group to 2·W elements only.
     const int64_t align = 2 * static_cast<int64_t>(rank_lengths.size());
     auto aligned = [&](int64_t n) { return (n + align - 1) / align * align; };
@@ -93,9 +101,9 @@ std::vector<std::vector<FlatSlice>> zero2_group_slices(const std::vector<FlatPar
                     std::to_string(rank_lengths.size()) + " ranks' fp32 partitions hold " + std::to_string(available));
     std::vector<std::vector<FlatSlice>> out;
     int64_t offset = 0;
-    for (const auto& p : params) {
-        out.push_back(slices_of_concatenation(rank_lengths, offset, offset + numel_of(p), 0));
-        offset += numel_of(p);
+    for (size_t i = 0; i < params.size(); ++i) {
+        out.push_back(slices_of_concatenation(rank_lengths, offset, offset + numel_of(params[i]), 0));
+        offset += numel_of(params[i]) + padding_after(i);
     }
     return out;
 }

@@ -40,11 +40,14 @@ struct FlatParam {
 };
 
 // ZeRO-1/2, one parameter group: its parameters lie one after the other in the concatenation
-// of the ranks' saved partitions (alignment padding, at the group's end, already stripped);
-// `rank_lengths[r]` is rank r's saved length (slice.flat = rank). Error (naming `where`)
-// unless the parameters use the partitions up to DeepSpeed's 2·W alignment.
+// of the ranks' saved partitions (alignment padding, at the group's end, already stripped),
+// parameter i followed by `param_paddings[i]` elements of padding when given (DeepSpeed's
+// parameter_alignment; empty: none); `rank_lengths[r]` is rank r's saved length
+// (slice.flat = rank). Error (naming `where`) unless the parameters and their paddings use the
+// partitions up to DeepSpeed's 2·W alignment, or the paddings are not one per parameter.
 std::vector<std::vector<FlatSlice>> zero2_group_slices(const std::vector<FlatParam>& params,
-                                                       const std::vector<int64_t>& rank_lengths, const std::string& where);
+                                                       const std::vector<int64_t>& rank_lengths, const std::string& where,
+                                                       const std::vector<int64_t>& param_paddings = {});
 
 // ZeRO-3: parameter i (in param_shapes order over all sub-groups) is cut into W pieces of
 // ps = ceil(N/W); rank r's piece sits at offset sum(ps of earlier parameters) of the

@@ -14,6 +14,7 @@ namespace {
 class MegatronLegacyBackend final : public Backend {
 public:
     std::string name() const override { return "megatron_legacy"; }
+    std::vector<std::string> selection_flags() const override { return {"--iteration"}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const fs::path iter = resolve_iteration_dir(request.local_dir, request.iteration);
@@ -31,7 +32,8 @@ public:
 
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        const ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
+        ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
+        arch.pad_vocab = options.pad_vocab;
         TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);
         m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
                                    &ledger, &m.facts["architecture_table"]);

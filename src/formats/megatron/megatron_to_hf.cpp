@@ -93,6 +93,10 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
                 notes.push_back(t.name + ": " + std::to_string(rows - arch.vocab) + " padded vocabulary rows dropped (vocab_size " +
                                 std::to_string(arch.vocab) + ")");
             if (rows < arch.vocab) {
+                if (!arch.pad_vocab)
+                    throw Error(t.name + ": " + std::to_string(rows) + " rows, but config.json says vocab_size " +
+                                std::to_string(arch.vocab) + ": the config does not match this checkpoint (pass the "
+                                "model's own --hf_config, or --pad_vocab to write the missing rows as zeros)");
                 o.zero_fill = true;
                 notes.push_back(t.name + ": " + std::to_string(rows) + " rows, config.json vocab_size is " +
                                 std::to_string(arch.vocab) + "; the missing rows are written as zeros");

@@ -42,6 +42,7 @@ TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping
 class TorchDistBackend final : public Backend {
 public:
     std::string name() const override { return "torch_dist"; }
+    std::vector<std::string> selection_flags() const override { return {"--iteration"}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const fs::path dir(request.local_dir);
@@ -54,8 +55,9 @@ public:
 
     void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        const ArchitectureInfo arch =
+        ArchitectureInfo arch =
             architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
+        arch.pad_vocab = options.pad_vocab;
         TensorMapping canonical = assemble_dcp_tensors(d.dcp, scans, true, &ledger);
         const TensorMapping adapters = take_megatron_adapters(canonical);
         if (adapters.tensors.empty()) {

@@ -65,6 +65,7 @@ fs::path find_step_folder(const fs::path& local_dir, std::optional<int> iteratio
 class TorchtitanBackend final : public Backend {
 public:
     std::string name() const override { return "torchtitan"; }
+    std::vector<std::string> selection_flags() const override { return {"--iteration"}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const fs::path step = find_step_folder(request.local_dir, request.iteration);

@@ -165,8 +165,7 @@ std::vector<std::pair<std::string, std::string>> ArchiveReader::files() {
         const std::string where = path_ + " /" + kArchiveFilesGroup + "/" + name;
         if (name.find("..") != std::string::npos) throw Error(where + ": a file name with '..' is not extracted");
         // A copied file never takes the name of a file the weights are written to.
-        if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name == kChecksumsFile ||
-            name.find('/') != std::string::npos)
+        if (name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json") || name == kChecksumsFile)
             throw Error(where + ": '" + name + "' is not a configuration or tokenizer file name (the archive's weights "
                         "are under /tensors); not extracted");
         const H5Handle dataset = checked(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose, where);

@@ -50,7 +50,7 @@ void create_output_files(const std::string& staging, const OutputLayout& layout)
 
 }  // namespace
 
-StagingState prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout,
+StagingState prepare_staging(const std::string& target, bool force, bool resume, bool restart, const OutputLayout& layout,
                              const ResumeIdentity& identity, const std::vector<InputFolder>& inputs) {
     check_target(target, force, inputs);
     const std::string staging = staging_path(target);
@@ -65,9 +65,13 @@ StagingState prepare_staging(const std::string& target, bool force, bool resume,
             state.note = "resuming the interrupted merge in " + staging;
             return state;
         }
+        // An interrupted merge's work is the user's: a plain rerun never throws it away.
+        if (!restart && is_our_staging(staging))
+            throw Error(staging + ": an interrupted merge into " + target + " left this staging folder (kept); rerun "
+                        "with --resume to continue it (its blocks are checked), or with --restart to discard it and "
+                        "merge from the start");
         discard_earlier_staging(target);
-        state.note = "discarded the staging folder of an earlier, unfinished merge (" + staging +
-                     "); --resume would have continued it";
+        state.note = "discarded the staging folder of an earlier, unfinished merge (" + staging + ", --restart)";
     } else if (resume) {
         state.note = "nothing to resume (no " + staging + "): merging from the start";
     }

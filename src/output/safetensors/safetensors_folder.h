@@ -23,7 +23,7 @@ namespace vmerge {
 // Rank 0: checks the target, creates a fresh staging folder (an earlier one is removed only if
 // vmerge made it), and creates every output file at its final size with its header written.
 // With `resume`, an existing staging folder of the same plan, split and inputs is kept as it is.
-StagingState prepare_staging(const std::string& target, bool force, bool resume, const OutputLayout& layout,
+StagingState prepare_staging(const std::string& target, bool force, bool resume, bool restart, const OutputLayout& layout,
                              const ResumeIdentity& identity, const std::vector<InputFolder>& inputs);
 
 // Every planned output file is in the staging folder, a regular file of its planned size.

@@ -10,7 +10,7 @@ void SafetensorsOutput::plan(TensorMapping& mapping) {
 
 StagingState SafetensorsOutput::prepare(const ResumeIdentity& identity, const std::vector<InputFolder>& inputs) {
     if (!options_.reuse.empty()) check_reusable(options_.reuse, options_.target);
-    return prepare_staging(options_.target, options_.force, options_.resume, layout_, identity, inputs);
+    return prepare_staging(options_.target, options_.force, options_.resume, options_.restart, layout_, identity, inputs);
 }
 
 void SafetensorsOutput::open() {

@@ -1,0 +1,297 @@
+"""torch.distributed.checkpoint (DCP) folders written by torch 2.13's real dcp.save: accelerate's
+FSDP2 sharded save, the same with DCP's zstd stream extension, and torchtitan steps of models built
+by torchtitan's own code.
+
+    torchrun --standalone --nproc_per_node=N gen_dcp.py CASE_DIR VARIANT
+
+VARIANT (N ranks, 2 unless said):
+  accelerate_fsdp2      Qwen2 bf16 under fully_shard, saved by accelerate's own save_fsdp_model
+                        (FSDP2, SHARDED_STATE_DICT): ckpt/checkpoint_0/pytorch_model_fsdp_0/ holding
+                        dcp.save({"model": get_model_state_dict(model)}) with the default writer
+  accelerate_zstd       the same state dict and folder, FileSystemWriter(_extensions=[ZStandard()])
+                        (an extension accelerate never passes); torch's ZStandard needs the
+                        zstandard or pyzstd module, which requirements.txt does not list: without
+                        it this variant stops with that message. vmerge refuses stream-transformed
+                        items by design ("stored with stream transforms (e.g. zstd), not supported")
+  torchtitan_llama3     torchtitan's Llama3 (the debugmodel's builder, dims shrunk), fully_shard,
+                        dcp.save(ModelWrapper([model]).state_dict()) as ckpt/outputs/checkpoint/step-10
+  torchtitan_qwen3_moe  the same for torchtitan's Qwen3 MoE (debugmodel_moe's builder, 4 experts)
+
+The DCP folders carry no config: config.json and the tokenizer go to <case>/hf_config, passed
+with --hf_config. torchtitan oracles are the producer's own conversion: state_dict_adapter.to_hf
+of the full state dict; the logits are those of the matching transformers model loading them,
+checked against torchtitan's own forward.
+"""
+import os
+import shutil
+import sys
+import types
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eco_common as E  # noqa: E402
+
+TORCHTITAN_STEP = 10
+# Shrunk torchtitan dims (the debugmodels are dim 256, 6-8 layers, vocab 2048).
+TT_DIM, TT_HEADS, TT_KV_HEADS, TT_LAYERS, TT_HEAD_DIM = 64, 4, 2, 2, 16
+MOE_EXPERTS, MOE_TOP_K, MOE_HIDDEN = 4, 2, 32
+# How far transformers' logits (fp32 throughout) may lie from torchtitan's own forward, relative
+# to the largest logit. torchtitan's GroupedExperts runs the experts' grouped matmuls in bf16
+# (x.bfloat16(), w.bfloat16(), torch._grouped_mm) by design; routing is the same (checked: same
+# experts, same weights), so only the MoE case needs bf16's tolerance.
+FORWARD_TOLERANCE = {"torchtitan_llama3": 1e-5, "torchtitan_qwen3_moe": 1e-2}
+
+
+def randomize(module):
+    """Every parameter distinct (torchtitan's init leaves all norms at one, so a swapped q_norm /
+    k_norm would go unseen): the eco_common.build_model spread, same on every rank."""
+    torch.manual_seed(1234)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.05 + (1.0 if p.dim() == 1 else 0.0))
+
+
+def shard(model, parts):
+    """fully_shard each part, then the root, over all ranks (1-D mesh as both producers use)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("fsdp",))
+    for part in parts:
+        fully_shard(part, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def check_gather(model, before):
+    """The full tensors of the sharded model (a collective); they must be what was sharded."""
+    full = E.full_tensors(model.state_dict())
+    for name, value in full.items():
+        assert torch.equal(value, before[name]), f"gathering {name} changed it"
+    return full
+
+
+# --- accelerate ---------------------------------------------------------------------------
+
+def accelerate_plugin():
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    return FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
+
+
+def save_accelerate(model, output_dir, zstd):
+    """accelerate's save_fsdp_model itself; for zstd, its exact state dict and folder with the
+    extension it cannot pass. accelerate's logging needs its process state; PartialState (over
+    the gloo group already up) also serves as the accelerator, whose process_index/num_processes
+    only the FULL/LOCAL branches read."""
+    import torch.distributed.checkpoint as dcp
+    from accelerate.utils.constants import FSDP_MODEL_NAME
+    from accelerate.utils.fsdp_utils import _get_model_state_dict, _prepare_sd_options, save_fsdp_model
+    plugin = accelerate_plugin()
+    if not zstd:
+        from accelerate import PartialState
+        save_fsdp_model(plugin, PartialState(), model, output_dir)
+        return
+    from torch.distributed.checkpoint._extension import ZStandard
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+    if not ZStandard.is_available():
+        raise SystemExit("accelerate_zstd: torch's ZStandard extension needs the 'zstandard' or 'pyzstd' "
+                         "module, and neither is installed")
+    ckpt_dir = os.path.join(output_dir, f"{FSDP_MODEL_NAME}_0")
+    os.makedirs(ckpt_dir, exist_ok=True)
+    state_dict = _get_model_state_dict(model, sd_options=_prepare_sd_options(plugin))
+    dcp.save({"model": state_dict}, storage_writer=dcp.FileSystemWriter(ckpt_dir, _extensions=[ZStandard()]),
+             planner=DefaultSavePlanner())
+
+
+def run_accelerate(case_dir, variant, rank, world):
+    from accelerate.utils.constants import FSDP_MODEL_NAME
+    cfg = E.tiny_config("qwen2", dtype="bfloat16")
+    # A config of its own: from_config(dtype=float32) inside build_model rewrites the dtype of the
+    # config it is given (so the model would stay fp32 and config.json would say float32).
+    model = E.build_model(E.tiny_config("qwen2", dtype="bfloat16"))
+    logits = E.live_logits(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    shard(model, model.model.layers)
+    output_dir = os.path.join(case_dir, "ckpt", "checkpoint_0")
+    save_accelerate(model, output_dir, zstd=variant == "accelerate_zstd")
+    full = check_gather(model, before)
+    if rank == 0:
+        E.save_hf_files(cfg, os.path.join(case_dir, "hf_config"))
+        E.write_oracle(case_dir, full, logits)
+        write_case_json(case_dir, variant, world, f"ckpt/checkpoint_0/{FSDP_MODEL_NAME}_0", "dcp", "bfloat16")
+
+
+# --- torchtitan ---------------------------------------------------------------------------
+
+def import_torchtitan_models():
+    """torchtitan 0.3.0's model package imports minimal_async_ep.kernels, which imports triton at
+    module top (for GPU expert-parallel kernels); there is no triton on a CPU host. That one
+    module is replaced by a stand-in whose every name fails when called: nothing on this path
+    calls it (no expert parallelism), and the model, adapter and checkpoint code are torchtitan's."""
+    kernels = "torchtitan.distributed.minimal_async_ep.kernels"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        stand_in = types.ModuleType(kernels)
+
+        def missing(name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+
+            def needs_triton(*args, **kwargs):
+                raise RuntimeError(f"{kernels}.{name} needs triton, which is not installed")
+            return needs_triton
+        stand_in.__getattr__ = missing
+        sys.modules.setdefault(kernels, stand_in)
+    from torchtitan.models import llama3, qwen3
+    return llama3, qwen3
+
+
+def llama3_configs(llama3):
+    """torchtitan's Llama3 debugmodel built by its own layer builder with shrunk dims, and the
+    transformers LlamaConfig that describes the same network (llama3 RoPE scaling, eps 1e-5)."""
+    from transformers import LlamaConfig
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm, compute_ffn_hidden_dim
+    hidden = compute_ffn_hidden_dim(TT_DIM, multiple_of=8)
+    rope = ComplexRoPE.Config(dim=TT_HEAD_DIM, max_seq_len=64, theta=500000, scaling="llama")
+    tt = llama3.Llama3Model.Config(
+        dim=TT_DIM, vocab_size=E.VOCAB,
+        tok_embeddings=Embedding.Config(num_embeddings=E.VOCAB, embedding_dim=TT_DIM,
+                                        param_init=llama3._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=TT_DIM, param_init=llama3._NORM_INIT),
+        lm_head=Linear.Config(in_features=TT_DIM, out_features=E.VOCAB, param_init=llama3._output_linear_init(TT_DIM)),
+        layers=llama3._build_llama3_layers(fuse_qkv=True, n_layers=TT_LAYERS, dim=TT_DIM, n_heads=TT_HEADS,
+                                           n_kv_heads=TT_KV_HEADS, hidden_dim=hidden, rope=rope, attn_backend="flex"))
+    hf = LlamaConfig(vocab_size=E.VOCAB, hidden_size=TT_DIM, intermediate_size=hidden, num_hidden_layers=TT_LAYERS,
+                     num_attention_heads=TT_HEADS, num_key_value_heads=TT_KV_HEADS, head_dim=TT_HEAD_DIM,
+                     rms_norm_eps=1e-5, max_position_embeddings=131072, tie_word_embeddings=False,
+                     bos_token_id=1, eos_token_id=2,
+                     rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": rope.scaling_factor,
+                                      "low_freq_factor": rope.low_freq_factor,
+                                      "high_freq_factor": rope.high_freq_factor,
+                                      "original_max_position_embeddings": rope.original_max_position_embeddings})
+    hf.dtype, hf.architectures = "float32", ["LlamaForCausalLM"]
+    return tt, hf, llama3.Llama3StateDictAdapter
+
+
+def qwen3_moe_configs(qwen3):
+    """torchtitan's Qwen3 MoE debugmodel builder with shrunk dims, and the Qwen3MoeConfig of the
+    same network (softmax router, top-k renormalised, eps 1e-6, theta 1e6, every layer MoE)."""
+    from transformers import Qwen3MoeConfig
+    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+    tt = qwen3.Qwen3Model.Config(
+        vocab_size=E.VOCAB, dim=TT_DIM, norm=qwen3._qwen3_norm(TT_DIM),
+        tok_embeddings=Embedding.Config(num_embeddings=E.VOCAB, embedding_dim=TT_DIM, param_init=qwen3._EMBEDDING_INIT),
+        lm_head=Linear.Config(in_features=TT_DIM, out_features=E.VOCAB, param_init=qwen3._LINEAR_INIT),
+        layers=qwen3._build_qwen3_moe_layers(
+            fuse_qkv=True, n_layers=TT_LAYERS, dim=TT_DIM, n_heads=TT_HEADS, n_kv_heads=TT_KV_HEADS,
+            head_dim=TT_HEAD_DIM, moe_hidden_dim=MOE_HIDDEN, num_experts=MOE_EXPERTS, top_k=MOE_TOP_K,
+            attn_backend="flex", moe_comm_backend="standard",
+            rope=CosSinRoPE.Config(dim=TT_HEAD_DIM, max_seq_len=64, theta=1000000.0)))
+    hf = Qwen3MoeConfig(vocab_size=E.VOCAB, hidden_size=TT_DIM, head_dim=TT_HEAD_DIM, num_hidden_layers=TT_LAYERS,
+                        num_attention_heads=TT_HEADS, num_key_value_heads=TT_KV_HEADS, intermediate_size=88,
+                        moe_intermediate_size=MOE_HIDDEN, num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K,
+                        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], rms_norm_eps=1e-6,
+                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                        max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    hf.dtype, hf.architectures = "float32", ["Qwen3MoeForCausalLM"]
+    return tt, hf, qwen3.Qwen3StateDictAdapter
+
+
+def build_torchtitan(tt_config):
+    """As torchtitan's trainer does: build on the meta device, to_empty, init_weights (fp32, the
+    trainer's training.dtype default); then the random spread."""
+    with torch.device("meta"):
+        model = tt_config.build()
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        model.init_weights(buffer_device=torch.device("cpu"))
+    randomize(model)
+    return model.eval()
+
+
+@torch.no_grad()
+def torchtitan_logits(model):
+    """torchtitan's own forward on FIXED_INPUT. Its FlexAttention runs flex_attention under
+    torch.compile (inductor, a C++ build on CPU); the eager flex_attention computes the same
+    attention unfused, so the compiled entry point is swapped for it here."""
+    from torch.nn.attention.flex_attention import flex_attention
+    from torchtitan.models.common.attention import FlexAttention
+    FlexAttention._compiled_flex_attn = flex_attention
+    ids = torch.tensor(E.FIXED_INPUT)
+    positions = torch.arange(ids.shape[1]).unsqueeze(0)
+    return model(ids, positions, model.get_attention_masks(positions)).float()
+
+
+@torch.no_grad()
+def transformers_logits(hf_config, hf_tensors, folder):
+    """The matching transformers model loading to_hf's tensors with from_pretrained (so that its
+    own conversion mapping applies, e.g. fusing Qwen3-MoE experts), and its logits."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    os.makedirs(folder, exist_ok=True)
+    hf_config.save_pretrained(folder)
+    save_file({k: v.contiguous() for k, v in hf_tensors.items()}, os.path.join(folder, "model.safetensors"))
+    model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, output_loading_info=True)
+    bad = {k: list(v)[:5] for k, v in info.items() if v}
+    if bad:
+        raise SystemExit(f"transformers does not take torchtitan's to_hf output: {bad}")
+    shutil.rmtree(folder)
+    return E.live_logits(model.eval())
+
+
+def run_torchtitan(case_dir, variant, rank, world):
+    from torch.distributed.checkpoint import save as dcp_save
+    from torchtitan.components.checkpointer.base import ModelWrapper
+    llama3, qwen3 = import_torchtitan_models()
+    tt_config, hf_config, adapter_cls = (llama3_configs(llama3) if variant == "torchtitan_llama3"
+                                         else qwen3_moe_configs(qwen3))
+    model = build_torchtitan(tt_config)
+    tt_logits = torchtitan_logits(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    shard(model, [model.tok_embeddings, *model.layers.values(), model.norm, model.lm_head])
+    step_dir = os.path.join(case_dir, "ckpt", "outputs", "checkpoint", f"step-{TORCHTITAN_STEP}")
+    dcp_save(ModelWrapper([model]).state_dict(), checkpoint_id=step_dir)
+    full = check_gather(model, before)
+    if rank == 0:
+        hf_tensors = adapter_cls(tt_config, None).to_hf(full)
+        logits = transformers_logits(hf_config, hf_tensors, os.path.join(case_dir, "hf_reference"))
+        diff = (logits - tt_logits).abs().max().item()
+        print(f"{variant}: transformers vs torchtitan forward: max |diff| {diff:.3g} "
+              f"(scale {tt_logits.abs().max().item():.3g})", flush=True)
+        if diff > FORWARD_TOLERANCE[variant] * tt_logits.abs().max().item():
+            raise SystemExit(f"{variant}: to_hf weights in transformers do not reproduce torchtitan's forward")
+        E.save_hf_files(hf_config, os.path.join(case_dir, "hf_config"))
+        E.write_oracle(case_dir, hf_tensors, logits)
+        write_case_json(case_dir, variant, world, "ckpt/outputs", "torchtitan", "float32")
+
+
+def write_case_json(case_dir, variant, world, checkpoint, backend, dtype):
+    producer = {"accelerate_fsdp2": "accelerate save_fsdp_model (FSDP2 SHARDED_STATE_DICT)",
+                "accelerate_zstd": "dcp.save with FileSystemWriter(_extensions=[ZStandard()])",
+                "torchtitan_llama3": "torchtitan Llama3 + ModelWrapper + dcp.save",
+                "torchtitan_qwen3_moe": "torchtitan Qwen3 MoE + ModelWrapper + dcp.save"}[variant]
+    E.write_case(case_dir, producer=f"torch {torch.__version__} {producer}, fully_shard over {world} ranks",
+                 checkpoint=checkpoint, output_dtype=dtype, hf_load=True, logits_exact=True,
+                 merge_args=["--backend", backend], hf_config="hf_config",
+                 # vmerge reads no zstd-compressed DCP items yet: the merge must refuse, naming it.
+                 expected_error="stored with stream transforms (e.g. zstd), not supported"
+                 if variant == "accelerate_zstd" else None)
+
+
+VARIANTS = {"accelerate_fsdp2": run_accelerate, "accelerate_zstd": run_accelerate,
+            "torchtitan_llama3": run_torchtitan, "torchtitan_qwen3_moe": run_torchtitan}
+
+
+def main():
+    case_dir, variant = sys.argv[1], sys.argv[2]
+    if variant not in VARIANTS:
+        raise SystemExit(f"unknown variant {variant!r}; one of {sorted(VARIANTS)}")
+    rank, world = E.init_gloo()
+    VARIANTS[variant](case_dir, variant, rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
