@@ -16,7 +16,6 @@ deepspeed  DeepSpeedEngine.save_checkpoint of a ZeRO-3 bf16 engine after one tra
 Random weights: the benchmark times reading and writing bytes, not what they mean. The tokenizer
 is eco_common's small local one (verl's merger needs one; its vocabulary size does not matter).
 """
-import json
 import os
 import sys
 
@@ -31,6 +30,7 @@ import torch.distributed as dist  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "ecosystem"))
 import eco_common as E  # noqa: E402
+import gen_fsdp2  # noqa: E402
 
 SIZES = {"fsdp": dict(layers=16, tie=False), "deepspeed": dict(layers=8, tie=True)}
 
@@ -67,15 +67,7 @@ def save_fsdp(out_dir, rank, world):
     fully_shard(model, mesh=mesh)
     actor = os.path.join(out_dir, "global_step_1", "actor")
     os.makedirs(actor, exist_ok=True)
-    torch.save(model.state_dict(), os.path.join(actor, f"model_world_size_{world}_rank_{rank}.pt"))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    torch.save(optimizer.state_dict(), os.path.join(actor, f"optim_world_size_{world}_rank_{rank}.pt"))
-    torch.save({"lr_scheduler": None, "rng": {"cpu": torch.get_rng_state()}},
-               os.path.join(actor, f"extra_state_world_size_{world}_rank_{rank}.pt"))
-    if rank == 0:
-        E.save_hf_files(cfg, os.path.join(actor, "huggingface"))
-        with open(os.path.join(actor, "fsdp_config.json"), "w") as f:
-            json.dump({"FSDP_version": 2, "world_size": world}, f, indent=4)
+    gen_fsdp2.write_verl_files(actor, model, rank, world, cfg)  # verl's file set, as the tests write it
 
 
 def ds_config(hidden_size):
