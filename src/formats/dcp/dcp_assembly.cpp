@@ -1,6 +1,6 @@
 #include <map>
-#include <regex>
 
+#include "core/text_pattern.h"
 #include "core/box_region.h"
 #include "core/error.h"
 #include "formats/megatron/megatron_backend.h"
@@ -22,8 +22,8 @@ bool is_model_key(const std::string& key) {
 
 TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
                                    bool split_megatron_axes, SourceLedger* ledger) {
-    static const std::regex stacked(R"(^decoder\.layers\.([^0-9].*)$)");
-    static const std::regex per_layer_experts(
+    static const TextPattern stacked(R"(^decoder\.layers\.([^0-9].*)$)");
+    static const TextPattern per_layer_experts(
         R"(^((?:decoder\.layers\.\d+|mtp\.layers\.\d+\.(?:transformer_layer|mtp_model_layer))\.mlp\.experts\.)experts\.(.*)$)");
     TensorMapping out;
     std::map<std::string, size_t> index;
@@ -53,8 +53,8 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         }
         // How many leading axes are layer/expert axes, and the key pattern they produce.
         std::vector<AxisSplit> axes;
-        std::smatch m;
-        if (split_megatron_axes && std::regex_match(t.fqn, m, stacked)) {
+        TextMatch m;
+        if (split_megatron_axes && stacked.full_match(t.fqn, m)) {
             std::string rest = m[1];
             if (rest.starts_with("mlp.experts.experts.")) {
                 axes.push_back({"decoder.layers.", ".mlp.experts."});
@@ -62,7 +62,7 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
             } else {
                 axes.push_back({"decoder.layers.", "." + rest});
             }
-        } else if (split_megatron_axes && std::regex_match(t.fqn, m, per_layer_experts)) {
+        } else if (split_megatron_axes && per_layer_experts.full_match(t.fqn, m)) {
             axes.push_back({std::string(m[1]), "." + std::string(m[2])});
         }
         // What stays of the shape once the layer/expert axes are split off.

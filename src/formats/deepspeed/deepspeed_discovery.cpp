@@ -1,8 +1,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <regex>
 
+#include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "formats/deepspeed/deepspeed_checkpoint.h"
@@ -12,9 +12,9 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
-const std::regex kOptimFile(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
-const std::regex kRankModelFile(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
-const std::regex kModelFile(R"(mp_rank_(\d+)_model_states\.pt)");
+const TextPattern kOptimFile(R"((bf16_|fp16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt)");
+const TextPattern kRankModelFile(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_states\.pt)");
+const TextPattern kModelFile(R"(mp_rank_(\d+)_model_states\.pt)");
 
 // A rank number in a file name (any count of digits matches the patterns above), bounded.
 long rank_in_name(const std::ssub_match& digits, const fs::path& file) {
@@ -22,14 +22,14 @@ long rank_in_name(const std::ssub_match& digits, const fs::path& file) {
     if (!rank) throw Error(file.string() + ": rank " + digits.str() + " in the file name is not within " + range_text(0, kMaxWorldSize));
     return static_cast<long>(*rank);
 }
-const std::regex kExpertFile(R"((layer_\d+_expert_\d+_mp_rank_\d+_model_states|expp_rank_\d+_mp_rank_\d+_optim_states)\.pt)");
-const std::regex kLayerFile(R"(layer_\d+-model_\d+-model_states\.pt)");
+const TextPattern kExpertFile(R"((layer_\d+_expert_\d+_mp_rank_\d+_model_states|expp_rank_\d+_mp_rank_\d+_optim_states)\.pt)");
+const TextPattern kLayerFile(R"(layer_\d+-model_\d+-model_states\.pt)");
 
 bool has_optim_files(const fs::path& dir) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) return false;
     for (const auto& e : fs::directory_iterator(dir, ec))
-        if (std::regex_match(e.path().filename().string(), kOptimFile)) return true;
+        if (kOptimFile.full_match(e.path().filename().string())) return true;
     return false;
 }
 
@@ -46,9 +46,9 @@ using RankFiles = std::map<long, std::string>;
 
 void refuse_unsupported(const fs::path& tag_dir, const std::string& name, long mp) {
     const std::string path = (tag_dir / name).string();
-    if (std::regex_match(name, kExpertFile))
+    if (kExpertFile.full_match(name))
         throw Error(path + ": a DeepSpeed MoE expert file; expert-parallel DeepSpeed checkpoints are not supported");
-    if (std::regex_match(name, kLayerFile))
+    if (kLayerFile.full_match(name))
         throw Error(path + ": a DeepSpeed pipeline-engine layer file; pipeline-parallel DeepSpeed checkpoints are not "
                            "supported");
     if (mp > 0)
@@ -62,7 +62,7 @@ std::vector<std::string> ordered(const RankFiles& files, const fs::path& tag_dir
     long expected = 0;
     for (const auto& [rank, path] : files) {
         if (rank != expected)
-            throw Error((tag_dir / std::regex_replace(example, std::regex("RANK"), std::to_string(expected))).string() +
+            throw Error((tag_dir / TextPattern("RANK").replace_all(example, std::to_string(expected))).string() +
                         ": missing (the folder has ranks up to " + std::to_string(files.rbegin()->first) + ")");
         out.push_back(path);
         ++expected;
@@ -113,15 +113,15 @@ DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::option
     RankFiles optim, rank_models, models;
     for (const auto& e : fs::directory_iterator(c.tag_dir, ec)) {
         const std::string name = e.path().filename().string();
-        std::smatch m;
-        if (std::regex_match(name, m, kOptimFile)) {
+        TextMatch m;
+        if (kOptimFile.full_match(name, m)) {
             refuse_unsupported(c.tag_dir, name, rank_in_name(m[3], e.path()));
             if (!optim.emplace(rank_in_name(m[2], e.path()), e.path().string()).second)
-                throw Error(e.path().string() + ": a second optimizer file for rank " + m[2].str());
-        } else if (std::regex_match(name, m, kRankModelFile)) {
+                throw Error(e.path().string() + ": a second optimizer file for rank " + m[2]);
+        } else if (kRankModelFile.full_match(name, m)) {
             refuse_unsupported(c.tag_dir, name, rank_in_name(m[2], e.path()));
             rank_models.emplace(rank_in_name(m[1], e.path()), e.path().string());
-        } else if (std::regex_match(name, m, kModelFile)) {
+        } else if (kModelFile.full_match(name, m)) {
             refuse_unsupported(c.tag_dir, name, rank_in_name(m[1], e.path()));
             models.emplace(0, e.path().string());
         } else {

@@ -1,12 +1,12 @@
 #pragma once
 #include <filesystem>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/text_pattern.h"
 #include "torch/dcp_metadata.h"
 #include "mapping/hf_architecture.h"
 #include "formats/source_ledger.h"
@@ -28,7 +28,7 @@ struct MegatronRankFile {
 
 // A rank file named `name` (an mp_rank_TT[_PPP][_EEE] folder or adapter file) from its name's
 // match: group 1 is tp, groups 2 and 3 the indices after it.
-MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name);
+MegatronRankFile rank_file_from_name(const TextMatch& m, const std::string& name);
 
 struct MegatronLegacyCheckpoint {
     std::string dir;     // the folder holding mp_rank_* folders

@@ -2,9 +2,9 @@
 #include <filesystem>
 #include <cctype>
 #include <map>
-#include <regex>
 #include <set>
 
+#include "core/text_pattern.h"
 #include "core/box_region.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
@@ -15,12 +15,12 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
-const std::regex kRankDir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?)");
+const TextPattern kRankDir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?)");
 
 bool has_rank_dirs(const fs::path& dir) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (entry.is_directory() && std::regex_match(entry.path().filename().string(), kRankDir)) return true;
+        if (entry.is_directory() && kRankDir.full_match(entry.path().filename().string())) return true;
     return false;
 }
 
@@ -49,26 +49,26 @@ struct RankKey {
 
 // `where` names the rank file, for a layer or expert number out of bounds.
 RankKey parse_rank_key(const std::string& key, const std::string& where) {
-    static const std::regex layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
-    static const std::regex grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
-    static const std::regex sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
-    static const std::regex mtp_key(R"(^(mtp\.layers\.\d{1,6}\.(?:transformer_layer|mtp_model_layer)\.)(.*)$)");
+    static const TextPattern layer_key(R"(^decoder\.layers\.(\d+)\.(.*)$)");
+    static const TextPattern grouped_expert(R"(^mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$)");
+    static const TextPattern sequential_expert(R"(^mlp\.experts\.local_experts\.(\d+)\.(.*)$)");
+    static const TextPattern mtp_key(R"(^(mtp\.layers\.\d{1,6}\.(?:transformer_layer|mtp_model_layer)\.)(.*)$)");
     RankKey k;
-    std::smatch m, x;
+    TextMatch m, x;
     const std::string source = where + ": key '" + key + "':";
-    if (std::regex_match(key, m, mtp_key)) {
+    if (mtp_key.full_match(key, m)) {
         k.mtp_layer = m[1];
         k.rest = m[2];
-    } else if (std::regex_match(key, m, layer_key)) {
+    } else if (layer_key.full_match(key, m)) {
         k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
         k.rest = m[2];
     } else {
         return k;
     }
-    if (std::regex_match(k.rest, x, grouped_expert)) {
+    if (grouped_expert.full_match(k.rest, x)) {
         k.expert = parse_bounded_int(x.str(3), 0, kMaxExperts - 1, source + " expert number");
         k.expert_rest = std::string(x[1]) + "." + std::string(x[2]);
-    } else if (std::regex_match(k.rest, x, sequential_expert)) {
+    } else if (sequential_expert.full_match(k.rest, x)) {
         k.expert = parse_bounded_int(x.str(1), 0, kMaxExperts - 1, source + " expert number");
         k.expert_rest = x[2];
     }
@@ -122,13 +122,13 @@ fs::path resolve_iteration_dir(const std::string& dir, std::optional<int> iterat
     return fs::path(dir) / folder->name;
 }
 
-MegatronRankFile rank_file_from_name(const std::smatch& m, const std::string& name) {
+MegatronRankFile rank_file_from_name(const TextMatch& m, const std::string& name) {
     MegatronRankFile file;
     file.dir_name = name;
     // The regexes take 2 or 3 digits: bounded by construction, checked all the same.
     file.tp = static_cast<int>(parse_bounded_int(m.str(1), 0, kMaxWorldSize - 1, name + ": tensor-parallel rank"));
     for (int g = 2; g <= 3; ++g)
-        if (m[g].matched)
+        if (!m[g].empty())
             file.more.push_back(static_cast<int>(parse_bounded_int(m.str(g), 0, kMaxWorldSize - 1, name + ": rank")));
     return file;
 }
@@ -159,9 +159,9 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
     if (!has_rank_dirs(root)) throw Error(root.string() + ": no mp_rank_* folders");
     ckpt.dir = root.string();
     for (const auto& entry : fs::directory_iterator(root)) {
-        std::smatch m;
+        TextMatch m;
         const std::string name = entry.path().filename().string();
-        if (!entry.is_directory() || !std::regex_match(name, m, kRankDir)) continue;
+        if (!entry.is_directory() || !kRankDir.full_match(name, m)) continue;
         MegatronRankFile file = rank_file_from_name(m, name);
         const fs::path verl = entry.path() / "model.pt", mlm = entry.path() / "model_optim_rng.pt";
         std::string flavor;

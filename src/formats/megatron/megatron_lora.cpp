@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
 #include <set>
 
+#include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "io/input_file.h"
@@ -13,7 +13,7 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
-const std::regex kAdapterFile(R"(mp_rank_(\d+)(?:_(\d+))?(?:_(\d+))?_adapter\.pt)");
+const TextPattern kAdapterFile(R"(mp_rank_(\d+)(?:_(\d+))?(?:_(\d+))?_adapter\.pt)");
 
 }  // namespace
 
@@ -22,7 +22,7 @@ bool has_megatron_adapters(const std::string& dir) {
     const fs::path folder = fs::path(dir) / "adapter_checkpoint";
     if (!fs::is_directory(folder, ec)) return false;
     for (const auto& entry : fs::directory_iterator(folder, ec))
-        if (std::regex_match(entry.path().filename().string(), kAdapterFile)) return true;
+        if (kAdapterFile.full_match(entry.path().filename().string())) return true;
     return false;
 }
 
@@ -33,8 +33,8 @@ MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(ckpt.dir, ec)) {
         const std::string name = entry.path().filename().string();
-        std::smatch m;
-        if (!std::regex_match(name, m, kAdapterFile)) continue;
+        TextMatch m;
+        if (!kAdapterFile.full_match(name, m)) continue;
         MegatronRankFile file = rank_file_from_name(m, name);
         file.path = entry.path().string();
         require_regular_file(file.path);
@@ -57,17 +57,17 @@ TensorMapping take_megatron_adapters(TensorMapping& canonical) {
 
 TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const ArchitectureInfo& arch,
                                         const HfConfig& config, std::vector<std::string>& notes) {
-    static const std::regex adapter_key(R"(^(decoder\.layers\.(\d+)\..*)\.adapter\.(linear_in|linear_out)\.weight$)");
+    static const TextPattern adapter_key(R"(^(decoder\.layers\.(\d+)\..*)\.adapter\.(linear_in|linear_out)\.weight$)");
     TensorMapping out;
     out.sources = canonical.sources;
     std::set<int64_t> layers;
     for (const OutputTensor& t : canonical.tensors) {
-        std::smatch m;
+        TextMatch m;
         if (t.name.find("weight_magnitude") != std::string::npos)
             throw Error("'" + t.name + "' is a DoRA magnitude: DoRA is not a plain LoRA update and vmerge does not support it");
         if (t.name.find(".experts.") != std::string::npos)
             throw Error("'" + t.name + "': adapters on MoE experts are not supported yet");
-        if (!std::regex_match(t.name, m, adapter_key))
+        if (!adapter_key.full_match(t.name, m))
             throw Error("'" + t.name + "': expected <module>.adapter.linear_in.weight or .adapter.linear_out.weight "
                         "(Megatron-Bridge LoRA; canonical_lora's per-projection adapters are not supported)");
         layers.insert(parse_bounded_int(m.str(2), 0, kMaxLayers - 1, "'" + t.name + "': layer number"));

@@ -1,12 +1,12 @@
 #include "formats/torchtitan/torchtitan_keys.h"
+#include "core/text_pattern.h"
 
-#include <regex>
 
 namespace vmerge {
 
 bool is_torchtitan_model_key(const std::string& key) {
-    static const std::regex layer(R"(^layers\.\d+\.(attention|attention_norm|feed_forward|ffn_norm|moe)\..*$)");
-    return key == "tok_embeddings.weight" || std::regex_match(key, layer);
+    static const TextPattern layer(R"(^layers\.\d+\.(attention|attention_norm|feed_forward|ffn_norm|moe)\..*$)");
+    return key == "tok_embeddings.weight" || layer.full_match(key);
 }
 
 std::string first_torchtitan_key(const DcpMetadata& meta) {

@@ -5,8 +5,8 @@
 // A last step saved with last_save_in_hf holds HF safetensors (already to_hf's names, with
 // model.safetensors.index.json; the per-rank pieces in sharded/ are not read): copied as they are.
 #include <filesystem>
-#include <regex>
 
+#include "core/text_pattern.h"
 #include "core/error.h"
 #include "formats/backend.h"
 #include "formats/hf_safetensors/hf_safetensors_layout.h"
@@ -22,13 +22,13 @@ bool has_metadata(const fs::path& dir) {
     return fs::is_regular_file(dir / ".metadata", ec);
 }
 
-const std::regex kStepName(R"(^step-(\d{1,9})$)");
+const TextPattern kStepName(R"(^step-(\d{1,9})$)");
 
 // A step-N folder torchtitan wrote with last_save_in_hf: its consolidated HF index (torchtitan
 // counts a step as a checkpoint when it holds .metadata or this index).
 bool is_hf_step(const fs::path& dir) {
     std::error_code ec;
-    return std::regex_match(dir.filename().string(), kStepName) && !has_metadata(dir) &&
+    return kStepName.full_match(dir.filename().string()) && !has_metadata(dir) &&
            fs::is_regular_file(dir / "model.safetensors.index.json", ec);
 }
 
@@ -38,8 +38,8 @@ std::map<int, fs::path> step_folders(const fs::path& dir) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
         const std::string name = entry.path().filename().string();
-        std::smatch m;
-        if (std::regex_match(name, m, kStepName) && (has_metadata(entry.path()) || is_hf_step(entry.path())))
+        TextMatch m;
+        if (kStepName.full_match(name, m) && (has_metadata(entry.path()) || is_hf_step(entry.path())))
             steps[std::stoi(m[1])] = entry.path();
     }
     return steps;
