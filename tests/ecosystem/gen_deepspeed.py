@@ -178,6 +178,11 @@ def main():
     if get_accelerator().device_name() != "cpu":
         raise SystemExit(f"DeepSpeed picked accelerator {get_accelerator().device_name()}, need cpu")
     torch.set_num_threads(1)
+    # DeepSpeed's CPU backend compiles a shared-memory all-reduce op on first use (minutes on
+    # this machine): a speed-up of its collectives that the saved files do not depend on.
+    # (sys.modules: the package's attribute `torch` is torch itself, re-exported by its comm.py.)
+    import deepspeed.comm.torch  # noqa: F401
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
     deepspeed.init_distributed(dist_backend="gloo")
     rank = dist.get_rank()
     engine, cfg, initial = build_engine(stage, family, dtype, zero_extra)

@@ -27,6 +27,9 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 for file in "${requirements[@]}"; do
     extra=()
     [[ $file == requirements-deepspeed.txt ]] && extra=(--no-build-isolation)
+    # Every package of verl's environment is pinned in its file: no resolution, no downloads of
+    # the training stack verl lists but the merger never imports.
+    [[ $file == requirements-verl.txt ]] && extra=(--no-deps --no-build-isolation)
     "${pip[@]}" "${extra[@]}" -r "$here/$file" >&2
 done
 "$venv/bin/python" -c 'import torch; assert torch.__version__.endswith("+cpu"), torch.__version__' >&2

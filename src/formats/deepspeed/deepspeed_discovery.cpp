@@ -17,9 +17,9 @@ const TextPattern kRankModelFile(R"(zero_pp_rank_(\d+)_mp_rank_(\d+)_model_state
 const TextPattern kModelFile(R"(mp_rank_(\d+)_model_states\.pt)");
 
 // A rank number in a file name (any count of digits matches the patterns above), bounded.
-long rank_in_name(const std::ssub_match& digits, const fs::path& file) {
-    const auto rank = parse_int_within(digits.str(), 0, kMaxWorldSize);
-    if (!rank) throw Error(file.string() + ": rank " + digits.str() + " in the file name is not within " + range_text(0, kMaxWorldSize));
+long rank_in_name(const std::string& digits, const fs::path& file) {
+    const auto rank = parse_int_within(digits, 0, kMaxWorldSize);
+    if (!rank) throw Error(file.string() + ": rank " + digits + " in the file name is not within " + range_text(0, kMaxWorldSize));
     return static_cast<long>(*rank);
 }
 const TextPattern kExpertFile(R"((layer_\d+_expert_\d+_mp_rank_\d+_model_states|expp_rank_\d+_mp_rank_\d+_optim_states)\.pt)");
