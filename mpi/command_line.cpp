@@ -147,6 +147,8 @@ struct RawFlags {
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
          use_rslora = false;
     bool trust_remote_code = false, use_cpu_initialization = false;
+    bool skip_free_space_check = false, safe_serialization = false;
+    std::vector<std::string> folders;  // zero_to_fp32.py's form: merge CHECKPOINT_DIR OUTPUT_DIR
     std::string hf_model_path;
     double lora_alpha = 0;
 };
@@ -207,7 +209,11 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
          "accepted for verl compatibility; changes nothing (vmerge runs no model code)")
         ("use_cpu_initialization", po::bool_switch(&raw.use_cpu_initialization),
          "accepted for verl compatibility; changes nothing (vmerge builds no model)")
-        ("tag", po::value(&raw.tag), "DeepSpeed: merge this tag folder instead of the one `latest` names")
+        ("tag,t", po::value(&raw.tag), "DeepSpeed: merge this tag folder instead of the one `latest` names")
+        ("exclude_frozen_parameters", po::bool_switch(&o.map.exclude_frozen_parameters),
+         "DeepSpeed: leave out the parameters frozen in training (as zero_to_fp32.py's flag), each reported")
+        ("safe_serialization", po::bool_switch(&raw.safe_serialization),
+         "accepted for zero_to_fp32.py compatibility; changes nothing (vmerge always writes safetensors)")
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
@@ -232,6 +238,8 @@ void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder")
         ("restart", po::bool_switch(&o.output.restart),
          "discard an interrupted merge's staging folder and merge from the start (a plain rerun refuses to)")
+        ("skip_free_space_check", po::bool_switch(&raw.skip_free_space_check),
+         "write even when the target's file system reports less free space than the merge writes")
         ("reuse", po::value(&o.output.reuse),
          "an earlier merge's output folder (the previous step's): files whose bytes come out the same are "
          "hard-linked from it, unchanged blocks of the others copied from it, not cast and written again")
@@ -362,7 +370,7 @@ std::string commands_taking(const OptionTable& t, const std::string& flag) {
 void refuse_flags_not_taken(const OptionTable& t, const std::string& command, const po::variables_map& vm) {
     const auto groups = command_groups(t, command);
     for (const auto& [flag, value] : vm) {
-        if (value.defaulted() || flag == "command" || flag == "help" || flag == "version") continue;
+        if (value.defaulted() || flag == "command" || flag == "folders" || flag == "help" || flag == "version") continue;
         if (command == "verify" && flag == "target_dir") continue;
         bool taken = false;
         for (const auto* group : groups) taken = taken || group->find_nothrow(flag, false) != nullptr;
@@ -372,7 +380,7 @@ void refuse_flags_not_taken(const OptionTable& t, const std::string& command, co
 
 void print_help(const OptionTable& t, const std::string& command) {
     std::cout << "vmerge-mpi COMMAND [options]   (every --long-option also works with dashes)\n"
-                 "  merge    checkpoint -> Hugging Face folder\n"
+                 "  merge    checkpoint -> Hugging Face folder (--local_dir CKPT --target_dir OUT, or zero_to_fp32.py's merge CKPT OUT)\n"
                  "  test     merge without writing and compare with --test_hf_dir\n"
                  "  inspect  print what was detected and the plan for --np N ranks\n"
                  "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n"
@@ -403,14 +411,14 @@ std::vector<std::string> normalized_args(int argc, const char* const* argv) {
     return args;
 }
 
-po::variables_map parse_args(const std::vector<std::string>& args, const OptionTable& t, Options& o) {
+po::variables_map parse_args(const std::vector<std::string>& args, const OptionTable& t, Options& o, RawFlags& raw) {
     po::options_description all;
     all.add(visible_options(t));
     po::options_description hidden;
-    hidden.add_options()("command", po::value(&o.command));
+    hidden.add_options()("command", po::value(&o.command))("folders", po::value(&raw.folders));
     all.add(hidden);
     po::positional_options_description positional;
-    positional.add("command", 1);
+    positional.add("command", 1).add("folders", -1);
     po::variables_map vm;
     try {
         po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
@@ -469,8 +477,26 @@ void check_value_flags(Options& o, const RawFlags& raw, const po::variables_map&
     if (raw.use_rslora) o.lora.use_rslora = true;
 }
 
+// zero_to_fp32.py's form, `merge CHECKPOINT_DIR OUTPUT_DIR`: the two folders by position.
+void take_positional_folders(Options& o, const std::vector<std::string>& folders) {
+    if (folders.empty()) return;
+    if (o.command != "merge")
+        throw UsageError("unexpected argument '" + folders[0] + "': only merge takes its folders by position "
+                         "(merge CHECKPOINT_DIR OUTPUT_DIR, as zero_to_fp32.py)");
+    if (folders.size() != 2)
+        throw UsageError("merge CHECKPOINT_DIR OUTPUT_DIR: expected two folders by position, got " +
+                         std::to_string(folders.size()) + " ('" + folders.back() + "')");
+    if (!o.local_dir.empty() || !o.output.target.empty())
+        throw UsageError("merge " + folders[0] + " " + folders[1] + ": the folders are given by position and as "
+                         "--local_dir/--target_dir; give them once");
+    o.local_dir = folders[0];
+    o.output.target = folders[1];
+}
+
 // Sizes and counts, then what each command needs.
 void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_map& vm) {
+    o.output.check_free_space = !raw.skip_free_space_check;
+    take_positional_folders(o, raw.folders);
     o.output.max_shard_size = parse_byte_size(raw.max_shard, "--max_shard_size");
     o.max_memory = raw.max_memory == "auto" ? 0 : parse_byte_size(raw.max_memory, "--max_memory");
     o.low_cpu_mem_usage = raw.low_cpu_mem_usage;
@@ -525,7 +551,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     Options o;
     RawFlags raw;
     const OptionTable table = option_table(o, raw);
-    const po::variables_map vm = parse_args(normalized_args(argc, argv), table, o);
+    const po::variables_map vm = parse_args(normalized_args(argc, argv), table, o, raw);
     if (vm.count("version")) {
         if (print_help_text) std::cout << "vmerge-mpi " << VMERGE_VERSION << "\n";
         return std::nullopt;

@@ -21,6 +21,7 @@
 #include "exec/copy_executor.h"
 #include "hdf5_commands.h"
 #include "hf_upload.h"
+#include "io/json_file.h"
 #include "io/output_path_check.h"
 #include "io/record_crc.h"
 #include "merge_inputs.h"
@@ -184,14 +185,22 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (comm.rank() == 0 && !o.log_json.empty()) require_writable_output_file(o.log_json, "--log_json");
     });
     std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
-    if (is_archive_backend(o.backend)) {
-        guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
-        return convert_hdf5_archive(o, comm, budget, out, err);
-    }
     std::string hf_cli;  // --hf_upload_path: found before anything is read
     collective_step(comm, [&] {
         if (comm.rank() == 0 && !o.hf_upload_path.empty()) hf_cli = require_hf_cli(o.hf_upload_path);
     });
+    const auto upload = [&] {
+        collective_step(comm, [&] {
+            if (comm.rank() == 0 && !hf_cli.empty())
+                upload_merged_folder(hf_cli, o.hf_upload_path, o.output.target, o.hf_upload_private, out);
+        });
+    };
+    if (is_archive_backend(o.backend)) {  // an archive back to a Hugging Face folder
+        guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
+        const int converted = convert_hdf5_archive(o, comm, budget, out, err);
+        if (converted == 0) upload();
+        return converted;
+    }
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
     guard_target(o, comm, input_folders(o, in), lock);
@@ -214,10 +223,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         return 0;
     }
     report_merge(o, comm, in, output->layout(), written, start, budget, out);
-    collective_step(comm, [&] {
-        if (comm.rank() == 0 && !hf_cli.empty())
-            upload_merged_folder(hf_cli, o.hf_upload_path, o.output.target, o.hf_upload_private, out);
-    });
+    upload();
     return 0;
 }
 
@@ -234,6 +240,10 @@ int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& e
                 if (run_merge(step, comm, out, err) != 0) throw Error("the merge failed");
             });
         throw Error("unknown command " + o.command);
+    } catch (const nlohmann::json::exception& e) {
+        // A JSON value no reader wrapped in interpret_json: still its place, never the bare code.
+        if (comm.rank() == 0) err << "vmerge-mpi: error: unexpected JSON in an input file: " << json_error_text(e) << "\n";
+        return 1;
     } catch (const std::exception& e) {
         if (comm.rank() == 0) err << "vmerge-mpi: error: " << e.what() << "\n";
         return 1;

@@ -10,6 +10,7 @@
 #include "exec/dtype_cast.h"
 #include "exec/tied_embedding.h"
 #include "formats/registry.h"
+#include "formats/replica_check.h"
 #include "formats/simulated/simulated_checkpoint.h"
 #include "io/checksum.h"
 #include "io/input_file.h"
@@ -167,6 +168,11 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     in.scan_seconds = seconds_since(scan_start);
     const auto map_start = Clock::now();
     map_stage(in, o, comm);
+    // Every replica dropped in the mapping holds its kept copy's values (CRC-32s, or the bytes).
+    collective_step(comm, [&] {
+        if (comm.rank() == 0) check_replicas_agree(in.mapped.account.replicas);
+    });
+    std::vector<ReplicaPair>().swap(in.mapped.account.replicas);
     if (o.command != "inspect" || comm.rank() != 0) std::vector<ScannedFile>().swap(in.scans);
     in.map_seconds = seconds_since(map_start);
     return in;

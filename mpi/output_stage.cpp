@@ -11,7 +11,10 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
+#include "input_agreement.h"
+#include "io/free_space.h"
 #include "io/record_crc.h"
+#include "output/output_folder.h"
 #include "output/target_guard.h"
 #include "report/progress_monitor.h"
 
@@ -54,6 +57,13 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         result.stats = executor.stats();
         crc_partials = executor.crcs().partial_records();
         crc_mismatch = executor.crcs().mismatch();
+    } catch (const DataError& e) {
+        // The inputs themselves are refused: a --resume would meet the same error.
+        if (resumable) discard_staging(output.options().target);
+        if (resumable || output.collective())
+            abort_all_ranks(comm, err, std::string(e.what()) + "\nthe unfinished output was discarded (a --resume would meet the same error)");
+        output.abandon();
+        throw;
     } catch (const std::exception& e) {
         // The others may wait in a collective call this rank will never join, or copy on for
         // nothing; a resumable staging folder stays for --resume.
@@ -61,6 +71,18 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         output.abandon();
         throw;
     }
+}
+
+// Rank 0, once the staging folder exists: the planned bytes (less what a resumed folder
+// already holds) must fit its file system, or nothing is written.
+void refuse_if_no_room(const std::string& staging, uint64_t planned) {
+    // Test hook: VMERGE_TEST_FREE_BYTES stands in for what the file system reports.
+    const char* pretend = std::getenv("VMERGE_TEST_FREE_BYTES");
+    std::optional<uint64_t> free = free_bytes(staging);
+    if (pretend) free = static_cast<uint64_t>(parse_int_within(pretend, 0, INT64_MAX).value_or(0));
+    if (!free) return;
+    const std::string shortfall = free_space_shortfall(staging, planned, allocated_bytes_under(staging), *free);
+    if (!shortfall.empty()) throw Error(shortfall);
 }
 
 }  // namespace
@@ -85,6 +107,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
         check_blocks_fit(mapping, output.options().max_memory, run.quantize != nullptr);
     });
     const OutputLayout& layout = output.layout();
+    if (!run.sources) check_input_files(mapping, output.tasks(), comm);  // (a test's bytes are no files)
     result.plan_seconds = seconds_since(plan_start);
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
@@ -93,6 +116,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
             say_on_interrupt("\nvmerge-mpi: interrupted; the unfinished output is kept in " + staging +
                              "; rerun the same command with --resume to continue it\n");
         result.resumed = state.resumed;
+        if (output.options().check_free_space) refuse_if_no_room(staging, layout.total_size);
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
     collective_step(comm, [&] {

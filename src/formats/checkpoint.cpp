@@ -65,6 +65,9 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
     if ((options.tp_size || options.pp_size) && !ckpt.source->records_parallelism())
         m.notes.push_back("--tp_size/--pp_size not checked: " + ckpt.description +
                           " does not record them (its tensors carry their own placement)");
+    if (options.exclude_frozen_parameters && ckpt.backend != "deepspeed")
+        throw Error("--exclude_frozen_parameters: " + ckpt.dir + " was read as " + ckpt.description +
+                    ", which records no frozen parameters (the flag is zero_to_fp32.py's, for DeepSpeed checkpoints)");
     SourceLedger ledger = open_ledger(ckpt, scans);
     ckpt.source->map(ckpt, scans, config, options, m, ledger);
     mark_float32_tensors(m, config, options);

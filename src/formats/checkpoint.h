@@ -66,6 +66,7 @@ struct MapOptions {
     std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
     bool drop_mtp = false;  // --drop_mtp: leave multi-token prediction layers out (recorded)
     bool pad_vocab = false;  // --pad_vocab: zero rows up to vocab_size where the checkpoint holds fewer
+    bool exclude_frozen_parameters = false;  // DeepSpeed: drop frozen_param_shapes' parameters (recorded)
 };
 
 struct MappedCheckpoint {

@@ -7,6 +7,7 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "io/input_file.h"
+#include "io/pointer_file.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -43,7 +44,7 @@ int chosen_step(const std::string& dir, const FolderListing& listing, std::optio
     std::string text = *listing.tracker;
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
     const auto value = parse_int_within(text, 0, kMaxIteration);
-    if (!value) throw Error(tracker + ": expected the step as a whole number, found '" + text + "'");
+    if (!value) throw Error(tracker + ": expected the step as a whole number, found " + shown_text(text));
     return static_cast<int>(*value);
 }
 
@@ -109,7 +110,7 @@ FolderListing list_folder(const std::string& dir) {
         if (entry.is_directory(ec)) listing.subfolders.push_back(entry.path().filename().string());
     std::sort(listing.subfolders.begin(), listing.subfolders.end());
     const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
-    if (fs::is_regular_file(tracker, ec)) listing.tracker = read_small_file(tracker.string(), 4096, "the checkpoint tracker");
+    if (fs::exists(fs::symlink_status(tracker, ec))) listing.tracker = read_pointer_file(dir, "latest_checkpointed_iteration.txt", "the checkpoint tracker");
     return listing;
 }
 

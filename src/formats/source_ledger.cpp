@@ -84,6 +84,7 @@ SourceLedger::SourceLedger(const std::vector<ScannedFile>& scans, std::vector<st
         }
     }
     std::sort(by_storage_.begin(), by_storage_.end());
+    dropped_storage_.assign(by_storage_.size(), 0);
 }
 
 std::string SourceLedger::where(const Entry& e) const {
@@ -104,8 +105,16 @@ SourceLedger::entries_of(const TensorRef& source) const {
 
 void SourceLedger::drop(const TensorRef& source, DropReason reason) {
     const auto [begin, end] = entries_of(source);
+    // Once per storage: 500k views of one storage must not cost 500k x 500k steps.
+    if (begin == end || dropped_storage_[begin - by_storage_.begin()]) return;
+    dropped_storage_[begin - by_storage_.begin()] = 1;
     for (auto it = begin; it != end; ++it)
         if (!entries_[it->entry].reason) entries_[it->entry].reason = reason;
+}
+
+void SourceLedger::drop_replica(const std::string& name, const TensorRef& dropped, const TensorRef& kept) {
+    drop(dropped, DropReason::Replica);
+    replicas_.push_back({name, dropped, kept});
 }
 
 void SourceLedger::drop_output(const OutputTensor& t, const std::vector<TensorRef>& sources, DropReason reason) {
@@ -117,10 +126,13 @@ void SourceLedger::drop_unscanned(const std::string& where, DropReason reason) {
 
 SourceAccount SourceLedger::settle(const TensorMapping& mapping) const {
     std::vector<char> written(entries_.size(), 0);
+    std::vector<char> storage_written(by_storage_.size(), 0);  // each storage's views marked once
     auto mark = [&](const OutputTensor& t) {
         for (const BoxCopy& c : t.copies) {
             if (c.source >= mapping.sources.size() || numel(c.extent) == 0) continue;
             const auto [begin, end] = entries_of(mapping.sources[c.source]);
+            if (begin == end || storage_written[begin - by_storage_.begin()]) continue;
+            storage_written[begin - by_storage_.begin()] = 1;
             for (auto it = begin; it != end; ++it) written[it->entry] = 1;
         }
     };
@@ -148,6 +160,7 @@ SourceAccount SourceLedger::settle(const TensorMapping& mapping) const {
                                        "its values)");
     }
     for (const auto& settled : settled_) count_drop(settled.second, [&] { return settled.first; });
+    account.replicas = replicas_;
     return account;
 }
 

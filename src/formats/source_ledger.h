@@ -30,9 +30,18 @@ enum class DropReason {
 };
 const char* drop_reason_text(DropReason reason);
 
+// A source dropped as a replica of another that is kept in its place: the two must hold the
+// same values (check_replicas_agree, formats/replica_check.h), or one output tensor has two
+// different sources and either choice would be silently wrong.
+struct ReplicaPair {
+    std::string name;  // the tensor, for messages
+    TensorRef dropped, kept;
+};
+
 // The accounting of one merge: how many source entries were written and how many dropped
 // for each reason, with a few examples per reason.
 struct SourceAccount {
+    std::vector<ReplicaPair> replicas;  // every drop_replica, for the check before the copy
     size_t written = 0;
     std::map<std::string, size_t> dropped;                 // reason text -> count
     std::map<std::string, std::vector<std::string>> examples;  // reason text -> "file key", first few
@@ -56,6 +65,8 @@ public:
 
     // Drops the entry whose storage `source` views.
     void drop(const TensorRef& source, DropReason reason);
+    // Drops `dropped` as a replica of `kept` (DropReason::Replica), recorded for the check.
+    void drop_replica(const std::string& name, const TensorRef& dropped, const TensorRef& kept);
     // Drops every entry that feeds one of `t`'s copies.
     void drop_output(const OutputTensor& t, const std::vector<TensorRef>& sources, DropReason reason);
     // An item that was never scanned (a DCP bytes item): counted as dropped.
@@ -90,6 +101,8 @@ private:
     std::vector<Entry> entries_;
     std::vector<StorageEntry> by_storage_;                     // sorted
     std::vector<std::pair<std::string, DropReason>> settled_;  // non-tensors and unscanned items
+    std::vector<ReplicaPair> replicas_;
+    std::vector<char> dropped_storage_;  // by the index of a storage's first entry in by_storage_
 };
 
 }  // namespace vmerge

@@ -6,11 +6,17 @@
 
 namespace vmerge {
 
+std::string json_error_text(const nlohmann::json::exception& e) {
+    const std::string text = e.what();
+    const size_t close = text.starts_with("[json.exception.") ? text.find("] ") : std::string::npos;
+    return close == std::string::npos ? text : text.substr(close + 2);
+}
+
 nlohmann::json parse_json(std::istream& in, const std::string& path) {
     try {
         return nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception& e) {
-        throw Error(path + ": not valid JSON: " + e.what());
+        throw Error(path + ": not valid JSON: " + json_error_text(e));
     }
 }
 
@@ -18,7 +24,7 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& path)
     try {
         return nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-        throw Error(path + ": not valid JSON: " + e.what());
+        throw Error(path + ": not valid JSON: " + json_error_text(e));
     }
 }
 

@@ -5,7 +5,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+
 namespace vmerge {
+
+// nlohmann's message without its "[json.exception.type_error.302] " prefix; with
+// JSON_DIAGNOSTICS (set for every target) it starts with the value's place, "(/peft_type)".
+std::string json_error_text(const nlohmann::json::exception& e);
+
+// Runs `interpret` over a JSON document read from `path`: a value of another type than the code
+// takes, or a missing key, becomes Error "<path>: unexpected JSON: (/key) type must be ...".
+template <typename F>
+decltype(auto) interpret_json(const std::string& path, F&& interpret) {
+    try {
+        return interpret();
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(path + ": unexpected JSON: " + json_error_text(e));
+    }
+}
 
 // Parses the JSON document `in` read from `path`; Error "<path>: not valid JSON: ..." otherwise.
 nlohmann::json parse_json(std::istream& in, const std::string& path);

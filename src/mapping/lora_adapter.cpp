@@ -263,13 +263,14 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
     const LoraMetadataFiles files = options.metadata ? *options.metadata : read_lora_metadata(options.checkpoint_dir);
     LoraHyperparameters h;
     std::vector<FoundAlpha> found;
-    if (files.adapter_config.exists) read_found_adapter_config(h, found, files.adapter_config);
-    if (files.train_meta.exists) {
+    if (files.adapter_config.exists)
+        interpret_json(files.adapter_config.path, [&] { read_found_adapter_config(h, found, files.adapter_config); });
+    if (files.train_meta.exists) interpret_json(files.train_meta.path, [&] {
         const fs::path meta(files.train_meta.path);
         const nlohmann::json m = parse_json_text(files.train_meta.contents(), files.train_meta.path);
         if (auto a = number_field(m, "lora_alpha", meta)) found.push_back({*a, meta});
         if (auto r = rank_field(m, "r", meta); r && !h.r) h.r = *r;
-    }
+    });
     choose_alpha(h, found, options, adapter_summary);
     if (options.use_rslora) h.use_rslora = *options.use_rslora;
     return h;

@@ -108,7 +108,42 @@ void create_fresh_staging(const std::string& target) {
     }
 }
 
+namespace {
+
+// The names a merge makes beside the target are its own plus a suffix; the longest is the lock's
+// stale name ("." + name + ".vmerge-lock.stale-" + a pid). A target whose name leaves no room
+// for them could be written once and never replaced: refused before anything is made.
+void check_derived_names_fit(const std::string& target) {
+    const fs::path t = fs::path(target).lexically_normal();
+    const std::string name = (t.has_filename() ? t : t.parent_path()).filename().string();
+    constexpr size_t kLongestSuffix = std::char_traits<char>::length("..vmerge-lock.stale-4294967295");
+    const fs::path parent = fs::absolute(t).parent_path();
+    const long limit = ::pathconf(parent.c_str(), _PC_NAME_MAX);
+    const size_t most = limit > 0 ? static_cast<size_t>(limit) : 255;
+    if (name.size() + kLongestSuffix > most)
+        throw Error(target + ": a name of " + std::to_string(name.size()) + " bytes leaves no room for the staging, journal "
+                    "and lock names vmerge makes beside it (" + std::to_string(kLongestSuffix) + " bytes more, at most " +
+                    std::to_string(most) + " in all on that file system); choose a target name of at most " +
+                    std::to_string(most - kLongestSuffix) + " bytes");
+}
+
+// The name the journal waits under during the final rename must be free, unless it is the
+// journal of this target's interrupted merge, which its --resume takes back (reattach_journal):
+// found now, not after hours of copying.
+void check_journal_name_free(const std::string& target) {
+    const std::string staging = staging_path(target), aside = detached_journal(target);
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(aside, ec))) return;
+    if (fs::is_directory(fs::symlink_status(staging, ec)) && !fs::exists(fs::symlink_status(journal_dir(staging), ec))) return;
+    throw Error(aside + ": exists, and the journal must wait there during the final rename; it was not made by this "
+                        "merge, so move it away first");
+}
+
+}  // namespace
+
 void check_target(const std::string& target, bool force, const std::vector<InputFolder>& inputs) {
+    check_derived_names_fit(target);
+    check_journal_name_free(target);
     check_target_placement(target, inputs);
     check_target_replaceable(target, force);
 }

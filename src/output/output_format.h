@@ -23,6 +23,7 @@ struct OutputOptions {
     bool resume = false;          // --resume: continue an earlier staging folder
     bool restart = false;         // --restart: discard an earlier staging folder and start over
     std::string reuse;            // --reuse: an earlier output whose unchanged files are taken over
+    bool check_free_space = true; // off with --skip_free_space_check
     // A merge --resume can continue: ranks journal their blocks (progress display), CRCs are
     // checked before the commit, a failure keeps the staging folder. A format without --resume
     // turns it off.

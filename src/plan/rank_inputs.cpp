@@ -12,7 +12,40 @@ bool feeds_rows(const OutputTensor& t, const BoxCopy& c, const WriteTask& task) 
     return c.dst_start[0] < task.row_end && c.dst_start[0] + c.extent[0] > task.row_begin;
 }
 
+void add_lora_files(const TensorMapping& mapping, const OutputTensor& t, std::set<std::string>& files) {
+    if (!t.lora_delta) return;
+    const LoraDelta& d = mapping.lora_deltas[*t.lora_delta];
+    for (const auto* factor : {&d.a, &d.b})
+        for (const auto& c : factor->copies) files.insert(mapping.sources[c.source].storage.file);
+}
+
 }  // namespace
+
+std::set<std::string> input_files_of(const TensorMapping& mapping, const std::vector<WriteTask>& tasks) {
+    std::set<std::string> files;
+    for (const auto& task : tasks) {
+        const OutputTensor& t = mapping.tensors[task.tensor];
+        for (const auto& c : t.copies)
+            if (feeds_rows(t, c, task)) files.insert(mapping.sources[c.source].storage.file);
+        add_lora_files(mapping, t, files);
+    }
+    return files;
+}
+
+std::set<std::string> input_files_of(const TensorMapping& mapping) {
+    std::set<std::string> files;
+    auto add = [&](const OutputTensor& t) {
+        for (const auto& c : t.copies)
+            if (numel(c.extent) > 0 && !mapping.sources[c.source].storage.file.empty())
+                files.insert(mapping.sources[c.source].storage.file);
+    };
+    for (const auto& t : mapping.tensors) add(t);
+    for (const auto& d : mapping.lora_deltas) {
+        add(d.a);
+        add(d.b);
+    }
+    return files;
+}
 
 std::vector<size_t> input_files_per_rank(const TensorMapping& mapping, const std::vector<std::vector<WriteTask>>& work) {
     std::vector<size_t> counts;

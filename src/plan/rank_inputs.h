@@ -1,11 +1,20 @@
 #pragma once
 #include <cstddef>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "mapping/tensor_mapping.h"
 #include "plan/rank_work.h"
 
 namespace vmerge {
+
+// The input files `tasks` read from (their tensors' copies and LoRA factors).
+std::set<std::string> input_files_of(const TensorMapping& mapping, const std::vector<WriteTask>& tasks);
+
+// Every input file the mapping reads bytes of, each once (a rank file whose shards are all
+// empty is read for nothing).
+std::set<std::string> input_files_of(const TensorMapping& mapping);
 
 // How many distinct input files each rank's rows read from: the files it opens (and keeps
 // open while it works), the metadata load a plan puts on a parallel file system.

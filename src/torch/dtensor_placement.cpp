@@ -113,11 +113,11 @@ std::vector<std::vector<DimRun>> dtensor_runs(const DTensorLayout& layout,
     return dims;
 }
 
-bool is_primary_replica(const DTensorLayout& layout) {
-    for (size_t m = 0; m < layout.placements.size(); ++m)
-        if (layout.placements[m].kind == Placement::Kind::Replicate && layout.coordinates[m] != 0)
-            return false;
-    return true;
+Shape shard_position(const DTensorLayout& layout) {
+    Shape position = layout.coordinates;
+    for (size_t m = 0; m < layout.placements.size() && m < position.size(); ++m)
+        if (layout.placements[m].kind == Placement::Kind::Replicate) position[m] = 0;
+    return position;
 }
 
 }  // namespace vmerge

@@ -31,7 +31,8 @@ std::vector<std::vector<DimRun>> dtensor_runs(const DTensorLayout& layout, const
 // outside the saved mesh), so the splitting loops stay bounded.
 void check_dtensor_layout(const DTensorLayout& layout, const std::string& where);
 
-// Whether this shard is the one copy to read: coordinate 0 on every Replicate mesh dim.
-bool is_primary_replica(const DTensorLayout& layout);
+// Where the shard lies: the saving rank's coordinates with every Replicate mesh dim's set to
+// 0, the same for every copy of one shard.
+Shape shard_position(const DTensorLayout& layout);
 
 }  // namespace vmerge

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/input_folder.h"
 #include "io/input_file.h"
+#include "io/pointer_file.h"
 #include "io/json_file.h"
 
 namespace vmerge {
@@ -102,11 +103,10 @@ void judge_deepspeed_tag(const fs::path& root, const std::string& tag, RunStep& 
         step.why = "no DeepSpeed latest file yet";
         return;
     }
-    std::string named = read_small_file(latest.string(), 4096, "DeepSpeed latest file");
-    while (!named.empty() && std::isspace(static_cast<unsigned char>(named.back()))) named.pop_back();
+    const std::string named = read_pointer_file(root.string(), "latest", "DeepSpeed latest file");
     const std::optional<int64_t> later = deepspeed_tag_step(named);
     step.complete = named == tag || (later && *later > step.step);
-    step.why = "DeepSpeed latest names " + named.substr(0, 80);
+    step.why = "DeepSpeed latest names " + shown_text(named);
 }
 
 }  // namespace
@@ -115,11 +115,10 @@ std::optional<int64_t> tracker_step(const std::string& dir) {
     const fs::path path = fs::path(dir) / kTracker;
     std::error_code ec;
     if (!fs::exists(path, ec)) return std::nullopt;
-    std::string text = read_small_file(path.string(), 4096, "a tracker file");
-    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    const std::string text = read_pointer_file(dir, kTracker, "a tracker file");
     if (text == "release") return std::nullopt;
     const auto step = parse_int_within(text, 0, int64_t{1} << 40);
-    if (!step) throw Error(path.string() + ": expected a step number or release, found '" + text.substr(0, 40) + "'");
+    if (!step) throw Error(path.string() + ": expected a step number or release, found " + shown_text(text));
     return *step;
 }
 

@@ -16,13 +16,13 @@ MODULE = [None]  # the case module now adding cases: its ctest runs them
 
 
 def case(name, local_dir, error, notes, args=(), command="merge", exit=1, target=None, np=2,
-         timeout=120, output=(), unchanged=(), target_has=(), target_lacks=()):
+         timeout=120, output=(), unchanged=(), target_has=(), target_lacks=(), env=None):
     """A case: `command` on `local_dir` with `args` must exit with `exit`; on failure with one
     "error:" line holding every `error` text, on success with every `output` text. `target`
     (default: a fresh folder beside the case) is the --target_dir; the case folder and the
     target's parent must be byte-identical before and after a failed run. Whatever the exit,
     the `unchanged` folders stay byte-identical, and the target holds every `target_has` name
-    (as a regular file) and none of `target_lacks`."""
+    (as a regular file) and none of `target_lacks`. `env`: variables added to the run's."""
     assert name not in CASES, name
     CASES[name] = {"module": MODULE[0], "local_dir": os.path.abspath(local_dir) if local_dir else "",
                    "args": list(args), "error": error if isinstance(error, list) else [error],
@@ -30,7 +30,7 @@ def case(name, local_dir, error, notes, args=(), command="merge", exit=1, target
                    "target": os.path.abspath(target) if target else None, "np": np,
                    "timeout": timeout, "output": list(output),
                    "unchanged": [os.path.abspath(u) for u in unchanged],
-                   "target_has": list(target_has), "target_lacks": list(target_lacks)}
+                   "target_has": list(target_has), "target_lacks": list(target_lacks), "env": dict(env or {})}
 
 
 # ---------------------------------------------------------------------------------------------

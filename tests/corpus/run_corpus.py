@@ -89,7 +89,7 @@ def run_case(vmerge, mpiexec, corpus, name, c):
         cmd += ["--target_dir", target]
     cmd += c["args"]
     try:
-        done = subprocess.run(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        done = subprocess.run(cmd, env=dict(ENV, **c.get("env", {})), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=c["timeout"])
         log, rc = done.stdout.decode(errors="replace"), done.returncode
     except subprocess.TimeoutExpired as e:

@@ -14,7 +14,7 @@ targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(zip pickle safetensors torch_scan dcp_metadata scan_message)
 
 CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMERGE_FUZZ=ON \
-    -DVMERGE_BUILD_TESTS=OFF >/dev/null || exit 1
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DVMERGE_BUILD_TESTS=OFF >/dev/null || exit 1
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]/#/fuzz_}" >/dev/null || exit 1
 
 mkdir -p "$build/logs" "$build/artifacts"

@@ -79,5 +79,28 @@ TEST(CommandLine, HelpShowsTheGroupsOfOneCommand) {
     EXPECT_FALSE(parse({"merge", "--help"}));
 }
 
+// DeepSpeed users' habit: zero_to_fp32.py CHECKPOINT_DIR OUTPUT_DIR [-t TAG] [--exclude_frozen_parameters]
+// [--safe_serialization]; each flag keeps its meaning.
+TEST(CommandLine, ZeroToFp32FormTakesFoldersByPosition) {
+    const auto o = parse({"merge", "ckpt", "out", "-t", "global_step7", "--exclude_frozen_parameters", "--safe_serialization"});
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->local_dir, "ckpt");
+    EXPECT_EQ(o->output.target, "out");
+    EXPECT_EQ(o->tag, "global_step7");
+    EXPECT_TRUE(o->map.exclude_frozen_parameters);
+    EXPECT_EQ(usage_error({"merge", "ckpt"}), "merge CHECKPOINT_DIR OUTPUT_DIR: expected two folders by position, got 1 ('ckpt')");
+    EXPECT_EQ(usage_error({"merge", "a", "b", "c"}),
+              "merge CHECKPOINT_DIR OUTPUT_DIR: expected two folders by position, got 3 ('c')");
+    EXPECT_EQ(usage_error({"merge", "a", "b", "--local_dir", "a"}),
+              "merge a b: the folders are given by position and as --local_dir/--target_dir; give them once");
+    EXPECT_EQ(usage_error({"inspect", "a", "--local_dir", "a"}),
+              "unexpected argument 'a': only merge takes its folders by position (merge CHECKPOINT_DIR OUTPUT_DIR, as zero_to_fp32.py)");
+}
+
+TEST(CommandLine, FreeSpaceCheckIsOnUnlessSkipped) {
+    EXPECT_TRUE(parse({"merge", "--local_dir", "a", "--target_dir", "b"})->output.check_free_space);
+    EXPECT_FALSE(parse({"merge", "--local_dir", "a", "--target_dir", "b", "--skip_free_space_check"})->output.check_free_space);
+}
+
 }  // namespace
 }  // namespace vmerge

@@ -128,19 +128,17 @@ TEST(DTensorRuns, HsdpReplicateThenShard) {
             ASSERT_EQ(runs[0].size(), 1u);
             expect_run(runs[0][0], 0, 5 * s, 5);
             expect_run(runs[1][0], 0, 0, 3);
-            EXPECT_EQ(is_primary_replica(l), rep == 0);
+            EXPECT_EQ(shard_position(l), (Shape{0, s}));
         }
     }
 }
 
-TEST(DTensorRuns, PrimaryReplica) {
-    EXPECT_TRUE(is_primary_replica(layout({8}, {4}, {3}, {shard(0)})));
-    EXPECT_TRUE(is_primary_replica(layout({8}, {2, 4}, {0, 3}, {replicate(), shard(0)})));
-    EXPECT_FALSE(is_primary_replica(layout({8}, {2, 4}, {1, 0}, {replicate(), shard(0)})));
-    EXPECT_TRUE(is_primary_replica(layout({8}, {4, 2}, {3, 0}, {shard(0), replicate()})));
-    EXPECT_FALSE(is_primary_replica(layout({8}, {4, 2}, {0, 1}, {shard(0), replicate()})));
-    EXPECT_TRUE(is_primary_replica(layout({8}, {2}, {0}, {replicate()})));
-    EXPECT_FALSE(is_primary_replica(layout({8}, {2}, {1}, {replicate()})));
+// Every copy of one shard has one position: the replicate dims' coordinates set to 0.
+TEST(DTensorRuns, ShardPositionIgnoresReplicateDims) {
+    EXPECT_EQ(shard_position(layout({8}, {4}, {3}, {shard(0)})), (Shape{3}));
+    EXPECT_EQ(shard_position(layout({8}, {2, 4}, {1, 3}, {replicate(), shard(0)})), (Shape{0, 3}));
+    EXPECT_EQ(shard_position(layout({8}, {4, 2}, {2, 1}, {shard(0), replicate()})), (Shape{2, 0}));
+    EXPECT_EQ(shard_position(layout({8}, {2}, {1}, {replicate()})), (Shape{0}));
 }
 
 TEST(DTensorRuns, TwoDimMeshShardBothDims) {
@@ -202,7 +200,8 @@ TEST(DTensorRuns, AdjacentPiecesMerge) {
     expect_run(r[0][0], 0, 0, 9);
 }
 
-// Every element is held by exactly one primary-replica rank, and local positions run 0..
+// Every element is held by exactly one primary-replica rank (coordinate 0 on each replicate
+// dim), and local positions run 0..
 // without gaps.
 void expect_partition(Shape global, Shape mesh, std::vector<Placement> placements) {
     const int64_t ranks = numel(mesh);
@@ -215,7 +214,7 @@ void expect_partition(Shape global, Shape mesh, std::vector<Placement> placement
             rest /= mesh[m];
         }
         const auto l = layout(global, mesh, coords, placements);
-        if (!is_primary_replica(l)) continue;
+        if (shard_position(l) != coords) continue;  // a replica: its primary holds these rows
         const auto runs = dtensor_runs(l, "t");
         ASSERT_EQ(runs.size(), global.size());
         // The global indices this rank holds on each dim.

@@ -166,8 +166,10 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files, SourceLedger* ledg
         if (t0.dtensor) out.shape = t0.dtensor->global_shape;
         int64_t rows = 0;
         // A DTensor on a sub-mesh (FSDP+TP: norms live on the "dp" mesh only) is saved by
-        // every rank of the other mesh dims with the same coordinates: read it once.
-        std::set<Shape> coordinates_seen;
+        // every rank of the other mesh dims with the same coordinates, and an HSDP replica
+        // by every rank of the replicate dim: read each shard once (the first saved), and
+        // check the others hold the same values.
+        std::map<Shape, const TensorRef*> shard_kept;
         for (size_t r = 0; r < files.size(); ++r) {
             const TensorRef& t = *by_key[r].at(key);
             const std::string where = files[r].path + " key '" + key + "'";
@@ -182,8 +184,9 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files, SourceLedger* ledg
                     throw Error(where + ": global shape " + shape_to_string(t.dtensor->global_shape) +
                                 " differs from " + shape_to_string(t0.dtensor->global_shape) + " in " +
                                 files[0].path);
-                if (!is_primary_replica(*t.dtensor) || !coordinates_seen.insert(t.dtensor->coordinates).second) {
-                    if (ledger) ledger->drop(t, DropReason::Replica);
+                const auto [kept, first_seen] = shard_kept.emplace(shard_position(*t.dtensor), &t);
+                if (!first_seen) {
+                    if (ledger) ledger->drop_replica(key, t, *kept->second);
                     continue;
                 }
                 const uint32_t source = static_cast<uint32_t>(mapping.sources.size());

@@ -9,6 +9,7 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "io/input_file.h"
+#include "io/pointer_file.h"
 #include "formats/megatron/megatron_backend.h"
 
 namespace vmerge {
@@ -101,13 +102,11 @@ std::optional<IterationFolder> iteration_folder(const std::string& dir, std::opt
     std::error_code ec;
     if (!fs::exists(tracker_path, ec)) return std::nullopt;
     // Megatron-LM writes the number (or "release") alone; a trailing newline is allowed.
-    std::string tracker = read_small_file(tracker_path.string(), 4096, "a tracker file");
-    while (!tracker.empty() && std::isspace(static_cast<unsigned char>(tracker.back()))) tracker.pop_back();
+    const std::string tracker = read_pointer_file(dir, "latest_checkpointed_iteration.txt", "a tracker file");
     if (tracker == "release") return IterationFolder{"release", std::nullopt};
     const auto number = parse_int_within(tracker, 0, kMaxIteration);
     if (!number) {
-        const std::string shown = tracker.size() > 40 ? tracker.substr(0, 40) + "..." : tracker;
-        throw Error(tracker_path.string() + ": holds '" + shown + "', expected 'release' or an iteration number " +
+        throw Error(tracker_path.string() + ": holds " + shown_text(tracker) + ", expected 'release' or an iteration number " +
                     range_text(0, kMaxIteration));
     }
     return IterationFolder{iteration_dir_name(static_cast<int>(*number)), static_cast<int>(*number)};
@@ -296,9 +295,14 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
                 key = k.mtp_layer + "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." +
                       k.expert_rest;
             }
-            // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's.
+            // Non-expert tensors are repeated in every expert-parallel folder: read rank 0's
+            // (its folder sorts first), which must hold the same values.
             if (!expert && f.ep != 0) {
-                if (ledger) ledger->drop(e.tensor, DropReason::Replica);
+                const auto kept = shards.find(key);
+                if (kept == shards.end() || !kept->second[f.tp].tensor)
+                    throw Error(f.path + ": '" + key + "' is not in the expert-parallel rank 0 folder of tensor-parallel rank " +
+                                std::to_string(f.tp) + ", pipeline stage " + std::to_string(f.pp));
+                if (ledger) ledger->drop_replica(key, e.tensor, *kept->second[f.tp].tensor);
                 continue;
             }
             auto& pieces = shards[key];
@@ -309,7 +313,7 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
             if (pieces[f.tp].tensor && !(arch.value_model || key.starts_with("output_layer")))
                 throw Error(f.path + ": '" + key + "' is also in " + pieces[f.tp].file->path);
             if (!pieces[f.tp].tensor) pieces[f.tp] = {&e.tensor, &f};
-            else if (ledger) ledger->drop(e.tensor, DropReason::Replica);  // a pipeline stage's output_layer copy
+            else if (ledger) ledger->drop_replica(key, e.tensor, *pieces[f.tp].tensor);  // a pipeline stage's output_layer copy
         }
     }
     return shards;
@@ -371,7 +375,7 @@ void add_tp_copies(OutputTensor& t, const std::vector<Piece>& pieces, TpRule rul
         case TpRule::ReplicatedIfFull:
             add_copy(t, base, zeros, zeros, first.shape);
             if (ledger)
-                for (int r = 1; r < tp; ++r) ledger->drop(*pieces[r].tensor, DropReason::Replica);
+                for (int r = 1; r < tp; ++r) ledger->drop_replica(t.name, *pieces[r].tensor, first);
             break;
         case TpRule::Concat0:
         case TpRule::Concat1: {

@@ -38,6 +38,21 @@ void drop_trimmed_shards(const OutputTensor& t, const std::vector<OutputTensor>&
         if (!kept.count(c.source)) ledger.drop(sources[c.source], DropReason::VocabPadding);
 }
 
+// When `t`, assembled from equal tensor-parallel row shards, holds a whole fraction of the
+// `expected` rows: the rank folders that would hold the rest are the likely cause (a missing
+// last rank folder leaves no hole to notice, only fewer rows). "" otherwise.
+std::string missing_shards_hint(const OutputTensor& t, int64_t expected) {
+    const int64_t pieces = static_cast<int64_t>(t.copies.size());
+    if (pieces == 0 || t.shape.empty() || t.shape[0] % pieces != 0) return "";
+    const int64_t per_piece = t.shape[0] / pieces;
+    for (const auto& c : t.copies)
+        if (c.extent.empty() || c.extent[0] != per_piece) return "";
+    if (per_piece == 0 || expected % per_piece != 0 || expected / per_piece <= pieces) return "";
+    return "; it is assembled from " + std::to_string(pieces) + " tensor-parallel shards of " + std::to_string(per_piece) +
+           " rows, and config.json implies " + std::to_string(expected / per_piece) +
+           ": are tensor-parallel rank folders (files) missing?";
+}
+
 std::string list_names(const std::vector<std::string>& names) {
     std::string out;
     for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : "") + names[i];
@@ -67,6 +82,11 @@ void check_against_config(const TensorMapping& mapping, const HfConfig& config, 
     if (!missing.empty()) message += "\n  missing: " + list_names(missing);
     if (!unexpected.empty()) message += "\n  not part of " + arch.name + ": " + list_names(unexpected);
     if (!misshapen.empty()) message += "\n  wrong shape: " + list_names(misshapen);
+    // --is_value_model over a causal LM: its head has a row per token, not per label.
+    for (const auto& t : mapping.tensors)
+        if (arch.value_model && t.name == "score.weight" && !t.shape.empty() && t.shape[0] == arch.vocab && arch.vocab > 1)
+            message += "\n  score.weight has vocab_size (" + std::to_string(arch.vocab) + ") rows: a language-model head, "
+                       "not a value head; drop --is_value_model to merge a causal LM";
     if (!message.empty())
         throw Error("the merged tensors do not match what " + config.dir + "/config.json (" + arch.name + ") implies:" +
                     message);
@@ -96,7 +116,8 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
                 if (!arch.pad_vocab)
                     throw Error(t.name + ": " + std::to_string(rows) + " rows, but config.json says vocab_size " +
                                 std::to_string(arch.vocab) + ": the config does not match this checkpoint (pass the "
-                                "model's own --hf_config, or --pad_vocab to write the missing rows as zeros)");
+                                "model's own --hf_config, or --pad_vocab to write the missing rows as zeros)" +
+                                missing_shards_hint(t, arch.vocab));
                 o.zero_fill = true;
                 notes.push_back(t.name + ": " + std::to_string(rows) + " rows, config.json vocab_size is " +
                                 std::to_string(arch.vocab) + "; the missing rows are written as zeros");
@@ -126,7 +147,7 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
             if (t.shape.empty() || t.shape[0] != (nq + 2 * ng) * d)
                 throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but (heads " + std::to_string(nq) +
                             " + 2 x kv heads " + std::to_string(ng) + ") x head_dim " + std::to_string(d) + " = " +
-                            std::to_string((nq + 2 * ng) * d));
+                            std::to_string((nq + 2 * ng) * d) + missing_shards_hint(t, (nq + 2 * ng) * d));
             const int64_t per_group = nq / ng;
             Shape q = t.shape, kv = t.shape;
             q[0] = nq * d;

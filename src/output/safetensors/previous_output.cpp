@@ -81,6 +81,15 @@ void copy_whole_file(const std::string& from, const std::string& to, uint64_t si
     ::close(out);
 }
 
+// The identity of an open previous file: a file replaced or edited after its blocks were
+// compared has another inode or modification time.
+std::string file_identity(int fd) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return "?";
+    return std::to_string(static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec) + ":" +
+           std::to_string(st.st_ino);
+}
+
 }  // namespace
 
 void check_reusable(const std::string& dir, const std::string& target) {
@@ -109,6 +118,7 @@ bool PreviousOutput::same_as_previous(size_t file, uint64_t offset, const unsign
         f.opened = true;
         f.fd = open_if_same_layout(dir_ + "/" + layout_.files[file].name, layout_.files[file]);
         f.changed = f.fd < 0;
+        if (f.fd >= 0) f.identity = file_identity(f.fd);
     }
     bool same = !f.changed;
     for (size_t done = 0; same && done < size; done += kCompareChunk) {
@@ -136,7 +146,9 @@ std::string PreviousOutput::reuse_state() const {
         state += f.wrote ? 'w' : f.skipped.empty() ? '-' : 's';
         skipped += f.skipped_bytes;
     }
-    return state + " " + std::to_string(written_bytes_) + " " + std::to_string(skipped);
+    state += " " + std::to_string(written_bytes_) + " " + std::to_string(skipped);
+    for (const File& f : files_) state += " " + (f.identity.empty() ? std::string("-") : f.identity);
+    return state;
 }
 
 std::vector<std::string> PreviousOutput::complete(const std::vector<std::string>& states) {
@@ -151,6 +163,13 @@ std::vector<std::string> PreviousOutput::complete(const std::vector<std::string>
         for (size_t f = 0; f < files_.size(); ++f) {
             written[f] = written[f] || letters[f] == 'w';
             skipped[f] = skipped[f] || letters[f] == 's';
+            std::string seen;
+            if (!(in >> seen)) throw Error("internal: a rank's --reuse state is malformed: " + s);
+            if (seen == "-") continue;
+            if (!files_[f].identity.empty() && files_[f].identity != seen)
+                throw Error(dir_ + "/" + layout_.files[f].name + ": changed while the merge compared it (ranks saw "
+                            "different modification times or inodes); rerun without --reuse");
+            files_[f].identity = seen;
         }
         bytes_written += w;
         bytes_skipped += k;
@@ -193,14 +212,22 @@ void PreviousOutput::link_unchanged() {
         if (!unchanged_[f]) continue;
         const OutputFile& file = layout_.files[f];
         const std::string from = dir_ + "/" + file.name, to = staging_ + "/" + file.name;
-        // Checked again right before: the staging file holds no data of it, only the link will.
+        // Checked again right before, and the file checked is the one linked (through its open
+        // descriptor): the staging file holds no data of it, only the link will.
         const int fd = open_if_same_layout(from, file);
-        if (fd < 0) throw Error(from + ": changed during the merge (size or header); rerun without --reuse");
-        ::close(fd);
+        if (fd < 0 || file_identity(fd) != files_[f].identity) {
+            if (fd >= 0) ::close(fd);
+            throw Error(from + ": changed during the merge (size, header, modification time or inode); rerun without --reuse");
+        }
         fs::remove(to);
-        if (::link(from.c_str(), to.c_str()) == 0) continue;
-        if (errno != EXDEV && errno != EPERM && errno != EMLINK)
-            throw Error(to + ": cannot hard-link " + from + ": " + errno_text());
+        const std::string opened = "/proc/self/fd/" + std::to_string(fd);
+        const bool linked = ::linkat(AT_FDCWD, opened.c_str(), AT_FDCWD, to.c_str(), AT_SYMLINK_FOLLOW) == 0 ||
+                            (errno == ENOENT && ::link(from.c_str(), to.c_str()) == 0);  // no /proc
+        const int link_errno = errno;
+        ::close(fd);
+        if (linked) continue;
+        if (link_errno != EXDEV && link_errno != EPERM && link_errno != EMLINK)
+            throw Error(to + ": cannot hard-link " + from + ": " + std::strerror(link_errno));
         copy_whole_file(from, to, file.size);
     }
 }

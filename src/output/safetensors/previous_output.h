@@ -53,6 +53,9 @@ private:
         bool wrote = false;    // this rank wrote one of its blocks
         std::vector<std::pair<uint64_t, uint64_t>> skipped;  // offset, length
         uint64_t skipped_bytes = 0;
+        // What the previous file was when this rank opened it ("mtime_ns:inode"; "" unopened);
+        // after complete, what every rank that compared it saw: the link takes that file only.
+        std::string identity;
     };
     void copy_skipped(size_t file);
     std::string dir_, staging_;

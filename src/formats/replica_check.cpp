@@ -1,0 +1,67 @@
+#include "formats/replica_check.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "io/input_file.h"
+
+namespace vmerge {
+namespace {
+
+// The bytes of its storage the view can touch: [first, first + length).
+std::pair<uint64_t, uint64_t> view_span(const TensorRef& t) {
+    const uint64_t element = element_size(t.dtype);
+    int64_t last = t.storage_offset;
+    for (size_t d = 0; d < t.shape.size(); ++d)
+        if (t.shape[d] == 0) return {t.storage.byte_offset, 0};
+        else last += (t.shape[d] - 1) * (d < t.stride.size() ? t.stride[d] : 0);
+    return {t.storage.byte_offset + static_cast<uint64_t>(t.storage_offset) * element,
+            static_cast<uint64_t>(last - t.storage_offset + 1) * element};
+}
+
+bool covers_record(const TensorRef& t) {
+    return view_span(t) == std::make_pair(t.storage.byte_offset, t.storage.byte_size);
+}
+
+bool same_bytes(const TensorRef& a, const TensorRef& b) {
+    const auto [at_a, length] = view_span(a);
+    const uint64_t at_b = view_span(b).first;
+    const InputFile fa(a.storage.file), fb(b.storage.file);
+    constexpr uint64_t kChunk = 4 << 20;
+    std::vector<char> x, y;
+    for (uint64_t done = 0; done < length; done += kChunk) {
+        const uint64_t n = std::min(kChunk, length - done);
+        x.resize(n);
+        y.resize(n);
+        fa.read_exact(at_a + done, x.data(), n, "replica");
+        fb.read_exact(at_b + done, y.data(), n, "replica");
+        if (x != y) return false;
+    }
+    return true;
+}
+
+std::string where(const TensorRef& t) { return t.storage.file + " (" + t.storage.key + ")"; }
+
+}  // namespace
+
+void check_replicas_agree(const std::vector<ReplicaPair>& replicas) {
+    for (const ReplicaPair& r : replicas) {
+        const TensorRef &a = r.kept, &b = r.dropped;
+        if (a.dtype != b.dtype || a.shape != b.shape || a.stride != b.stride || a.storage_offset != b.storage_offset)
+            throw Error("'" + r.name + "': " + where(b) + " holds it as " + std::string(torch_name(b.dtype)) + " " + shape_to_string(b.shape) +
+                        ", " + where(a) + " as " + std::string(torch_name(a.dtype)) + " " + shape_to_string(a.shape) +
+                        ": two different sources for one output tensor");
+        const bool whole_records = covers_record(a) && covers_record(b) && a.storage.byte_size == b.storage.byte_size;
+        if (whole_records && a.storage.crc32 && b.storage.crc32) {
+            if (*a.storage.crc32 == *b.storage.crc32) continue;
+        } else if (same_bytes(a, b)) {
+            continue;
+        }
+        throw Error("'" + r.name + "': " + where(b) + " and " + where(a) +
+                    " hold different values for it (each should be a copy of the other): two different sources for "
+                    "one output tensor; the save is inconsistent, merge a complete one");
+    }
+}
+
+}  // namespace vmerge
