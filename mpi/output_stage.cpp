@@ -73,12 +73,13 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
     }
 }
 
-// Rank 0, once the staging folder exists: the planned bytes (less what a resumed folder
-// already holds) must fit its file system, or nothing is written.
+// Rank 0, before the staging folder is made or taken up: the planned bytes, less what an
+// earlier staging folder holds on disk (resumed, or discarded to make room), must fit the file
+// system it goes on, or nothing is written.
 void refuse_if_no_room(const std::string& staging, uint64_t planned) {
     // Test hook: VMERGE_TEST_FREE_BYTES stands in for what the file system reports.
     const char* pretend = std::getenv("VMERGE_TEST_FREE_BYTES");
-    std::optional<uint64_t> free = free_bytes(staging);
+    std::optional<uint64_t> free = free_bytes(nearest_existing_folder(staging));
     if (pretend) free = static_cast<uint64_t>(parse_int_within(pretend, 0, INT64_MAX).value_or(0));
     if (!free) return;
     const std::string shortfall = free_space_shortfall(staging, planned, allocated_bytes_under(staging), *free);
@@ -111,12 +112,12 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     result.plan_seconds = seconds_since(plan_start);
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
+        if (output.options().check_free_space) refuse_if_no_room(staging, layout.total_size);
         const StagingState state = output.prepare(run.identity(layout), run.inputs);
         if (output.options().resumable)
             say_on_interrupt("\nvmerge-mpi: interrupted; the unfinished output is kept in " + staging +
                              "; rerun the same command with --resume to continue it\n");
         result.resumed = state.resumed;
-        if (output.options().check_free_space) refuse_if_no_room(staging, layout.total_size);
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
     collective_step(comm, [&] {

@@ -15,6 +15,14 @@ std::optional<uint64_t> free_bytes(const std::string& dir) {
     return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
 }
 
+std::string nearest_existing_folder(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::path at = fs::absolute(path, ec).lexically_normal();
+    while (!at.empty() && !fs::exists(at, ec) && at != at.parent_path()) at = at.parent_path();
+    return at.string();
+}
+
 uint64_t allocated_bytes_under(const std::string& dir) {
     namespace fs = std::filesystem;
     uint64_t total = 0;

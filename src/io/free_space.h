@@ -12,6 +12,10 @@ namespace vmerge {
 // nullopt when the file system does not say.
 std::optional<uint64_t> free_bytes(const std::string& dir);
 
+// `path` itself when it exists, else its nearest existing parent (where a folder not yet made
+// will be).
+std::string nearest_existing_folder(const std::string& path);
+
 // The bytes the regular files under `dir` already occupy on disk (a resumed staging folder's
 // blocks, which a continued merge overwrites in place).
 uint64_t allocated_bytes_under(const std::string& dir);

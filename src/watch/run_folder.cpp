@@ -106,7 +106,7 @@ void judge_deepspeed_tag(const fs::path& root, const std::string& tag, RunStep& 
     const std::string named = read_pointer_file(root.string(), "latest", "DeepSpeed latest file");
     const std::optional<int64_t> later = deepspeed_tag_step(named);
     step.complete = named == tag || (later && *later > step.step);
-    step.why = "DeepSpeed latest names " + shown_text(named);
+    step.why = "DeepSpeed latest names " + named.substr(0, 80);  // printable: read_pointer_file checked it
 }
 
 }  // namespace

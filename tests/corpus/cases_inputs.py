@@ -6,19 +6,14 @@ import shutil
 
 from corpus_lib import case, copy_case, read_record, record_name, rewrite_zip
 
-R0, R1 = "model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"
 OWN = "each input must be a file of its own (a rank file linked to or copied from another rank's merges " \
       "one shard twice and leaves another out)"
 
 
 def add_cases(good_fsdp, good_megatron, out):
     w2 = os.path.join(good_fsdp, "w2_bf16")
-    d = copy_case(w2, os.path.join(out, "input_rank_file_copied"))
-    shutil.copyfile(os.path.join(d, R0), os.path.join(d, R1))
-    size = os.path.getsize(os.path.join(d, R0))
-    case("input_rank_file_copied", d,
-         [f"{R0} and {os.path.join(d, R1)} hold the same {size} bytes: " + OWN],
-         "rank 1's file replaced by a copy of rank 0's (same size, same shapes: it would merge rank 0's shard twice)")
+    # (An FSDP rank file records its mesh coordinate: a copy of another rank's is refused by the
+    # coverage check already. Megatron's legacy files record nothing of the kind.)
 
     # HSDP 2x2: ranks 2 and 3 save the same shards as ranks 0 and 1. One byte of rank 2's first
     # record changed, its CRC-32 rewritten to match: a consistent file whose replica differs.
@@ -35,6 +30,14 @@ def add_cases(good_fsdp, good_megatron, out):
     meg = os.path.join(good_megatron, "verl_llama_tp2_pp1")
     if not os.path.isdir(meg):
         return
+    d = copy_case(meg, os.path.join(out, "input_rank_file_copied"))
+    rank0 = os.path.join(d, "actor/model/mp_rank_00/model.pt")
+    shutil.copyfile(rank0, os.path.join(d, "actor/model/mp_rank_01/model.pt"))
+    case("input_rank_file_copied", os.path.join(d, "actor"),
+         [f"{rank0} and {os.path.join(d, 'actor/model/mp_rank_01/model.pt')} hold the same "
+          f"{os.path.getsize(rank0)} bytes: " + OWN],
+         "TP rank 1's model.pt replaced by a copy of TP rank 0's (same shapes: it would merge rank 0's shard twice)")
+
     d = copy_case(meg, os.path.join(out, "input_rank_file_linked"))
     rank1 = os.path.join(d, "actor/model/mp_rank_01/model.pt")
     os.remove(rank1)
