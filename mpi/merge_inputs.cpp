@@ -170,7 +170,9 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     map_stage(in, o, comm);
     // Every replica dropped in the mapping holds its kept copy's values (CRC-32s, or the bytes).
     collective_step(comm, [&] {
-        if (comm.rank() == 0) check_replicas_agree(in.mapped.account.replicas);
+        if (comm.rank() != 0) return;
+        const std::string note = check_replicas_agree(in.mapped.account.replicas, kReplicaReadBudget);
+        if (!note.empty()) in.mapped.notes.push_back(note);
     });
     std::vector<ReplicaPair>().swap(in.mapped.account.replicas);
     if (o.command != "inspect" || comm.rank() != 0) std::vector<ScannedFile>().swap(in.scans);
