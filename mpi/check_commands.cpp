@@ -10,6 +10,7 @@
 
 #include "collective_step.h"
 #include "core/dtype.h"
+#include "exit_code.h"
 #include "exec/copy_executor.h"
 #include "exec/reference_compare.h"
 #include "io/checksum.h"
@@ -127,19 +128,19 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const auto gathered = comm.allgather(mine.dump());
     for (const auto& g : gathered)
         for (const auto& p : nlohmann::json::parse(g)) problems.push_back(p.get<std::string>());
-    if (comm.rank() != 0) return problems.empty() ? 0 : 1;
+    if (comm.rank() != 0) return problems.empty() ? kExitSuccess : kExitFailure;
     for (const auto& [what, n] : cast_notes) out << "vmerge test: note: " << n << " tensors " << what << "\n";
     if (problems.empty()) {
         out << "vmerge test: OK, " << tensors.size() << " tensors match " << o.test_hf_dir
             << (o.atol > 0 || o.rtol > 0 ? " within tolerance" : " bit for bit") << "\n";
-        return 0;
+        return kExitSuccess;
     }
     out << "vmerge test: " << problems.size() << " difference" << (problems.size() > 1 ? "s" : "")
         << " against " << o.test_hf_dir << ":\n";
     constexpr size_t kListed = 20;
     for (size_t i = 0; i < problems.size() && i < kListed; ++i) out << "  " << problems[i] << "\n";
     if (problems.size() > kListed) out << "  and " << problems.size() - kListed << " more\n";
-    return 1;
+    return kExitFailure;
 }
 
 int run_verify(const Options& o, Comm& comm, std::ostream& out) {
@@ -155,7 +156,7 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
                 warnings.push_back(f.path + ": __metadata__ lacks {\"format\":\"pt\"} (transformers < 4.4x fails on it)");
         }
     });
-    if (comm.rank() != 0) return 0;
+    if (comm.rank() != 0) return kExitSuccess;
     for (const auto& w : warnings) out << "warning: " << w << "\n";
     if (std::filesystem::exists(o.output.target + "/" + kChecksumsFile)) {
         const auto problems = verify_checksums(o.output.target);
@@ -163,7 +164,7 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
             out << "vmerge verify: " << problems.size() << (problems.size() > 1 ? " ranges differ" : " range differs")
                 << " from what merge wrote:\n";
             for (const auto& p : problems) out << "  " << p << "\n";
-            return 1;
+            return kExitFailure;
         }
         out << "vmerge verify: every byte matches the checksums merge recorded (" << kChecksumsFile << ")\n";
     } else {
@@ -171,7 +172,7 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
     }
     out << "vmerge verify: OK, " << weights.by_name.size() << " tensors in " << weights.files.size() << " file"
         << (weights.files.size() > 1 ? "s" : "") << " follow the safetensors rules\n";
-    return 0;
+    return kExitSuccess;
 }
 
 

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "exit_code.h"
 
 namespace vmerge {
 namespace {
@@ -44,7 +45,7 @@ void abort_all_ranks(Comm& comm, std::ostream& err, const std::string& error, co
     err << "vmerge-mpi: error: rank " << comm.rank() << " on " << comm.host() << ": " << error << "\n";
     if (!staging.empty()) err << "vmerge-mpi: " << resume_hint(staging) << "\n";
     err.flush();
-    comm.abort(1);
+    comm.abort(kExitFailure);  // mpirun then exits non-zero for the whole job
 }
 
 }  // namespace vmerge

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check_commands.h"
+#include "exit_code.h"
 #include "collective_step.h"
 #include "watch_command.h"
 #include "core/error.h"
@@ -237,7 +238,7 @@ int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& e
         if (o.command == "verify") return run_verify(o, comm, out);
         if (o.command == "watch")
             return run_watch(o, comm, out, err, [&](const Options& step) {
-                if (run_merge(step, comm, out, err) != 0) throw Error("the merge failed");
+                if (run_merge(step, comm, out, err) != kExitSuccess) throw Error("the merge failed");
             });
         throw Error("unknown command " + o.command);
     } catch (const nlohmann::json::exception& e) {
@@ -246,7 +247,7 @@ int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& e
         return 1;
     } catch (const std::exception& e) {
         if (comm.rank() == 0) err << "vmerge-mpi: error: " << e.what() << "\n";
-        return 1;
+        return kExitFailure;
     }
 }
 

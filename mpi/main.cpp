@@ -7,6 +7,7 @@
 
 #include "command_line.h"
 #include "driver.h"
+#include "exit_code.h"
 #include "mpi_comm.h"
 #include "single_rank_comm.h"
 
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
     if (mpi) MPI_Init(&argc, &argv);
     int rank = 0;
     if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int code = 0;
+    int code = vmerge::kExitSuccess;
     try {
         auto options = vmerge::parse_command_line(argc, argv, rank == 0);
         if (options) {
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
         }
     } catch (const vmerge::UsageError& e) {
         if (rank == 0) std::cerr << "vmerge-mpi: usage error: " << e.what() << " (see --help)\n";
-        code = 2;
+        code = vmerge::kExitUsage;
     }
     std::cout.flush();
     if (mpi) MPI_Finalize();

@@ -14,6 +14,7 @@
 
 #include "collective_step.h"
 #include "core/error.h"
+#include "exit_code.h"
 #include "output/output_folder.h"
 #include "output/registry.h"
 #include "output/target_guard.h"
@@ -194,7 +195,7 @@ int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
         if (w.once) break;
         std::this_thread::sleep_for(std::chrono::seconds(w.every_seconds));
     }
-    return failed.empty() ? 0 : 1;
+    return failed.empty() ? kExitSuccess : kExitFailure;
 }
 
 }  // namespace vmerge

@@ -1,63 +1,34 @@
 #!/usr/bin/python3
-"""Keeps the docs' links true: every relative link in README.md, docs/, slurm/ and
-tests/*/README.md names a file of the repository (not one outside it), and its #anchor a
-heading of that file (GitHub's anchor rule).
+"""Keeps the docs consistent with the repository and the program (ctest docs_consistency):
+
+1. links: every relative link and #anchor in README.md, docs/, slurm/ and tests/*/README.md
+   resolves inside the repository (doc_links.py);
+2. messages: every message docs/troubleshooting.md quotes is text of the source (src/, mpi/), by
+   the convention stated at the top of that page (message_quotes.py);
+3. exit codes: the table in docs/usage.md lists exactly the codes of mpi/exit_code.h
+   (exit_codes.py).
 
     check_docs.py SOURCE_DIR
 """
 import os
-import re
 import sys
 
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from doc_links import link_problems  # noqa: E402
+from exit_codes import exit_code_problems  # noqa: E402
+from message_quotes import SourceText, quote_problems  # noqa: E402
+from source_literals import source_literal_runs  # noqa: E402
 
-def markdown_files(root):
-    files = [os.path.join(root, "README.md"), os.path.join(root, "slurm", "README.md")]
-    for folder in ("docs", "tests"):
-        for dirpath, _, names in os.walk(os.path.join(root, folder)):
-            files += [os.path.join(dirpath, n) for n in names if n.endswith(".md")]
-    return [f for f in files if os.path.exists(f)]
-
-
-def anchors_of(path):
-    """GitHub's heading anchors: lower case, punctuation but '-' and '_' removed, spaces -> '-'."""
-    anchors = set()
-    in_code = False
-    for line in open(path, encoding="utf-8"):
-        if line.startswith("```"):
-            in_code = not in_code
-        if in_code or not line.startswith("#"):
-            continue
-        text = line.lstrip("#").strip().lower()
-        text = re.sub(r"[^\w\- ]", "", text)
-        anchors.add(text.replace(" ", "-"))
-    return anchors
-
-
-def link_problems(root):
-    problems = []
-    for md in markdown_files(root):
-        text = open(md, encoding="utf-8").read()
-        text = re.sub(r"```.*?```", "", text, flags=re.S)
-        for target in LINK.findall(text):
-            if re.match(r"^[a-z]+://", target) or target.startswith("mailto:"):
-                continue
-            path, _, anchor = target.partition("#")
-            dest = os.path.normpath(os.path.join(os.path.dirname(md), path)) if path else md
-            rel = os.path.relpath(md, root)
-            if not os.path.realpath(dest).startswith(os.path.realpath(root) + os.sep):
-                problems.append(f"{rel}: link {target} leaves the repository")
-            elif not os.path.exists(dest):
-                problems.append(f"{rel}: link {target}: no file {os.path.relpath(dest, root)}")
-            elif anchor and dest.endswith(".md") and anchor not in anchors_of(dest):
-                problems.append(f"{rel}: link {target}: no heading #{anchor} in {os.path.relpath(dest, root)}")
-    return problems
+TROUBLESHOOTING = os.path.join("docs", "troubleshooting.md")
 
 
 def main():
     root = sys.argv[1]
+    source = SourceText(source_literal_runs(root))
     problems = link_problems(root)
+    problems += quote_problems(os.path.join(root, TROUBLESHOOTING), source, TROUBLESHOOTING)
+    problems += exit_code_problems(root)
     for p in problems:
         print(p)
     print(f"check_docs: {len(problems)} problem(s)")
