@@ -23,7 +23,9 @@ long rank_in_name(const std::string& digits, const fs::path& file) {
     return static_cast<long>(*rank);
 }
 const TextPattern kExpertFile(R"((layer_\d+_expert_\d+_mp_rank_\d+_model_states|expp_rank_\d+_mp_rank_\d+_optim_states)\.pt)");
-const TextPattern kLayerFile(R"(layer_\d+-model_\d+-model_states\.pt)");
+// PipelineModule.ckpt_layer_path: layer_<idx:02d>, then the rank's coordinates on the axes other
+// than data and pipe (none for PipeDataParallelTopology, "-model_00" with a tensor-parallel axis).
+const TextPattern kLayerFile(R"(layer_\d+(-[A-Za-z]+_\d+)*-model_states\.pt)");
 
 bool has_optim_files(const fs::path& dir) {
     std::error_code ec;
@@ -48,12 +50,34 @@ void refuse_unsupported(const fs::path& tag_dir, const std::string& name, long m
     const std::string path = (tag_dir / name).string();
     if (kExpertFile.full_match(name))
         throw Error(path + ": a DeepSpeed MoE expert file; expert-parallel DeepSpeed checkpoints are not supported");
-    if (kLayerFile.full_match(name))
-        throw Error(path + ": a DeepSpeed pipeline-engine layer file; pipeline-parallel DeepSpeed checkpoints are not "
-                           "supported");
     if (mp > 0)
         throw Error(path + ": model-parallel rank " + std::to_string(mp) +
                     "; tensor/pipeline-parallel DeepSpeed checkpoints (mp_rank > 00) are not supported, only mp_rank_00");
+}
+
+// The tag folder's file names, sorted, so that what is refused first is the same on every run.
+std::vector<std::string> sorted_names(const std::string& dir) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+    if (ec) throw Error(dir + ": cannot list the tag folder (" + ec.message() + ")");
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+// A pipeline-parallel save keeps the weights in PipelineModule's per-layer files (the model-states
+// and optimizer files beside them hold no module): zero_to_fp32 stops at the first of them
+// ("is not a model state checkpoint"); this names them all.
+void refuse_pipeline_layers(const fs::path& tag_dir, const std::vector<std::string>& names) {
+    std::vector<std::string> layers;
+    for (const auto& name : names)
+        if (kLayerFile.full_match(name)) layers.push_back(name);
+    if (layers.empty()) return;
+    std::string listed;
+    for (size_t i = 0; i < layers.size() && i < 4; ++i) listed += (i ? ", " : "") + layers[i];
+    if (layers.size() > 4) listed += ", ...";
+    throw Error((tag_dir / layers[0]).string() + ": a DeepSpeed pipeline-engine layer file (" + std::to_string(layers.size()) +
+                " in the tag folder: " + listed + "); pipeline-parallel DeepSpeed checkpoints are not supported");
 }
 
 // The rank files of a tag folder, with the gaps and duplicates named.
@@ -110,20 +134,24 @@ DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::option
     if (fs::exists(fs::path(c.tag_dir) / "offloaded_tensors", ec))
         throw Error((fs::path(c.tag_dir) / "offloaded_tensors").string() +
                     ": NVMe optimizer offload; its fp32 masters live in swap files, which are not supported");
+    const std::vector<std::string> names = sorted_names(c.tag_dir);
+    refuse_pipeline_layers(c.tag_dir, names);
     RankFiles optim, rank_models, models;
-    for (const auto& e : fs::directory_iterator(c.tag_dir, ec)) {
-        const std::string name = e.path().filename().string();
+    for (const std::string& name : names) {
+        const fs::path path = fs::path(c.tag_dir) / name;
         TextMatch m;
         if (kOptimFile.full_match(name, m)) {
-            refuse_unsupported(c.tag_dir, name, rank_in_name(m[3], e.path()));
-            if (!optim.emplace(rank_in_name(m[2], e.path()), e.path().string()).second)
-                throw Error(e.path().string() + ": a second optimizer file for rank " + m[2]);
+            refuse_unsupported(c.tag_dir, name, rank_in_name(m[3], path));
+            if (!optim.emplace(rank_in_name(m[2], path), path.string()).second)
+                throw Error(path.string() + ": a second optimizer file for rank " + m[2]);
         } else if (kRankModelFile.full_match(name, m)) {
-            refuse_unsupported(c.tag_dir, name, rank_in_name(m[2], e.path()));
-            rank_models.emplace(rank_in_name(m[1], e.path()), e.path().string());
+            refuse_unsupported(c.tag_dir, name, rank_in_name(m[2], path));
+            if (!rank_models.emplace(rank_in_name(m[1], path), path.string()).second)
+                throw Error(path.string() + ": a second model-states file for rank " + m[1]);
         } else if (kModelFile.full_match(name, m)) {
-            refuse_unsupported(c.tag_dir, name, rank_in_name(m[1], e.path()));
-            models.emplace(0, e.path().string());
+            refuse_unsupported(c.tag_dir, name, rank_in_name(m[1], path));
+            if (!models.emplace(0, path.string()).second)
+                throw Error(path.string() + ": a second mp_rank_00 model-states file (" + models[0] + ")");
         } else {
             refuse_unsupported(c.tag_dir, name, 0);
         }

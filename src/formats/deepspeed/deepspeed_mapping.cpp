@@ -5,6 +5,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "core/bounded_number.h"
 #include "core/error.h"
 #include "core/human_units.h"
 #include "formats/checkpoint.h"
@@ -37,10 +38,14 @@ struct Zero {
     ModelFacts model;
     std::vector<std::vector<const TensorRef*>> flats;  // [rank][flat group]
     std::vector<std::unordered_map<std::string, const TensorRef*>> module, frozen;  // per model file
+    std::vector<const TensorRef*> padding_flats;  // ZeRO-3 flats whose every piece lies past its numel
     TensorMapping mapping;
 
     const ScannedFile& optim_scan(size_t r) const { return scans[r]; }
     const ScannedFile& model_scan(size_t i) const { return scans[c.optim_files.size() + i]; }
+    std::vector<std::string> optim_paths() const { return {c.optim_files.begin(), c.optim_files.end()}; }
+    std::string flat_key(size_t g) const { return std::string(stage == 3 ? kZero3FlatPrefix : kZero2FlatPrefix) + std::to_string(g); }
+    std::string group_name(size_t g) const { return (stage == 3 ? "sub-group " : "param group ") + std::to_string(g); }
 };
 
 void read_stage_and_world(Zero& z) {
@@ -80,6 +85,23 @@ void read_stage_and_world(Zero& z) {
                                            "files, which are not supported");
 }
 
+// Each parameter lives in exactly one place: a name listed twice (in two groups, or twice in
+// one) would be merged from one of them while the other's elements went unread.
+void require_distinct_names(const Zero& z) {
+    std::unordered_map<std::string, std::string> place;  // name -> where it was first listed
+    auto claim = [&](const std::string& name, const std::string& where) {
+        const auto [it, fresh] = place.emplace(name, where);
+        if (!fresh)
+            throw Error(z.model_scan(0).path + ": parameter '" + name + "' is listed " +
+                        (it->second == where ? "twice in " + where : "in " + it->second + " and in " + where) +
+                        "; each parameter belongs to one group");
+    };
+    for (size_t g = 0; g < z.model.param_shapes.size(); ++g)
+        for (const auto& [name, _] : z.model.param_shapes[g]) claim(name, "param_shapes " + z.group_name(g));
+    if (z.model.frozen_param_shapes)
+        for (const auto& [name, _] : *z.model.frozen_param_shapes) claim(name, "frozen_param_shapes");
+}
+
 void index_files(Zero& z) {
     const std::string prefix = z.stage == 3 ? kZero3FlatPrefix : kZero2FlatPrefix;
     const size_t groups = z.model.param_shapes.size();
@@ -87,10 +109,15 @@ void index_files(Zero& z) {
         const ScannedFile& scan = z.optim_scan(r);
         std::vector<const TensorRef*> flats(groups, nullptr);
         for (const auto& [index, tensor] : entries_under(scan, prefix)) {
-            const size_t g = std::stoul(index);
-            if (g >= groups || index != std::to_string(g))
+            const auto number = parse_int_within(index, 0, static_cast<int64_t>(groups) - 1);
+            if (!number || index != std::to_string(*number))
                 throw Error(scan.path + ": fp32 flat group '" + index + "' but param_shapes has " + std::to_string(groups) + " groups");
+            const size_t g = static_cast<size_t>(*number);
             require_flat(*tensor, scan.path + " key '" + prefix + index + "'");
+            // An integer "master" would be written as integer weights: nothing a trainer saves.
+            if (!is_floating(tensor->dtype))
+                throw Error(scan.path + " key '" + prefix + index + "' (" + z.group_name(g) + "): the fp32 master partition holds " +
+                            std::string(torch_name(tensor->dtype)) + " elements; ZeRO master weights are floating point");
             flats[g] = tensor;
         }
         for (size_t g = 0; g < groups; ++g)
@@ -140,35 +167,60 @@ std::vector<FlatParam> params_of(const NamedShapes& shapes) {
     return out;
 }
 
-// Trainable parameters: name -> output tensor (ZeRO-1/2 per group, ZeRO-3 over all sub-groups).
-std::map<std::string, OutputTensor> trainable(Zero& z) {
+// Each rank's group_paddings entry is what its saved partition lacks of the full partition
+// (the inspect and merge summaries count it as padding).
+void require_group_paddings(const Zero& z, size_t g, const std::string& group, const Zero2Layout& layout) {
+    for (size_t r = 0; r < z.world; ++r) {
+        const auto paddings = optim_facts(z.optim_scan(r)).group_paddings;
+        if (paddings.size() <= g) continue;  // not saved (zero_to_fp32 does not read it either)
+        const int64_t expected = layout.partition - layout.saved[r];
+        if (paddings[g] != expected)
+            throw Error(z.optim_scan(r).path + ": " + group + ": group_paddings says " + std::to_string(paddings[g]) +
+                        " padding elements, but a partition of " + std::to_string(layout.partition) + " saved as " +
+                        std::to_string(layout.saved[r]) + " has exactly " + std::to_string(expected));
+    }
+}
+
+// ZeRO-1/2: each param group's parameters out of its W saved partitions.
+std::map<std::string, OutputTensor> trainable_zero2(Zero& z) {
     std::map<std::string, OutputTensor> out;
     const auto& groups = z.model.param_shapes;
-    if (z.stage <= 2) {
-        // Padding between parameters (parameter_alignment): the same on every rank, zero_to_fp32
-        // reads rank 0's; a file without the key (DeepSpeed < 0.19) has none.
-        const auto aligned = optim_facts(z.optim_scan(0)).param_alignment_paddings;
-        if (!aligned.empty() && aligned.size() != groups.size())
-            throw Error(z.optim_scan(0).path + ": param_alignment_paddings has " + std::to_string(aligned.size()) +
-                        " groups but param_shapes has " + std::to_string(groups.size()));
-        for (size_t g = 0; g < groups.size(); ++g) {
-            std::vector<int64_t> lengths;
-            std::vector<const TensorRef*> flats;
-            for (size_t r = 0; r < z.world; ++r) {
-                lengths.push_back(numel(z.flats[r][g]->shape));
-                flats.push_back(z.flats[r][g]);
-            }
-            const auto params = params_of(groups[g]);
-            const auto slices = zero2_group_slices(params, lengths, z.c.tag_dir + " param group " + std::to_string(g),
-                                                   aligned.empty() ? std::vector<int64_t>{} : aligned[g]);
-            for (size_t i = 0; i < params.size(); ++i)
-                out.emplace(params[i].name, from_slices(z, params[i].name, params[i].shape, slices[i], flats));
+    // Padding between parameters (parameter_alignment): the same on every rank, zero_to_fp32
+    // reads rank 0's; a file without the key (DeepSpeed < 0.19) has none.
+    const OptimFacts first = optim_facts(z.optim_scan(0));
+    const auto& aligned = first.param_alignment_paddings;
+    if (!aligned.empty() && aligned.size() != groups.size())
+        throw Error(z.optim_scan(0).path + ": param_alignment_paddings has " + std::to_string(aligned.size()) +
+                    " groups but param_shapes has " + std::to_string(groups.size()));
+    for (size_t g = 0; g < groups.size(); ++g) {
+        // A group partitioned over fewer ranks is an expert-parallel (MoE) group: another layout.
+        if (first.partition_count.size() == groups.size() && static_cast<size_t>(first.partition_count[g]) != z.world)
+            throw Error(z.optim_scan(0).path + ": partition_count of " + z.group_name(g) + " is " +
+                        std::to_string(first.partition_count[g]) + ", not the checkpoint's " + std::to_string(z.world) +
+                        " ranks (an expert-parallel MoE group, which is not supported)");
+        std::vector<int64_t> lengths;
+        std::vector<const TensorRef*> flats;
+        for (size_t r = 0; r < z.world; ++r) {
+            lengths.push_back(numel(z.flats[r][g]->shape));
+            flats.push_back(z.flats[r][g]);
         }
-        return out;
+        const auto params = params_of(groups[g]);
+        const std::string group = z.flat_key(g) + " (" + z.group_name(g) + ")";
+        const Zero2Group slices =
+            zero2_group_slices(params, lengths, z.optim_paths(), group, aligned.empty() ? std::vector<int64_t>{} : aligned[g]);
+        require_group_paddings(z, g, group, slices.layout);
+        for (size_t i = 0; i < params.size(); ++i)
+            out.emplace(params[i].name, from_slices(z, params[i].name, params[i].shape, slices.params[i], flats));
     }
-    std::vector<FlatParam> params;
-    for (const auto& g : groups)
-        for (auto& p : params_of(g)) params.push_back(std::move(p));
+    return out;
+}
+
+// ZeRO-3: every parameter out of the W ranks' pieces in its sub-group's flats; a rank's flat
+// that holds only padding (more ranks than a small sub-group's elements) is noted for the ledger.
+std::map<std::string, OutputTensor> trainable_zero3(Zero& z) {
+    std::map<std::string, OutputTensor> out;
+    std::vector<std::vector<FlatParam>> groups;
+    for (const auto& g : z.model.param_shapes) groups.push_back(params_of(g));
     std::vector<std::vector<int64_t>> lengths(z.world);
     std::vector<const TensorRef*> flats;
     for (size_t r = 0; r < z.world; ++r)
@@ -176,11 +228,16 @@ std::map<std::string, OutputTensor> trainable(Zero& z) {
             lengths[r].push_back(numel(f->shape));
             flats.push_back(f);
         }
-    const auto slices = zero3_slices(params, lengths, z.c.tag_dir);
-    for (size_t i = 0; i < params.size(); ++i)
-        out.emplace(params[i].name, from_slices(z, params[i].name, params[i].shape, slices[i], flats));
+    const Zero3Slices slices = zero3_slices(groups, lengths, z.optim_paths());
+    size_t i = 0;
+    for (const auto& group : groups)
+        for (const auto& p : group) out.emplace(p.name, from_slices(z, p.name, p.shape, slices.params[i++], flats));
+    for (size_t flat : slices.padding_only) z.padding_flats.push_back(flats[flat]);
     return out;
 }
+
+// Trainable parameters: name -> output tensor.
+std::map<std::string, OutputTensor> trainable(Zero& z) { return z.stage <= 2 ? trainable_zero2(z) : trainable_zero3(z); }
 
 // Frozen parameters: ZeRO-3 from every rank's ps-element fragment, ZeRO-2 from rank 0's whole one.
 std::map<std::string, OutputTensor> frozen(Zero& z) {
@@ -189,6 +246,7 @@ std::map<std::string, OutputTensor> frozen(Zero& z) {
     for (const auto& [name, shape] : *z.model.frozen_param_shapes) {
         std::vector<const TensorRef*> fragments;
         std::vector<int64_t> lengths;
+        std::vector<std::string> files;
         for (size_t i = 0; i < z.c.model_files.size(); ++i) {
             auto it = z.frozen[i].find(name);
             if (it == z.frozen[i].end())
@@ -196,8 +254,9 @@ std::map<std::string, OutputTensor> frozen(Zero& z) {
             require_flat(*it->second, z.model_scan(i).path + " key '" + kFrozenPrefix + name + "'");
             fragments.push_back(it->second);
             lengths.push_back(numel(it->second->shape));
+            files.push_back(z.model_scan(i).path);
         }
-        const auto slices = fragment_slices(lengths, numel(shape), z.c.tag_dir + " frozen parameter '" + name + "'");
+        const auto slices = fragment_slices(lengths, numel(shape), files, name);
         out.emplace(name, from_slices(z, name, shape, slices, fragments));
     }
     return out;
@@ -278,6 +337,7 @@ void assemble(Zero& z, std::vector<std::string>& notes) {
 // and the optimizer state. Returns the optimizer-state bytes, which the merge never reads.
 uint64_t drop_unwritten(const Zero& z, SourceLedger& ledger) {
     uint64_t skipped = 0;
+    for (const TensorRef* flat : z.padding_flats) ledger.drop(*flat, DropReason::PartitionPadding);
     const std::string flat_prefix = z.stage == 3 ? kZero3FlatPrefix : kZero2FlatPrefix;
     for (size_t r = 0; r < z.world; ++r)
         for (const auto& e : z.optim_scan(r).tensors)
@@ -300,6 +360,7 @@ TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<Scan
     if (scans.size() != c.optim_files.size() + c.model_files.size()) throw Error(c.tag_dir + ": scans and files disagree");
     Zero z(c, scans);
     read_stage_and_world(z);
+    require_distinct_names(z);
     index_files(z);
     assemble(z, notes);
     // Before the rest is dropped as training copies, so a persistent rotary buffer keeps its own reason.

@@ -113,7 +113,46 @@ json optim_metadata(const Value& top, const std::string& where) {
     return m;
 }
 
+// "'model.layers.0.mlp', 8 experts, ep_size 2, checkpoint_format 'zero3_partitioned'": what an
+// AutoEP layer entry says about itself, for the refusal.
+std::string autoep_entry_text(const Value& entry) {
+    if (entry.kind != Kind::Dict) return pickle::describe(entry);
+    std::string text;
+    auto add = [&](const char* key, const std::string& label) {
+        const Value* v = pickle::dict_get(entry, key);
+        if (!v) return;
+        const std::string value = v->kind == Kind::String ? "'" + v->text + "'"
+                                  : v->kind == Kind::Int  ? std::to_string(v->integer)
+                                                          : pickle::describe(*v);
+        text += (text.empty() ? "" : ", ") + label + value;
+    };
+    add("module_path", "");
+    add("num_experts", "num_experts ");
+    add("ep_size", "ep_size ");
+    add("checkpoint_format", "checkpoint_format ");
+    return text.empty() ? pickle::describe(entry) : text;
+}
+
+// DeepSpeed's AutoEP (engine.py, zero_to_fp32.py): experts partitioned over expert-parallel
+// groups, their layout described by `ds_autoep_layers` (older: `autoep_layers`); the ZeRO
+// partitions alone do not say where an expert's elements are. None or [] is a plain save.
+void refuse_autoep(const Value& top, const std::string& where) {
+    for (const char* key : {"ds_autoep_layers", "autoep_layers"}) {
+        const Value* layers = pickle::dict_get(top, key);
+        if (!layers || layers->kind == Kind::None) continue;
+        if ((layers->kind == Kind::List || layers->kind == Kind::Tuple) && layers->items.empty()) continue;
+        std::string found = pickle::describe(*layers);
+        if (layers->kind == Kind::List || layers->kind == Kind::Tuple)
+            found = std::to_string(layers->items.size()) + " AutoEP MoE layer" + (layers->items.size() == 1 ? "" : "s") +
+                    " (first: " + autoep_entry_text(*layers->items[0]) + ")";
+        throw Error(where + ": " + key + " holds " + found +
+                    ": a DeepSpeed AutoEP (expert-parallel) checkpoint, which is not supported (its experts are "
+                    "partitioned over expert-parallel groups; DeepSpeed converts it with ds_to_universal.py)");
+    }
+}
+
 json model_metadata(const Value& top, const std::string& where) {
+    refuse_autoep(top, where);
     json m = {{"file", "model"}};
     const Value* shapes = pickle::dict_get(top, "param_shapes");
     if (!shapes || (shapes->kind != Kind::List && shapes->kind != Kind::Tuple))

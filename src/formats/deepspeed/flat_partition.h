@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -39,28 +40,50 @@ struct FlatParam {
     Shape shape;
 };
 
+// ZeRO-1/2, one parameter group as DeepSpeedZeroOptimizer lays it out (stage_1_and_2.py):
+// its `group_elements` (the parameters' elements plus their parameter_alignment paddings) are
+// padded to a multiple of 2·W and cut into W partitions of `partition` elements; rank r saves
+// its partition without that padding, `saved[r]` = min(partition, max(0, group_elements - r·partition)).
+struct Zero2Layout {
+    int64_t group_elements = 0;
+    int64_t partition = 0;
+    std::vector<int64_t> saved;
+};
+Zero2Layout zero2_layout(int64_t group_elements, size_t world);
+
 // ZeRO-1/2, one parameter group: its parameters lie one after the other in the concatenation
-// of the ranks' saved partitions (alignment padding, at the group's end, already stripped),
-// parameter i followed by `param_paddings[i]` elements of padding when given (DeepSpeed's
-// parameter_alignment; empty: none); `rank_lengths[r]` is rank r's saved length
-// (slice.flat = rank). Error (naming `where`) unless the parameters and their paddings use the
-// partitions up to DeepSpeed's 2·W alignment, or the paddings are not one per parameter.
-std::vector<std::vector<FlatSlice>> zero2_group_slices(const std::vector<FlatParam>& params,
-                                                       const std::vector<int64_t>& rank_lengths, const std::string& where,
-                                                       const std::vector<int64_t>& param_paddings = {});
+// of the ranks' saved partitions, parameter i followed by `param_paddings[i]` elements of
+// padding when given (DeepSpeed's parameter_alignment; empty: none); `rank_lengths[r]` is rank
+// r's saved length (slice.flat = rank). Error, naming `rank_files[r]`, `group` and both
+// sizes, unless every rank saved exactly zero2_layout's length; Error (naming rank 0's file,
+// where the paddings are read) unless the paddings are one per parameter and exactly what
+// aligning each parameter's end to 1, 2, 4, 8 or 16 elements gives (none after the last).
+struct Zero2Group {
+    std::vector<std::vector<FlatSlice>> params;  // per parameter
+    Zero2Layout layout;
+};
+Zero2Group zero2_group_slices(const std::vector<FlatParam>& params, const std::vector<int64_t>& rank_lengths,
+                              const std::vector<std::string>& rank_files, const std::string& group,
+                              const std::vector<int64_t>& param_paddings = {});
 
-// ZeRO-3: parameter i (in param_shapes order over all sub-groups) is cut into W pieces of
-// ps = ceil(N/W); rank r's piece sits at offset sum(ps of earlier parameters) of the
-// concatenation of rank r's sub-group flats and holds elements [r·ps, min(N, (r+1)·ps)).
-// `flat_lengths[r]` lists rank r's flats; slice.flat = r·(flats per rank) + flat index.
-// Error unless every rank's flats add up to exactly the parameters' pieces.
-std::vector<std::vector<FlatSlice>> zero3_slices(const std::vector<FlatParam>& params,
-                                                 const std::vector<std::vector<int64_t>>& flat_lengths,
-                                                 const std::string& where);
+// ZeRO-3: every parameter (in param_shapes order over the sub-groups `groups`) is cut into W
+// pieces of ps = ceil(N/W); rank r's flat g is the concatenation of the pieces of sub-group g's
+// parameters, and piece r holds elements [r·ps, min(N, (r+1)·ps)) (padding past N).
+// `flat_lengths[r][g]` is rank r's flat g; slice.flat = r·(number of groups) + g.
+struct Zero3Slices {
+    std::vector<std::vector<FlatSlice>> params;  // per parameter, in order over the groups
+    std::vector<size_t> padding_only;            // flats (numbered like slice.flat) holding padding only
+};
+// Error, naming `rank_files[r]`, the flat group and both sizes, unless rank r holds exactly one
+// flat per sub-group of exactly the sum of its parameters' ps.
+Zero3Slices zero3_slices(const std::vector<std::vector<FlatParam>>& groups,
+                         const std::vector<std::vector<int64_t>>& flat_lengths, const std::vector<std::string>& rank_files);
 
-// The first N elements of W fragments concatenated in rank order (ZeRO-3 frozen parameters,
-// each rank's ps-element piece with its padding; ZeRO-2: one fragment of N).
+// A parameter saved as W fragments, one per rank, in rank order (ZeRO-3 frozen parameters:
+// each rank's ps = ceil(N/W) piece with its padding; ZeRO-2: one fragment of all N): the
+// slices of its N elements. Error, naming `rank_files[r]`, `name` and both sizes, unless every
+// fragment holds exactly ps elements.
 std::vector<FlatSlice> fragment_slices(const std::vector<int64_t>& fragment_lengths, int64_t numel,
-                                       const std::string& where);
+                                       const std::vector<std::string>& rank_files, const std::string& name);
 
 }  // namespace vmerge
