@@ -29,13 +29,13 @@ bool within_folder(const fs::path& inner, const fs::path& outer) {
     return true;
 }
 
+}  // namespace
+
 bool is_weight_file(const std::string& name) {
     auto ends_with = [&](const char* suffix) { return name.ends_with(suffix); };
     return ends_with(".safetensors") || ends_with(".bin") || ends_with(".pt") || ends_with(".pth") ||
            name == "model.safetensors.index.json" || name == "pytorch_model.bin.index.json" || name == kChecksumsFile;
 }
-
-}  // namespace
 
 void pwrite_all(int fd, const unsigned char* data, size_t size, uint64_t offset, const std::string& path) {
     while (size > 0) {

@@ -61,5 +61,15 @@ expect 1 "exists and is not replaceable: it holds files and no vmerge.manifest.j
     "${launch[@]}" "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/existing" --format hdf5
 [[ $(cat "$work/existing/file") == keep ]] || { echo "FAIL: the existing target was touched"; failures=$((failures + 1)); }
 
+# verify on an archive checks model.h5 against the checksum list merge wrote beside it: one changed byte
+# is found and named.
+"$vmerge" merge --local_dir "$ckpt" --target_dir "$work/archive" --format hdf5 --compress zstd --quiet
+expect 0 "vmerge verify: every byte of model.h5 matches the checksums merge recorded (vmerge.checksums.json)" "" -- \
+    "$vmerge" verify --target_dir "$work/archive"
+at=$(($(stat -c %s "$work/archive/model.h5") / 2))
+byte=$(dd if="$work/archive/model.h5" bs=1 skip=$at count=1 status=none | od -An -tu1 | tr -d ' ')
+printf "\\x$(printf %02x $((255 - byte)))" | dd of="$work/archive/model.h5" bs=1 seek=$at conv=notrunc status=none
+expect 1 "vmerge verify: 1 range differs from what merge wrote:" "" -- "$vmerge" verify --target_dir "$work/archive"
+
 [[ $failures -eq 0 ]] && rm -rf "$work"
 exit $((failures > 0))
