@@ -71,5 +71,12 @@ byte=$(dd if="$work/archive/model.h5" bs=1 skip=$at count=1 status=none | od -An
 printf "\\x$(printf %02x $((255 - byte)))" | dd of="$work/archive/model.h5" bs=1 seek=$at conv=notrunc status=none
 expect 1 "vmerge verify: 1 range differs from what merge wrote:" "" -- "$vmerge" verify --target_dir "$work/archive"
 
+# A model.h5 among the checkpoint's HF files is a weight file, not copied: it would be published over the
+# archive. The archive verifies against the checksums recorded for it.
+cp -r "$ckpt" "$work/h5-in-hf"
+echo "not the archive" >"$work/h5-in-hf/huggingface/model.h5"
+"$vmerge" merge --local_dir "$work/h5-in-hf" --target_dir "$work/h5-in-hf-out" --format hdf5 --quiet
+expect 0 "vmerge verify: OK, " "" -- "$vmerge" verify --target_dir "$work/h5-in-hf-out"
+
 [[ $failures -eq 0 ]] && rm -rf "$work"
 exit $((failures > 0))

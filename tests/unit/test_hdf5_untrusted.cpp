@@ -22,6 +22,7 @@
 #include "output/hdf5/h5z_zstd_filter.h"
 #include "output/hdf5/hdf5_dtype.h"
 #include "output/hdf5/zstd_codec.h"
+#include "output/output_folder.h"
 #include "plan/rank_work.h"
 #include "test_support.h"
 
@@ -262,6 +263,20 @@ TEST(ArchiveUntrusted, RefusesChunksVmergeDoesNotWrite) {
         replace_dataset(path, [&](hid_t file, const char* name, hid_t space) { return chunked(file, name, space, c.frames); });
         EXPECT_TRUE(contains(reader_error(path), path + c.error)) << reader_error(path);
     }
+}
+
+// A checkpoint's HF folder with a model.h5 (or TF's tf_model.h5): not an HF file to copy, or it
+// would be published over the archive --format hdf5 writes; an archive's hf_files/ refuse it too.
+TEST(ArchiveUntrusted, H5FilesAreWeightsNotHfFiles) {
+    testing::TempDir dir;
+    dir.touch("config.json", "{}");
+    dir.touch("model.h5", "not the archive");
+    dir.touch("tf_model.h5", "keras");
+    const HfFilePlan plan = plan_hf_file_copies(dir.path());
+    ASSERT_EQ(plan.copies.size(), 1u);
+    EXPECT_EQ(plan.copies[0].rel, "config.json");
+    EXPECT_TRUE(is_weight_file("model.h5"));
+    EXPECT_FALSE(is_weight_file("model.h5.json"));
 }
 
 }  // namespace
