@@ -13,6 +13,7 @@
 #include "exit_code.h"
 #include "exec/copy_executor.h"
 #include "exec/reference_compare.h"
+#include "hdf5_commands.h"
 #include "io/checksum.h"
 #include "io/input_file.h"
 #include "merge_inputs.h"
@@ -144,6 +145,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
 }
 
 int run_verify(const Options& o, Comm& comm, std::ostream& out) {
+    if (holds_hdf5_archive(o.output.target)) return verify_hdf5_archive(o, comm, out);
     std::vector<std::string> warnings;
     HfWeights weights;
     collective_step(comm, [&] {

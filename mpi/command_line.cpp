@@ -383,7 +383,8 @@ void print_help(const OptionTable& t, const std::string& command) {
                  "  merge    checkpoint -> Hugging Face folder (--local_dir CKPT --target_dir OUT, or zero_to_fp32.py's merge CKPT OUT)\n"
                  "  test     merge without writing and compare with --test_hf_dir\n"
                  "  inspect  print what was detected and the plan for --np N ranks\n"
-                 "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums\n"
+                 "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums;\n"
+                 "           or an HDF5 archive (model.h5): stored as vmerge stores it, every chunk decoded\n"
                  "  watch    merge every finished checkpoint of a training run (--root) into --target_root, as it appears\n"
               << "\n";
     const auto groups = command_groups(t, command);

@@ -15,6 +15,7 @@
 #include "output/hdf5/archive_source.h"
 #include "output/output_folder.h"
 #include "output/registry.h"
+#include "output/write_journal.h"
 #include "output_stage.h"
 
 namespace vmerge {
@@ -85,6 +86,47 @@ int inspect_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
         << "tensors      " << reader->tensors().size() << ", " << human_bytes(reader->total_size()) << " -> "
         << human_bytes(stored) << " stored (ratio " << archive_ratio_text(reader->total_size(), stored) << ")\n";
     for (const auto& line : archive_storage_lines(reader->tensors())) out << "dtype        " << line << "\n";
+    return 0;
+}
+
+bool holds_hdf5_archive(const std::string& dir) {
+    std::error_code ec;
+    return fs::exists(fs::symlink_status(fs::path(dir) / kArchiveFileName, ec)) &&
+           !fs::exists(fs::path(dir) / "model.safetensors", ec) &&
+           !fs::exists(fs::path(dir) / "model.safetensors.index.json", ec);
+}
+
+int verify_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
+    const std::string path = (fs::path(o.output.target) / kArchiveFileName).string();
+    const bool listed = fs::exists(o.output.target + "/" + kChecksumsFile);
+    std::vector<std::string> problems;
+    size_t tensors = 0;
+    std::string compression;
+    collective_step(comm, [&] {
+        if (comm.rank() != 0) return;
+        // The bytes first: a changed range is the most precise account of a damaged archive.
+        if (listed) problems = verify_checksums(o.output.target);
+        if (!problems.empty()) return;
+        ArchiveReader reader(path);
+        reader.read_everything();
+        tensors = reader.tensors().size();
+        compression = reader.compression();
+    });
+    if (comm.rank() != 0) return 0;
+    if (!problems.empty()) {
+        out << "vmerge verify: " << problems.size() << (problems.size() > 1 ? " ranges differ" : " range differs")
+            << " from what merge wrote:\n";
+        for (const auto& p : problems) out << "  " << p << "\n";
+        return 1;
+    }
+    if (listed)
+        out << "vmerge verify: every byte of " << kArchiveFileName << " matches the checksums merge recorded ("
+            << kChecksumsFile << ")\n";
+    else
+        out << "vmerge verify: no " << kChecksumsFile << " beside " << kArchiveFileName
+            << " (not written by this vmerge, or moved without it): checksums not checked\n";
+    out << "vmerge verify: OK, " << tensors << " tensors in " << path << " (" << compression
+        << ") stored and decoded as vmerge writes them\n";
     return 0;
 }
 

@@ -29,13 +29,15 @@ bool within_folder(const fs::path& inner, const fs::path& outer) {
     return true;
 }
 
+}  // namespace
+
 bool is_weight_file(const std::string& name) {
     auto ends_with = [&](const char* suffix) { return name.ends_with(suffix); };
-    return ends_with(".safetensors") || ends_with(".bin") || ends_with(".pt") || ends_with(".pth") ||
+    // .h5: TF/Keras weights (tf_model.h5), and the name of the archive --format hdf5 writes: a
+    // copied model.h5 would replace it.
+    return ends_with(".safetensors") || ends_with(".bin") || ends_with(".pt") || ends_with(".pth") || ends_with(".h5") ||
            name == "model.safetensors.index.json" || name == "pytorch_model.bin.index.json" || name == kChecksumsFile;
 }
-
-}  // namespace
 
 void pwrite_all(int fd, const unsigned char* data, size_t size, uint64_t offset, const std::string& path) {
     while (size > 0) {

@@ -40,6 +40,11 @@ struct StagingState {
     bool resumed = false;  // an interrupted merge's staging folder is being continued
     std::string note;      // for the user: what happened to an earlier staging folder
 };
+// A weight file (safetensors, torch, TF/Keras .h5, vmerge's model.h5), a weight index or the
+// checksum list, by its file name: never copied into an output as an HF file (it would stand
+// beside, or in place of, the weights the merge writes).
+bool is_weight_file(const std::string& name);
+
 // The files of an HF folder a merge copies: everything but weights and weight indexes, each a
 // regular file inside the folder after links are resolved. The others are skipped, with why.
 struct HfFileCopy {

@@ -276,4 +276,25 @@ std::vector<std::string> verify_checksums(const std::string& dir) {
     return problems;
 }
 
+std::string file_checksums_json(const std::string& dir, const std::vector<std::string>& names, uint64_t block_bytes) {
+    OutputLayout layout;
+    std::vector<WrittenBlock> blocks;
+    for (const std::string& name : names) {
+        const InputFile file(dir + "/" + name);
+        OutputFile entry;
+        entry.name = name;
+        entry.size = file.size();
+        for (uint64_t offset = 0; offset < file.size(); offset += block_bytes) {
+            WrittenBlock b;
+            b.file = layout.files.size();
+            b.offset = offset;
+            b.length = std::min(block_bytes, file.size() - offset);
+            b.hash = range_checksum(file, offset, b.length);
+            blocks.push_back(b);
+        }
+        layout.files.push_back(std::move(entry));
+    }
+    return checksums_json(layout, blocks);
+}
+
 }  // namespace vmerge

@@ -77,6 +77,12 @@ std::map<BlockKey, WrittenBlock> blocks_by_key(const std::vector<WrittenBlock>& 
 std::string checksums_json(const OutputLayout& layout, const std::vector<WrittenBlock>& blocks);
 constexpr const char* kChecksumsFile = "vmerge.checksums.json";
 
+// The same sidecar for files another library wrote whole (the HDF5 archive: HDF5 places its
+// metadata itself, so blocks are not journaled as they are written): each of `names` in `dir`
+// read back after it is closed, hashed in blocks of `block_bytes` (an empty "header" range).
+std::string file_checksums_json(const std::string& dir, const std::vector<std::string>& names,
+                                uint64_t block_bytes = 64ull << 20);
+
 // Checks `dir` against its checksum sidecar; returns one line per mismatching range (file and
 // byte offsets), empty when all match. Throws Error when the sidecar is malformed.
 std::vector<std::string> verify_checksums(const std::string& dir);

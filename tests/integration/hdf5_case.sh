@@ -36,6 +36,11 @@ if command -v h5dump >/dev/null; then
     rm -f "$target.dump"
 fi
 
+"$vmerge" verify --target_dir "$target" | tee "$target.verify"
+grep -q "every byte of model.h5 matches the checksums merge recorded" "$target.verify" ||
+    { echo "FAIL: verify did not check the archive's checksums"; exit 1; }
+rm -f "$target.verify"
+
 "$vmerge" inspect --backend hdf5 --local_dir "$target" | tee "$target.inspect"
 grep -q "compression  $compress" "$target.inspect" || { echo "FAIL: inspect does not name the compression"; exit 1; }
 grep -q "ratio" "$target.inspect" || { echo "FAIL: inspect prints no compression ratio"; exit 1; }

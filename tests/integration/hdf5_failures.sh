@@ -61,5 +61,22 @@ expect 1 "exists and is not replaceable: it holds files and no vmerge.manifest.j
     "${launch[@]}" "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/existing" --format hdf5
 [[ $(cat "$work/existing/file") == keep ]] || { echo "FAIL: the existing target was touched"; failures=$((failures + 1)); }
 
+# verify on an archive checks model.h5 against the checksum list merge wrote beside it: one changed byte
+# is found and named.
+"$vmerge" merge --local_dir "$ckpt" --target_dir "$work/archive" --format hdf5 --compress zstd --quiet
+expect 0 "vmerge verify: every byte of model.h5 matches the checksums merge recorded (vmerge.checksums.json)" "" -- \
+    "$vmerge" verify --target_dir "$work/archive"
+at=$(($(stat -c %s "$work/archive/model.h5") / 2))
+byte=$(dd if="$work/archive/model.h5" bs=1 skip=$at count=1 status=none | od -An -tu1 | tr -d ' ')
+printf "\\x$(printf %02x $((255 - byte)))" | dd of="$work/archive/model.h5" bs=1 seek=$at conv=notrunc status=none
+expect 1 "vmerge verify: 1 range differs from what merge wrote:" "" -- "$vmerge" verify --target_dir "$work/archive"
+
+# A model.h5 among the checkpoint's HF files is a weight file, not copied: it would be published over the
+# archive. The archive verifies against the checksums recorded for it.
+cp -r "$ckpt" "$work/h5-in-hf"
+echo "not the archive" >"$work/h5-in-hf/huggingface/model.h5"
+"$vmerge" merge --local_dir "$work/h5-in-hf" --target_dir "$work/h5-in-hf-out" --format hdf5 --quiet
+expect 0 "vmerge verify: OK, " "" -- "$vmerge" verify --target_dir "$work/h5-in-hf-out"
+
 [[ $failures -eq 0 ]] && rm -rf "$work"
 exit $((failures > 0))

@@ -8,6 +8,11 @@
 namespace vmerge {
 namespace {
 
+// HDF5 chunks are below 4 GiB: a frame claiming more is not one of a chunk, and is refused
+// before its claimed size is allocated. (The filter is not told the chunk's size; vmerge's own
+// reader does not decode through it, it checks each frame against its chunk: zstd_decode_chunk.)
+constexpr uint64_t kLargestChunkBytes = (4ull << 30) - 1;
+
 // HDF5 owns *buf (malloc'd); on success it gets a new buffer and the old one is freed. A
 // failure returns 0, which HDF5 reports as a filter error; no exception crosses into C.
 size_t zstd_filter(unsigned int flags, size_t cd_nelmts, const unsigned int cd_values[], size_t nbytes,
@@ -17,6 +22,7 @@ size_t zstd_filter(unsigned int flags, size_t cd_nelmts, const unsigned int cd_v
         size_t out_size = 0;
         if (flags & H5Z_FLAG_REVERSE) {
             const uint64_t content = zstd_frame_content_size(*buf, nbytes);
+            if (content > kLargestChunkBytes) return 0;
             out = std::malloc(content ? content : 1);
             if (!out) return 0;
             zstd_decompress_frame(*buf, nbytes, out, content);

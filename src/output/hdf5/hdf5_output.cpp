@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include <mpi.h>
@@ -11,6 +12,7 @@
 #include "output/hdf5/archive_layout.h"
 #include "output/hdf5/archive_reader.h"
 #include "output/hdf5/zstd_codec.h"
+#include "output/write_journal.h"
 
 namespace vmerge {
 namespace {
@@ -274,11 +276,16 @@ void Hdf5Output::abandon() {
     discard_staging(options_.target);
 }
 
-// After every rank closed the archive: the HF files beside it, everything synced (H5Fclose
-// writes but does not sync), then the rename.
+// After every rank closed the archive: the HF files and the checksum list beside it, everything
+// synced (H5Fclose writes but does not sync), then the rename.
 std::vector<std::string> Hdf5Output::commit() {
-    fsync_path(staging_path(options_.target) + "/" + kArchiveFileName);
-    publish_staging(options_.target, options_.force, {files_.begin(), files_.end()});
+    const std::string staging = staging_path(options_.target);
+    fsync_path(staging + "/" + kArchiveFileName);
+    std::map<std::string, std::string> files(files_.begin(), files_.end());
+    // What verify checks the archive against: its bytes as closed, read back here (HDF5 places
+    // its metadata itself, so they cannot be hashed as they are written).
+    files[kChecksumsFile] = file_checksums_json(staging, {kArchiveFileName});
+    publish_staging(options_.target, options_.force, files);
     return {};
 }
 

@@ -47,4 +47,20 @@ void zstd_decompress_frame(const void* frame, size_t size, void* out, uint64_t c
                     std::to_string(content_size));
 }
 
+void zstd_decode_chunk(const void* frame, size_t size, void* out, uint64_t chunk_bytes) {
+    const uint64_t recorded = zstd_frame_content_size(frame, size);
+    if (recorded != chunk_bytes)
+        throw Error("zstd: the frame records " + std::to_string(recorded) + " decompressed bytes, expected exactly " +
+                    std::to_string(chunk_bytes) + " (the chunk's size)");
+    // One frame and nothing after it: ZSTD_decompress would decode concatenated frames too.
+    const size_t first = ZSTD_findFrameCompressedSize(frame, size);
+    if (ZSTD_isError(first))
+        throw Error("zstd: the " + std::to_string(size) + " stored bytes are not one whole frame (" +
+                    ZSTD_getErrorName(first) + ")");
+    if (first != size)
+        throw Error("zstd: the stored bytes hold a frame of " + std::to_string(first) + " bytes and " +
+                    std::to_string(size - first) + " bytes after it, expected exactly one frame");
+    zstd_decompress_frame(frame, size, out, chunk_bytes);
+}
+
 }  // namespace vmerge

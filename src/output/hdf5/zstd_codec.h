@@ -40,4 +40,10 @@ uint64_t zstd_frame_content_size(const void* frame, size_t size);
 // Decompresses one frame into exactly `content_size` bytes. Throws Error.
 void zstd_decompress_frame(const void* frame, size_t size, void* out, uint64_t content_size);
 
+// The stored bytes of one chunk of `chunk_bytes` into `out` (that many bytes): they must be
+// exactly one frame that records `chunk_bytes` as its decompressed size and decodes to exactly
+// that. The recorded size is checked first, so a frame claiming more (or less) is refused before
+// anything is decoded or allocated. Throws Error saying what the frame holds and what was expected.
+void zstd_decode_chunk(const void* frame, size_t size, void* out, uint64_t chunk_bytes);
+
 }  // namespace vmerge
