@@ -27,6 +27,7 @@ enum class DropReason {
     TableDrop,      // an architecture table's drop rule: no Hugging Face name (e.g. a router buffer)
     DroppedMtp,     // --drop_mtp: a multi-token prediction layer left out on purpose
     TrainingCopy,   // DeepSpeed's bit16 module copy (the fp32 masters are written instead)
+    MtpSharedCopy,  // an MTP layer's copy of the embedding or output head: compared with it, written from it
 };
 const char* drop_reason_text(DropReason reason);
 
