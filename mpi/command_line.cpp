@@ -222,6 +222,9 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
          "(the missing rows as zeros; refused by default)")
         ("drop_mtp", po::bool_switch(&o.map.drop_mtp),
          "Megatron: leave the multi-token prediction layers (mtp.*) out of the output (recorded in the summary)")
+        ("no_mtp_shared_copies", po::bool_switch(&o.map.no_mtp_shared_copies),
+         "write no embed_tokens / shared_head.head copies in the multi-token prediction layers (written by default "
+         "for DeepSeek-V3, whose release holds them)")
         ("architecture_table", po::value(&o.map.architecture_tables)->composing(),
          "JSON name table to add or override (repeatable; docs/architecture-tables.md)")
         ("tp_size", po::value(&raw.tp), "expected tensor-parallel size (checked against the checkpoint)")

@@ -40,6 +40,19 @@ void plan_quantized_output(MergeInputs& in, const Options& o) {
     for (const auto& note : in.output_config.notes) in.mapped.notes.push_back(note);
 }
 
+// The embedding / output head copies of the MTP layers (mtp_shared_copies.h): written from
+// their originals (after LoRA, so a merged update is in them too, and before the tied head is
+// dropped) unless --no_mtp_shared_copies.
+void write_mtp_copies(MappedCheckpoint& mapped, const Options& o, bool tied) {
+    if (mapped.mtp_shared_copies.empty()) return;
+    if (o.map.no_mtp_shared_copies) {
+        mapped.notes.push_back("--no_mtp_shared_copies: the " + std::to_string(mapped.mtp_shared_copies.size()) +
+                               " embed_tokens / shared_head.head copies of the MTP layers not written");
+        return;
+    }
+    for (auto& note : add_mtp_shared_copies(mapped.mapping, mapped.mtp_shared_copies, tied)) mapped.notes.push_back(note);
+}
+
 // A LoRA merge with another alpha writes other bytes into the same layout: --resume must
 // not mix the two.
 std::string lora_fingerprint(const TensorMapping& mapping) {
@@ -130,9 +143,16 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
     // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.
     options.tie_word_embedding = false;
+    // The word embeddings are tied by config.json or --tie_word_embedding (for the MTP copies'
+    // original: the embedding when there is no lm_head.weight).
+    bool tied = false;
     collective_step(comm, [&] {
         in.config = parse_hf_config(config_dir, config_text);
         in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
+        tied = o.map.tie_word_embedding || in.config.tie_word_embeddings;
+        // The checkpoint's own MTP copies against the bytes they copy, before a LoRA update is attached.
+        check_mtp_shared_copies(in.mapped.mapping, in.mapped.mtp_shared_copies, tied, max_memory(o, comm), comm.rank(),
+                                comm.size());
     });
     std::optional<LoraMetadataFiles> lora_metadata;
     const auto& tensors = in.mapped.mapping.tensors;
@@ -144,6 +164,7 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     collective_step(comm, [&] {
         apply_lora_choice(in, o, std::move(lora_metadata));
         check_tied_head(in.mapped.mapping, in.config, o.map.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
+        write_mtp_copies(in.mapped, o, tied);
         for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
                                              o.map.tie_word_embedding))
             in.mapped.notes.push_back(note);

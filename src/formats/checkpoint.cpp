@@ -50,6 +50,20 @@ static void mark_float32_tensors(MappedCheckpoint& m, const HfConfig& config, co
     for (OutputTensor& t : m.mapping.tensors) t.keep_float32 = t.keep_float32 || table_keeps_fp32(*table, t.name);
 }
 
+// An architecture whose release keeps embedding / output head copies in its MTP layers (its 'hf'
+// table's mtp_shared_copies): the copies the checkpoint holds are set aside, each dropped with
+// its reason (compared with its original once the bytes can be read, and written from it).
+static void set_aside_mtp_copies(MappedCheckpoint& m, const HfConfig& config, const MapOptions& options,
+                                 SourceLedger& ledger) {
+    if (config.architectures.empty()) return;
+    const auto tables = load_architecture_tables(options.architecture_tables);
+    const ArchitectureTable* table = find_architecture_table(tables, "hf", config.architectures[0]);
+    if (!table || !table->mtp_shared_copies) return;
+    m.mtp_shared_copies = set_aside_mtp_shared_copies(m.mapping);
+    for (const MtpSharedCopy& copy : m.mtp_shared_copies)
+        if (copy.read) ledger.drop_output(*copy.read, m.mapping.sources, DropReason::MtpSharedCopy);
+}
+
 void add_dcp_jobs(DetectedCheckpoint& d) {
     for (const auto& t : d.dcp.tensors)
         for (const auto& c : t.chunks) d.jobs.push_back({c.file, c.offset, c.length});
@@ -71,6 +85,7 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
     SourceLedger ledger = open_ledger(ckpt, scans);
     ckpt.source->map(ckpt, scans, config, options, m, ledger);
     mark_float32_tensors(m, config, options);
+    set_aside_mtp_copies(m, config, options, ledger);
     m.account = ledger.settle(m.mapping);
     if (const std::string dropped = dropped_summary(m.account); !dropped.empty()) m.notes.push_back(dropped);
     return m;

@@ -9,6 +9,7 @@
 #include "formats/deepspeed/deepspeed_checkpoint.h"
 #include "formats/fsdp/fsdp_backend.h"
 #include "mapping/hf_config.h"
+#include "mapping/mtp_shared_copies.h"
 #include "formats/megatron/megatron_backend.h"
 #include "formats/source_ledger.h"
 #include "mapping/tensor_mapping.h"
@@ -65,6 +66,9 @@ struct MapOptions {
     std::string lora_base;  // MegatronAdapter: the HF folder of the base model
     std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
     bool drop_mtp = false;  // --drop_mtp: leave multi-token prediction layers out (recorded)
+    // --no_mtp_shared_copies: write no embed_tokens / shared_head.head copies in MTP layers
+    // (mtp_shared_copies.h); an architecture whose release holds them gets them by default.
+    bool no_mtp_shared_copies = false;
     bool pad_vocab = false;  // --pad_vocab: zero rows up to vocab_size where the checkpoint holds fewer
     bool exclude_frozen_parameters = false;  // DeepSpeed: drop frozen_param_shapes' parameters (recorded)
 };
@@ -74,6 +78,10 @@ struct MappedCheckpoint {
     nlohmann::ordered_json facts;  // detected parallelism, architecture, ... for inspect
     std::vector<std::string> notes;
     SourceAccount account;  // every scanned entry: written, or dropped for a named reason
+    // The embedding / output head copies the MTP layers take (an architecture whose 'hf' table
+    // says mtp_shared_copies), each with the checkpoint's own copy when it holds one (set aside,
+    // to be compared with the original: check_mtp_shared_copies).
+    std::vector<MtpSharedCopy> mtp_shared_copies;
     // Set when the adapter's alpha is recorded nowhere in the checkpoint (Megatron-Bridge LoRA
     // shards): why, for the error that asks for --lora_alpha.
     std::string lora_alpha_unrecorded;

@@ -22,13 +22,14 @@ namespace {
 constexpr int kTableVersion = 1;
 constexpr uint64_t kMaxTableBytes = uint64_t{16} << 20;
 const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "source", "architectures",
-                                       "config_check", "config_tensors", "keep_fp32", "rules", "notes"};
+                                       "config_check", "config_tensors", "keep_fp32", "mtp_shared_copies", "rules",
+                                       "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "split", "tp", "value_head", "note"};
 const std::set<std::string> kConfigTensorKeys{"family", "qkv_bias", "qk_norm"};
 const std::set<std::string> kFamilies{"dense", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3"};
 // torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
-// (global layer and expert numbers); hf: facts of the HF architecture itself (keep_fp32, no
-// rules), applied whatever the checkpoint layout.
+// (global layer and expert numbers); hf: facts of the HF architecture itself (keep_fp32,
+// mtp_shared_copies; no rules), applied whatever the checkpoint layout.
 const std::set<std::string> kSources{"torchtitan", "megatron", "hf"};
 
 // The placeholders a pattern uses, in order ("{i}", "{e}"); anything else in braces is an Error.
@@ -274,6 +275,9 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     table.config_check = string_field(doc, "config_check", file, false);
     table.keep_fp32 = string_list(doc, "keep_fp32", file, false);
     for (const auto& pattern : table.keep_fp32) placeholders(pattern, file + ": keep_fp32");
+    table.mtp_shared_copies = bool_field(doc, "mtp_shared_copies", file);
+    if (table.mtp_shared_copies && table.source != "hf")
+        throw Error(file + ": 'mtp_shared_copies' belongs to source 'hf' tables (a fact of the HF release)");
     if (auto ct = doc.find("config_tensors"); ct != doc.end()) {
         if (table.source != "megatron") throw Error(file + ": 'config_tensors' belongs to source 'megatron' tables");
         if (!table.config_check.empty()) throw Error(file + ": give 'config_tensors' or 'config_check', not both");
@@ -281,8 +285,11 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     }
     auto rules = doc.find("rules");
     if (table.source == "hf") {
-        if (rules != doc.end()) throw Error(file + ": a source 'hf' table holds facts of the HF architecture (keep_fp32), no rules");
-        if (table.keep_fp32.empty()) throw Error(file + ": a source 'hf' table needs 'keep_fp32'");
+        if (rules != doc.end())
+            throw Error(file + ": a source 'hf' table holds facts of the HF architecture (keep_fp32, mtp_shared_copies), "
+                               "no rules");
+        if (table.keep_fp32.empty() && !table.mtp_shared_copies)
+            throw Error(file + ": a source 'hf' table needs 'keep_fp32' or 'mtp_shared_copies'");
         return table;
     }
     if (rules == doc.end() || !rules->is_array() || rules->empty()) throw Error(file + ": 'rules' must be a non-empty array");

@@ -71,6 +71,10 @@ struct ArchitectureTable {
     std::optional<ConfigTensors> config_tensors;
     // HF name patterns ({i}, {e}) written in float32 whatever --dtype auto picks.
     std::vector<std::string> keep_fp32;
+    // Source 'hf': the architecture's release holds, in every multi-token prediction layer
+    // model.layers.{L+k}, copies embed_tokens.weight and shared_head.head.weight of
+    // model.embed_tokens.weight and lm_head.weight (DeepSeek-V3; vLLM's MTP loader reads them).
+    bool mtp_shared_copies = false;
     std::vector<TableRule> rules;
 };
 

@@ -52,11 +52,17 @@ bool has(const HfConfig& c, const char* key) {
 std::string layer_name(int64_t i, const std::string& rest) { return "model.layers." + std::to_string(i) + "." + rest; }
 
 // An MTP depth's own tensors (Megatron-Bridge names); its decoder layer follows as any other.
-void add_mtp_block_tensors(std::map<std::string, Shape>& req, int64_t i, int64_t H) {
-    req[layer_name(i, "enorm.weight")] = {H};
-    req[layer_name(i, "hnorm.weight")] = {H};
-    req[layer_name(i, "eh_proj.weight")] = {H, 2 * H};
-    req[layer_name(i, "shared_head.norm.weight")] = {H};
+// The release's copies of the embedding and output head are optional: Megatron-Bridge writes
+// none, and vmerge adds them after this check (mtp_shared_copies.h) unless told not to.
+void add_mtp_block_tensors(ExpectedTensors& out, const ArchitectureInfo& arch, int64_t i) {
+    const int64_t H = arch.hidden, V = arch.vocab;
+    out.required[layer_name(i, "enorm.weight")] = {H};
+    out.required[layer_name(i, "hnorm.weight")] = {H};
+    out.required[layer_name(i, "eh_proj.weight")] = {H, 2 * H};
+    out.required[layer_name(i, "shared_head.norm.weight")] = {H};
+    if (!arch.mtp_shared_copies) return;
+    out.optional[layer_name(i, "embed_tokens.weight")] = {V, H};
+    if (!arch.value_model) out.optional[layer_name(i, "shared_head.head.weight")] = {V, H};
 }
 
 }  // namespace
@@ -142,6 +148,7 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
     arch.layers = get_int(config, "num_hidden_layers");
     arch.drop_mtp = drop_mtp;
     arch.mtp_layers = drop_mtp ? 0 : get_int(config, "num_nextn_predict_layers", 0);
+    if (const ArchitectureTable* hf = find_architecture_table(tables, "hf", arch.name)) arch.mtp_shared_copies = hf->mtp_shared_copies;
     // A value model's head rules come first: they take output_layer from the causal LM's.
     if (arch.value_model)
         for (const TableRule& r : table->rules)
@@ -236,7 +243,7 @@ ExpectedTensors expected_hf_tensors(const HfConfig& c, const ArchitectureInfo& a
         req[layer_name(i, prefix + "down_proj.weight")] = {H, ffn};
     };
     for (int64_t i = 0; i < arch.layers + arch.mtp_layers; ++i) {
-        if (i >= arch.layers) add_mtp_block_tensors(req, i, H);
+        if (i >= arch.layers) add_mtp_block_tensors(out, arch, i);
         req[layer_name(i, "input_layernorm.weight")] = {H};
         req[layer_name(i, "post_attention_layernorm.weight")] = {H};
         if (deepseek) {

@@ -42,6 +42,9 @@ struct ArchitectureInfo {
     // num_nextn_predict_layers; 0 with --drop_mtp, whose mtp.* tensors are then dropped).
     int64_t mtp_layers = 0;
     bool drop_mtp = false;
+    // The HF release holds embed_tokens / shared_head.head copies in its MTP layers (the 'hf'
+    // table's mtp_shared_copies): config.json then allows them (mtp_shared_copies.h writes them).
+    bool mtp_shared_copies = false;
     // --pad_vocab: an embedding or head with fewer rows than vocab_size is padded with zero rows
     // (otherwise the config contradicts the checkpoint: an Error naming both sizes).
     bool pad_vocab = false;

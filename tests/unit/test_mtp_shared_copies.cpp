@@ -1,0 +1,249 @@
+// The embedding / output head copies of a multi-token prediction layer (mapping/mtp_shared_copies.h,
+// exec/tied_embedding.h): which copies an MTP layer takes and under which names (DeepSeek-V3's
+// release: model.layers.{L+k}.embed_tokens.weight, model.layers.{L+k}.shared_head.head.weight,
+// model-families.md §8), that the copies read the original's bytes, that a copy the checkpoint
+// holds is compared with its original, and what config.json allows.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+#include "exec/tied_embedding.h"
+#include "mapping/architecture_table.h"
+#include "mapping/hf_architecture.h"
+#include "mapping/mtp_shared_copies.h"
+#include "test_support.h"
+
+namespace vmerge {
+namespace {
+
+using testing::contains;
+using testing::error_of;
+using testing::tensor;
+
+std::vector<std::string> names_of(const TensorMapping& m) {
+    std::vector<std::string> names;
+    for (const auto& t : m.tensors) names.push_back(t.name);
+    return names;
+}
+
+// A model with decoder layers 0 and 1 and one MTP layer 2 (V = 8, H = 4), each tensor one
+// bf16 source of its own so the copies' sources can be told apart.
+TensorMapping mtp_model(bool with_head = true) {
+    TensorMapping m;
+    auto add = [&](const std::string& name, Shape shape) {
+        OutputTensor t = tensor(name, DType::BF16, shape);
+        TensorRef s;
+        s.dtype = DType::BF16;
+        s.shape = shape;
+        s.stride = contiguous_strides(shape);
+        s.storage.file = name;
+        s.storage.byte_size = s.nbytes();
+        t.copies.push_back({static_cast<uint32_t>(m.sources.size()), Shape(shape.size(), 0), Shape(shape.size(), 0), shape});
+        m.sources.push_back(s);
+        m.tensors.push_back(std::move(t));
+    };
+    add("model.embed_tokens.weight", {8, 4});
+    for (const char* layer : {"0", "1", "2"}) add(std::string("model.layers.") + layer + ".input_layernorm.weight", {4});
+    add("model.layers.2.enorm.weight", {4});
+    add("model.layers.2.eh_proj.weight", {4, 8});
+    add("model.norm.weight", {4});
+    if (with_head) add("lm_head.weight", {8, 4});
+    return m;
+}
+
+TEST(MtpSharedCopies, AnMtpLayerTakesAnEmbeddingAndAHeadCopy) {
+    TensorMapping m = mtp_model();
+    const auto copies = set_aside_mtp_shared_copies(m);
+    ASSERT_EQ(copies.size(), 2u);
+    EXPECT_EQ(copies[0].name, "model.layers.2.embed_tokens.weight");
+    EXPECT_FALSE(copies[0].head);
+    EXPECT_EQ(copies[1].name, "model.layers.2.shared_head.head.weight");
+    EXPECT_TRUE(copies[1].head);
+    EXPECT_FALSE(copies[0].read || copies[1].read);
+    EXPECT_EQ(m.tensors.size(), mtp_model().tensors.size());  // nothing taken out
+}
+
+TEST(MtpSharedCopies, NoMtpLayerNoCopies) {
+    TensorMapping m = mtp_model();
+    std::erase_if(m.tensors, [](const OutputTensor& t) { return t.name == "model.layers.2.enorm.weight"; });
+    EXPECT_TRUE(set_aside_mtp_shared_copies(m).empty());
+}
+
+TEST(MtpSharedCopies, TheCheckpointsOwnCopiesAreSetAside) {
+    TensorMapping m = mtp_model();
+    OutputTensor carried = m.tensors[0];
+    carried.name = "model.layers.2.embed_tokens.weight";
+    m.tensors.push_back(carried);
+    OutputTensor other_layer = m.tensors[0];
+    other_layer.name = "model.layers.1.embed_tokens.weight";  // not an MTP layer: left for the config check
+    m.tensors.push_back(other_layer);
+    const auto copies = set_aside_mtp_shared_copies(m);
+    ASSERT_EQ(copies.size(), 2u);
+    ASSERT_TRUE(copies[0].read);
+    EXPECT_EQ(copies[0].read->name, "model.layers.2.embed_tokens.weight");
+    EXPECT_EQ(copies[0].read->copies[0].source, 0u);
+    EXPECT_FALSE(copies[1].read);
+    const auto names = names_of(m);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "model.layers.2.embed_tokens.weight"), 0);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "model.layers.1.embed_tokens.weight"), 1);
+}
+
+TEST(MtpSharedCopies, CopiesAreTheOriginalsUnderTheMtpLayersNames) {
+    TensorMapping m = mtp_model();
+    const TensorMapping before = m;
+    const auto copies = set_aside_mtp_shared_copies(m);
+    const auto notes = add_mtp_shared_copies(m, copies, false);
+    ASSERT_EQ(notes.size(), 1u);
+    EXPECT_TRUE(contains(notes[0], "2 multi-token prediction copies")) << notes[0];
+    // After the last tensor of layer 2, embedding copy first.
+    EXPECT_EQ(names_of(m), (std::vector<std::string>{
+                               "model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+                               "model.layers.1.input_layernorm.weight", "model.layers.2.input_layernorm.weight",
+                               "model.layers.2.enorm.weight", "model.layers.2.eh_proj.weight",
+                               "model.layers.2.embed_tokens.weight", "model.layers.2.shared_head.head.weight",
+                               "model.norm.weight", "lm_head.weight"}));
+    const OutputTensor& embed = m.tensors[6];
+    const OutputTensor& head = m.tensors[7];
+    EXPECT_EQ(embed.shape, (Shape{8, 4}));
+    EXPECT_EQ(embed.dtype, DType::BF16);
+    ASSERT_EQ(embed.copies.size(), 1u);
+    EXPECT_EQ(m.sources[embed.copies[0].source].storage.file, "model.embed_tokens.weight");
+    ASSERT_EQ(head.copies.size(), 1u);
+    EXPECT_EQ(m.sources[head.copies[0].source].storage.file, "lm_head.weight");
+    EXPECT_EQ(head.shape, (Shape{8, 4}));
+    EXPECT_EQ(m.sources.size(), before.sources.size());  // the same bytes, read again
+}
+
+TEST(MtpSharedCopies, TiedHeadCopiesTheEmbeddingAndAModelWithoutHeadGetsNone) {
+    TensorMapping tied = mtp_model(false);
+    auto copies = set_aside_mtp_shared_copies(tied);
+    add_mtp_shared_copies(tied, copies, true);
+    const auto head = std::find_if(tied.tensors.begin(), tied.tensors.end(),
+                                   [](const OutputTensor& t) { return t.name == "model.layers.2.shared_head.head.weight"; });
+    ASSERT_NE(head, tied.tensors.end());
+    EXPECT_EQ(tied.sources[head->copies[0].source].storage.file, "model.embed_tokens.weight");
+
+    TensorMapping headless = mtp_model(false);  // a value model: score, no lm_head
+    copies = set_aside_mtp_shared_copies(headless);
+    const auto notes = add_mtp_shared_copies(headless, copies, false);
+    const auto names = names_of(headless);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "model.layers.2.shared_head.head.weight"), 0);
+    EXPECT_EQ(std::count(names.begin(), names.end(), "model.layers.2.embed_tokens.weight"), 1);
+    ASSERT_EQ(notes.size(), 2u);
+    EXPECT_EQ(notes[0], "model.layers.2.shared_head.head.weight not written: the output has no lm_head.weight to copy");
+}
+
+// config.json of a two-layer DeepSeek-V3 with one MTP layer (layer 2).
+const char* kDeepseekConfig = R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 32,
+    "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 64, "intermediate_size": 48,
+    "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
+    "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
+    "num_nextn_predict_layers": 1})";
+
+TEST(MtpSharedCopies, DeepseekV3ConfigAllowsTheCopiesWithTheOriginalsShape) {
+    const ArchitectureInfo arch = architecture_for(parse_hf_config("/hf", kDeepseekConfig), false);
+    EXPECT_TRUE(arch.mtp_shared_copies);
+    EXPECT_EQ(arch.expected.optional.at("model.layers.2.embed_tokens.weight"), (Shape{64, 32}));
+    EXPECT_EQ(arch.expected.optional.at("model.layers.2.shared_head.head.weight"), (Shape{64, 32}));
+    EXPECT_FALSE(arch.expected.required.count("model.layers.2.embed_tokens.weight"));
+    EXPECT_FALSE(arch.expected.optional.count("model.layers.1.embed_tokens.weight"));
+    const ArchitectureInfo dropped = architecture_for(parse_hf_config("/hf", kDeepseekConfig), false, true);
+    EXPECT_FALSE(dropped.expected.optional.count("model.layers.2.embed_tokens.weight"));
+    const ArchitectureInfo value = architecture_for(parse_hf_config("/hf", kDeepseekConfig), true);
+    EXPECT_TRUE(value.expected.optional.count("model.layers.2.embed_tokens.weight"));
+    EXPECT_FALSE(value.expected.optional.count("model.layers.2.shared_head.head.weight"));
+}
+
+TEST(MtpSharedCopies, OnlyAnHfTableSaysAReleaseHoldsThem) {
+    const ArchitectureInfo qwen = architecture_for(parse_hf_config("/hf", R"({"architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1, "vocab_size": 16, "intermediate_size": 8,
+        "num_nextn_predict_layers": 1})"),
+                                                   false);
+    EXPECT_FALSE(qwen.mtp_shared_copies);
+    EXPECT_FALSE(qwen.expected.optional.count("model.layers.1.embed_tokens.weight"));
+    auto parse = [](const std::string& body) {
+        return error_of([&] {
+            parse_architecture_table("t.json", nlohmann::json::parse(R"({"vmerge_architecture_table": 1, "name": "t", )" + body + "}"));
+        });
+    };
+    EXPECT_EQ(parse(R"("source": "hf", "architectures": ["X"], "mtp_shared_copies": true)"), "");
+    EXPECT_EQ(parse(R"("source": "hf", "architectures": ["X"])"),
+              "t.json: a source 'hf' table needs 'keep_fp32' or 'mtp_shared_copies'");
+    EXPECT_EQ(parse(R"("source": "hf", "architectures": ["X"], "mtp_shared_copies": "yes")"),
+              "t.json: 'mtp_shared_copies' must be true or false");
+    EXPECT_EQ(parse(R"("source": "megatron", "architectures": ["X"], "mtp_shared_copies": true, "rules": [{"from": "a", "to": "b"}])"),
+              "t.json: 'mtp_shared_copies' belongs to source 'hf' tables (a fact of the HF release)");
+}
+
+// fp32 rows written to a file: embedding, head and the checkpoint's copies, each [3, 2].
+class CarriedCopies : public ::testing::Test {
+protected:
+    void SetUp() override {
+        file_ = dir_.path() + "/weights.bin";
+        const std::vector<float> values{1, 2, 3, 4, 5, 6,         // embedding
+                                        7, 8, 9, 10, 11, 12,      // head
+                                        1, 2, 3, 4, 5, 6,         // a true embedding copy
+                                        7, 8, 9, 10, 11, 13};     // a head copy differing in row 2
+        std::ofstream(file_, std::ios::binary).write(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    }
+    // Tensor `name` [rows, 2] read from float `at` of the file.
+    OutputTensor from_file(TensorMapping& m, const std::string& name, int64_t at, int64_t rows = 3) {
+        TensorRef s;
+        s.dtype = DType::F32;
+        s.shape = {rows, 2};
+        s.stride = contiguous_strides(s.shape);
+        s.storage.file = file_;
+        s.storage.byte_offset = static_cast<uint64_t>(at) * 4;
+        s.storage.byte_size = s.nbytes();
+        OutputTensor t = tensor(name, DType::F32, {rows, 2});
+        t.copies.push_back({static_cast<uint32_t>(m.sources.size()), {0, 0}, {0, 0}, {rows, 2}});
+        m.sources.push_back(s);
+        return t;
+    }
+    TensorMapping model() {
+        TensorMapping m;
+        m.tensors.push_back(from_file(m, "model.embed_tokens.weight", 0));
+        m.tensors.push_back(from_file(m, "lm_head.weight", 6));
+        return m;
+    }
+    testing::TempDir dir_;
+    std::string file_;
+};
+
+TEST_F(CarriedCopies, EqualCopiesPassOnEveryRank) {
+    TensorMapping m = model();
+    std::vector<MtpSharedCopy> copies{{"model.layers.2.embed_tokens.weight", false, from_file(m, "c", 12)}};
+    for (int rank = 0; rank < 3; ++rank) EXPECT_NO_THROW(check_mtp_shared_copies(m, copies, false, 16, rank, 3));
+}
+
+TEST_F(CarriedCopies, ADifferingCopyIsRefusedNamingBoth) {
+    TensorMapping m = model();
+    std::vector<MtpSharedCopy> copies{{"model.layers.2.shared_head.head.weight", true, from_file(m, "c", 18)}};
+    EXPECT_NO_THROW(check_mtp_shared_copies(m, copies, false, 16, 0, 2));  // rank 0: row 0 only
+    EXPECT_EQ(error_of([&] { check_mtp_shared_copies(m, copies, false, 16, 1, 2); }),
+              "the checkpoint's model.layers.2.shared_head.head.weight differs from lm_head.weight (first at row 2): an "
+              "MTP layer's copy must equal the tensor it copies (DeepSeek-V3's release; vLLM's MTP loader reads it as "
+              "that tensor)");
+    // Tied with no lm_head: the head copy is the embedding's.
+    TensorMapping tied;
+    tied.tensors.push_back(from_file(tied, "model.embed_tokens.weight", 0));
+    std::vector<MtpSharedCopy> head_of_tied{{"model.layers.2.shared_head.head.weight", true, from_file(tied, "c", 12)}};
+    EXPECT_NO_THROW(check_mtp_shared_copies(tied, head_of_tied, true, 16, 0, 1));
+    EXPECT_TRUE(contains(error_of([&] { check_mtp_shared_copies(tied, head_of_tied, false, 16, 0, 1); }),
+                         "the checkpoint holds model.layers.2.shared_head.head.weight but no lm_head.weight it copies"));
+}
+
+TEST_F(CarriedCopies, ACopyOfAnotherShapeIsRefused) {
+    TensorMapping m = model();
+    std::vector<MtpSharedCopy> copies{{"model.layers.2.embed_tokens.weight", false,
+                                       from_file(m, "model.layers.2.embed_tokens.weight", 12, 2)}};
+    EXPECT_EQ(error_of([&] { check_mtp_shared_copies(m, copies, false, 64, 0, 1); }),
+              "the checkpoint's model.layers.2.embed_tokens.weight [2, 2] float32 and model.embed_tokens.weight [3, 2] float32 differ in shape or dtype: "
+              "an MTP layer's copy must equal the tensor it copies (DeepSeek-V3's release; vLLM's MTP loader reads it "
+              "as that tensor)");
+}
+
+}  // namespace
+}  // namespace vmerge
