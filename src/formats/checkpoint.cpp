@@ -115,6 +115,7 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
         architecture_for(config, options.is_value_model || (score_head && !lm_head), options.drop_mtp || !mtp,
                          options.architecture_tables);
     if (options.tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
+    for (const auto& name : m.left_out) arch.expected.required.erase(name);
     // Names and shapes are all the check reads; an extracted adapter is not part of the model.
     TensorMapping model;
     for (const OutputTensor& t : m.mapping.tensors) {

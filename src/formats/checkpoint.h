@@ -1,5 +1,6 @@
 #pragma once
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,9 @@ struct MappedCheckpoint {
     nlohmann::ordered_json facts;  // detected parallelism, architecture, ... for inspect
     std::vector<std::string> notes;
     SourceAccount account;  // every scanned entry: written, or dropped for a named reason
+    // Output names left out on the user's request (--exclude_frozen_parameters): not "missing"
+    // when the output is checked against config.json.
+    std::set<std::string> left_out;
     // The embedding / output head copies the MTP layers take (an architecture whose 'hf' table
     // says mtp_shared_copies), each with the checkpoint's own copy when it holds one (set aside,
     // to be compared with the original: check_mtp_shared_copies).

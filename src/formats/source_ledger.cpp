@@ -38,6 +38,7 @@ const char* drop_reason_text(DropReason reason) {
         case DropReason::DroppedMtp: return "--drop_mtp: multi-token prediction layer";
         case DropReason::TrainingCopy: return "bit16 training copy (fp32 masters written)";
         case DropReason::PartitionPadding: return "ZeRO partition padding";
+        case DropReason::ExcludedFrozen: return "--exclude_frozen_parameters: frozen in training";
         case DropReason::MtpSharedCopy: return "MTP layer's copy of the embedding or lm_head (compared; written from it)";
     }
     return "unknown";

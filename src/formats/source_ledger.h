@@ -28,6 +28,7 @@ enum class DropReason {
     DroppedMtp,     // --drop_mtp: a multi-token prediction layer left out on purpose
     TrainingCopy,   // DeepSpeed's bit16 module copy (the fp32 masters are written instead)
     PartitionPadding,  // a ZeRO-3 rank's flat group past every parameter's end (more ranks than elements)
+    ExcludedFrozen,  // --exclude_frozen_parameters: a DeepSpeed parameter frozen in training
     MtpSharedCopy,  // an MTP layer's copy of the embedding or output head: compared with it, written from it
 };
 const char* drop_reason_text(DropReason reason);

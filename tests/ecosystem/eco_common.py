@@ -140,6 +140,8 @@ def write_case(case_dir, **fields):
       extra_oracles  more tensor oracles the plain/extract output must equal, e.g. the producer's
                      own consolidation tool: [{"file": name in oracle/, "what": text for the
                      report, "partial": true if it may lack some output tensors}]
+      exclude_frozen_oracle  a DeepSpeed case: oracle/ file of zero_to_fp32's
+                     --exclude_frozen_parameters, which merge with the same flag must equal
     """
     with open(os.path.join(case_dir, "case.json"), "w") as f:
         json.dump(fields, f, indent=2, sort_keys=True)

@@ -148,11 +148,12 @@ def live_full_tensors(engine, stage):
     return full
 
 
-def zero_to_fp32_tensors(ckpt_dir, live):
+def zero_to_fp32_tensors(ckpt_dir, live, exclude_frozen=False):
     """DeepSpeed's own consolidation of the saved folder, aliases dropped (they share memory,
-    which safetensors refuses; the tied lm_head is no output tensor anyway)."""
+    which safetensors refuses; the tied lm_head is no output tensor anyway); with
+    `exclude_frozen`, its --exclude_frozen_parameters."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-    state = get_fp32_state_dict_from_zero_checkpoint(ckpt_dir)
+    state = get_fp32_state_dict_from_zero_checkpoint(ckpt_dir, exclude_frozen_parameters=exclude_frozen)
     state.pop("lm_head.weight", None)
     tensors = {k: v.detach().contiguous().clone() for k, v in state.items()}
     for name, master in tensors.items():   # the producer agrees with itself: live = cast masters
@@ -210,6 +211,9 @@ def write_oracles(case_dir, ckpt_dir, live, logits):
     E.write_oracle(case_dir, live, logits)
     masters = zero_to_fp32_tensors(ckpt_dir, live)
     save_file(masters, os.path.join(case_dir, "oracle", "zero_to_fp32.safetensors"))
+    unfrozen = zero_to_fp32_tensors(ckpt_dir, live, exclude_frozen=True)
+    assert not any(k.startswith(FROZEN_PREFIX) for k in unfrozen), "zero_to_fp32 kept a frozen parameter"
+    save_file(unfrozen, os.path.join(case_dir, "oracle", "zero_to_fp32_exclude_frozen.safetensors"))
 
 
 def write_case_json(case_dir, variant, stage, dtype, world):
@@ -220,7 +224,9 @@ def write_case_json(case_dir, variant, stage, dtype, world):
                  output_dtype=dtype, hf_load=True, logits_exact=True, adapter=False,
                  # zero_to_fp32 omits ZeRO-1's frozen parameters (it saves no fragments for them).
                  extra_oracles=[{"file": "zero_to_fp32.safetensors", "what": "zero_to_fp32",
-                                 "partial": stage == 1}])
+                                 "partial": stage == 1}],
+                 # merge --exclude_frozen_parameters equals zero_to_fp32's, name for name.
+                 exclude_frozen_oracle="zero_to_fp32_exclude_frozen.safetensors")
 
 
 if __name__ == "__main__":

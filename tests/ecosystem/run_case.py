@@ -89,14 +89,18 @@ def check_merge(args, case, np_, mode):
     """One merge (mode: plain, extract or fold) and every consumer check on its output."""
     target = os.path.join(args.work, f"{os.path.basename(args.case)}.{mode}.np{np_}")
     shutil.rmtree(target, ignore_errors=True)
-    extra = {"plain": [], "extract": [], "fold": ["--merge_lora"]}[mode]
+    extra = {"plain": [], "extract": [], "fold": ["--merge_lora"],
+             "exclude_frozen": ["--exclude_frozen_parameters"]}[mode]
     if case.get("base_model"):
         extra += ["--lora_base", os.path.join(args.case, case["base_model"])]
     if not run_vmerge(args, case, np_, target, extra + case.get(f"{mode}_args", [])):
         return
     oracle = os.path.join(args.case, "oracle")
     dtype = getattr(torch, case["output_dtype"])
-    if mode == "fold":
+    if mode == "exclude_frozen":  # the producer's own tool with the same flag is the oracle
+        C.check_tensors_exact(target, os.path.join(oracle, case["exclude_frozen_oracle"]), dtype,
+                              what="zero_to_fp32 --exclude_frozen_parameters")
+    elif mode == "fold":
         C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype)
         C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False)
     else:
@@ -128,6 +132,8 @@ def main():
         case = json.load(f)
     os.makedirs(args.work, exist_ok=True)
     modes = ["extract", "fold"] if case.get("adapter") else ["plain"]
+    if case.get("exclude_frozen_oracle"):
+        modes.append("exclude_frozen")
     wanted = (lambda m: not args.modes or m in args.modes)
     for np_ in args.np:
         for mode in filter(wanted, modes):

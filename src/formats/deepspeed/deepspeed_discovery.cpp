@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "formats/deepspeed/deepspeed_checkpoint.h"
 #include "io/input_file.h"
+#include "io/pointer_file.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -33,13 +34,6 @@ bool has_optim_files(const fs::path& dir) {
     for (const auto& e : fs::directory_iterator(dir, ec))
         if (kOptimFile.full_match(e.path().filename().string())) return true;
     return false;
-}
-
-std::string trimmed(std::string s) {
-    const auto not_space = [](unsigned char c) { return !std::isspace(c); };
-    s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
-    s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
-    return s;
 }
 
 // The ranks' files named by `pattern` (rank = sub-match 2 for optim files, 1 for model
@@ -111,7 +105,7 @@ DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::option
     if (tag) {
         c.tag = *tag;
     } else if (fs::exists(d / "latest", ec)) {
-        c.tag = trimmed(read_small_file((d / "latest").string(), 4096, "DeepSpeed latest file"));
+        c.tag = read_pointer_file(d.string(), "latest", "DeepSpeed latest file");
         if (c.tag.empty()) throw Error((d / "latest").string() + ": empty (it should name the checkpoint's tag)");
     } else if (fs::exists(d / "latest_universal", ec)) {
         throw Error((d / "latest_universal").string() + ": a DeepSpeed universal checkpoint; universal checkpoints are "

@@ -42,9 +42,9 @@ public:
         return scan_deepspeed_file(file);
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
+    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions& options,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
-        m.mapping = map_deepspeed(d.deepspeed, scans, ledger, m.facts, m.notes);
+        m.mapping = map_deepspeed(d.deepspeed, scans, ledger, options.exclude_frozen_parameters, m.left_out, m.facts, m.notes);
     }
 
     bool names_own_tensors() const override { return true; }

@@ -39,6 +39,7 @@ struct Zero {
     std::vector<std::vector<const TensorRef*>> flats;  // [rank][flat group]
     std::vector<std::unordered_map<std::string, const TensorRef*>> module, frozen;  // per model file
     std::vector<const TensorRef*> padding_flats;  // ZeRO-3 flats whose every piece lies past its numel
+    std::set<std::string> frozen_names;  // frozen_param_shapes' and the frozen parameters taken from the module
     TensorMapping mapping;
 
     const ScannedFile& optim_scan(size_t r) const { return scans[r]; }
@@ -291,6 +292,8 @@ std::vector<std::string> output_order(const Zero& z) {
 }
 
 void assemble(Zero& z, std::vector<std::string>& notes) {
+    if (z.model.frozen_param_shapes)
+        for (const auto& [name, _] : *z.model.frozen_param_shapes) z.frozen_names.insert(name);
     std::map<std::string, OutputTensor> made = trainable(z);
     for (auto& [name, t] : frozen(z)) made.emplace(name, std::move(t));
     const std::set<std::string> buffers(z.model.buffer_names.begin(), z.model.buffer_names.end());
@@ -306,6 +309,7 @@ void assemble(Zero& z, std::vector<std::string>& notes) {
         } else if (full && z.stage <= 2) {
             // ZeRO-1 saves no frozen fragments: a frozen parameter is only in the module, in full.
             made.emplace(name, whole(z, name, *it->second));
+            z.frozen_names.insert(name);
             ++from_module;
         } else {
             throw Error(z.model_scan(0).path + ": module key '" + name +
@@ -333,6 +337,29 @@ void assemble(Zero& z, std::vector<std::string>& notes) {
                         "training copy (ZeRO-" + std::to_string(z.stage) + " saves no frozen fp32 fragments)");
 }
 
+// zero_to_fp32.py's --exclude_frozen_parameters: the frozen parameters (and names shared_params
+// maps to one) are left out, each source dropped with the flag as its reason.
+void exclude_frozen(Zero& z, SourceLedger& ledger, std::set<std::string>& left_out, std::vector<std::string>& notes) {
+    const std::map<std::string, std::string> aliases(z.model.shared_params.begin(), z.model.shared_params.end());
+    auto frozen = [&](const std::string& name) {
+        const auto alias = aliases.find(name);
+        return z.frozen_names.count(name) || (alias != aliases.end() && z.frozen_names.count(alias->second));
+    };
+    size_t excluded = 0;
+    std::vector<OutputTensor> kept;
+    for (auto& t : z.mapping.tensors) {
+        if (!frozen(t.name)) {
+            kept.push_back(std::move(t));
+            continue;
+        }
+        ledger.drop_output(t, z.mapping.sources, DropReason::ExcludedFrozen);
+        left_out.insert(t.name);
+        ++excluded;
+    }
+    z.mapping.tensors = std::move(kept);
+    notes.push_back("--exclude_frozen_parameters: " + std::to_string(excluded) + " frozen parameters left out");
+}
+
 // Everything not written: the module's bit16 copies (rank 0's; the other ranks' are replicas)
 // and the optimizer state. Returns the optimizer-state bytes, which the merge never reads.
 uint64_t drop_unwritten(const Zero& z, SourceLedger& ledger) {
@@ -356,13 +383,15 @@ uint64_t drop_unwritten(const Zero& z, SourceLedger& ledger) {
 }  // namespace
 
 TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans, SourceLedger& ledger,
-                            nlohmann::ordered_json& facts, std::vector<std::string>& notes) {
+                            bool exclude_frozen_parameters, std::set<std::string>& left_out, nlohmann::ordered_json& facts,
+                            std::vector<std::string>& notes) {
     if (scans.size() != c.optim_files.size() + c.model_files.size()) throw Error(c.tag_dir + ": scans and files disagree");
     Zero z(c, scans);
     read_stage_and_world(z);
     require_distinct_names(z);
     index_files(z);
     assemble(z, notes);
+    if (exclude_frozen_parameters) exclude_frozen(z, ledger, left_out, notes);
     // Before the rest is dropped as training copies, so a persistent rotary buffer keeps its own reason.
     drop_non_weight_buffers(z.mapping, ledger, notes);
     const uint64_t skipped = drop_unwritten(z, ledger);

@@ -1,4 +1,5 @@
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,8 +17,11 @@ namespace vmerge {
 // What is not written is dropped in `ledger`: rotary / _extra_state buffers, the bit16 module
 // copies, the optimizer state.
 // `facts` gets stage, world size, groups, padding and the bytes read and skipped.
+// `exclude_frozen_parameters`: zero_to_fp32.py's flag, the frozen parameters left out (dropped,
+// their names in `left_out`).
 TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans, SourceLedger& ledger,
-                            nlohmann::ordered_json& facts, std::vector<std::string>& notes);
+                            bool exclude_frozen_parameters, std::set<std::string>& left_out, nlohmann::ordered_json& facts,
+                            std::vector<std::string>& notes);
 
 // The flat groups for inspect: "ZeRO-2 param group 0 (...)" -> parameter names.
 nlohmann::ordered_json deepspeed_groups(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans);
