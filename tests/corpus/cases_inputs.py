@@ -1,7 +1,9 @@
 """What a merge reads and where it writes: one input under two names (a link or a copy of
 another rank's file), a missing last tensor-parallel rank folder, a target file system too
 small for the planned bytes."""
+import json
 import os
+import struct
 import shutil
 
 from corpus_lib import case, copy_case, read_record, record_name, rewrite_zip
@@ -98,3 +100,22 @@ def add_cases(good_fsdp, good_megatron, out):
         case("tracker_links_out", os.path.join(d, "ckpt"),
              [": 'latest_checkpointed_iteration.txt': ", "; expected a file inside"],
              "the tracker a link to a file outside the checkpoint (its contents must not be read or shown)")
+
+    # A name from inside a file (a safetensors index's weight_map) that leaves the checkpoint:
+    # never followed, whatever the file it names holds.
+    hf = os.path.join(good_megatron, "verl_hf_safetensors")
+    if os.path.isdir(hf):
+        d = copy_case(hf, os.path.join(out, "weight_map_leaves_folder"))
+        weights = os.path.join(d, "actor/huggingface/model.safetensors")
+        with open(weights, "rb") as f:
+            header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        names = [n for n in header if n != "__metadata__"]
+        shutil.copyfile(weights, os.path.join(d, "secret.safetensors"))
+        weight_map = {n: "model.safetensors" for n in names}
+        weight_map[names[0]] = "../../secret.safetensors"
+        with open(os.path.join(d, "actor/huggingface/model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+        case("weight_map_leaves_folder", os.path.join(d, "actor"),
+             ["'../../secret.safetensors': a '..' part; expected a file inside"],
+             "model.safetensors.index.json maps a tensor to ../../secret.safetensors (outside the checkpoint)",
+             args=["--backend", "megatron"])
