@@ -16,12 +16,8 @@ std::string resume_hint(const std::string& staging) {
 
 void collective_step(Comm& comm, const std::function<void()>& step, const std::string& staging) {
     std::string error;
-    bool data_error = false;  // nothing was kept for a --resume (output_stage.cpp)
     try {
         step();
-    } catch (const DataError& e) {
-        error = e.what();
-        data_error = true;
     } catch (const std::exception& e) {
         error = e.what();
         if (error.empty()) error = "unknown error";
@@ -34,8 +30,8 @@ void collective_step(Comm& comm, const std::function<void()>& step, const std::s
             const auto hosts = comm.allgather(comm.host());
             message = "rank " + std::to_string(r) + " on " + hosts[r] + ": " + message;
         }
-        if (data_error) message += "\nthe unfinished output was discarded (a --resume would meet the same error)";
-        else if (!staging.empty()) message += "\n" + resume_hint(staging);
+        if (!staging.empty())
+            message += "\n" + resume_hint(staging);
         throw Error(message);
     }
 }

@@ -1,5 +1,6 @@
 #include "output_stage.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
+#include "exec/finite_weights.h"
 #include "input_agreement.h"
 #include "io/free_space.h"
 #include "io/record_crc.h"
@@ -30,7 +32,7 @@ int block_delay_ms() {
 
 // This rank's share: the executor over the format's tasks, into the format's sink.
 void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const OutputRun& run, Comm& comm,
-                     std::ostream& err, OutputResult& result, std::string& crc_partials, std::string& crc_mismatch) {
+                     std::ostream& err, OutputResult& result, std::string& crc_partials, std::string& not_resumable) {
     const std::string staging = staging_path(output.options().target);
     const bool resumable = output.options().resumable;
     // A resumable output opens outside the failure handling below: a staging folder it cannot
@@ -56,14 +58,18 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         if (resumable) mark_rank_done(staging, comm.rank());
         result.stats = executor.stats();
         crc_partials = executor.crcs().partial_records();
-        crc_mismatch = executor.crcs().mismatch();
-    } catch (const DataError& e) {
-        // The inputs themselves are refused: a --resume would meet the same error.
-        if (resumable) discard_staging(output.options().target);
-        if (resumable || output.collective())
-            abort_all_ranks(comm, err, std::string(e.what()) + "\nthe unfinished output was discarded (a --resume would meet the same error)");
+        not_resumable = executor.crcs().mismatch();
+    } catch (const InputValueError& e) {
+        // A refused value (a NaN weight to quantize or fold) fails a --resume alike: like a CRC
+        // mismatch it is reported after the copy, by every rank together, and the staging folder
+        // discarded; the other ranks finish their shares first, nobody is killed (no lock left).
+        if (!resumable || output.collective()) {
+            if (output.collective()) abort_all_ranks(comm, err, e.what(), "");
+            output.abandon();
+            throw;
+        }
         output.abandon();
-        throw;
+        not_resumable = e.what();
     } catch (const std::exception& e) {
         // The others may wait in a collective call this rank will never join, or copy on for
         // nothing; a resumable staging folder stays for --resume.
@@ -125,7 +131,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
         if (comm.rank() == 0 && !o.quiet)
             for (const auto& note : notes) out << "vmerge: " << note << "\n";
     });
-    std::string crc_partials, crc_mismatch;
+    std::string crc_partials, not_resumable;  // a CRC mismatch or a refused input value
     const auto copy_start = Clock::now();
     {
         std::unique_ptr<ProgressMonitor> progress;
@@ -134,16 +140,20 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
             progress = std::make_unique<ProgressMonitor>(staging, layout.total_size, comm.size(),
                                                          o.progress > 0 ? o.progress : (terminal ? 1 : 30),
                                                          terminal && o.progress < 0, out);
-        collective_step(comm, [&] { copy_rank_share(output, mapping, run, comm, err, result, crc_partials, crc_mismatch); },
+        collective_step(comm, [&] { copy_rank_share(output, mapping, run, comm, err, result, crc_partials, not_resumable); },
                         hint);
     }
     if (output.options().resumable) {
-        // Every rank's CRC mismatch, and records split over ranks, are checked here, before the
-        // commit; output staged from damaged bytes is not worth a --resume, so it is discarded.
+        // Every rank's CRC mismatch or refused value, and records split over ranks, are checked
+        // here, before the commit; output staged from damaged bytes or refused values is not worth
+        // a --resume, so it is discarded.
         const auto crc_pieces = comm.allgather(crc_partials);
+        const auto refusals = comm.allgather(not_resumable);
+        const bool refused = std::any_of(refusals.begin(), refusals.end(), [](const auto& r) { return !r.empty(); });
         try {
             collective_step(comm, [&] {
-                if (!crc_mismatch.empty()) throw Error(crc_mismatch);
+                if (!not_resumable.empty()) throw Error(not_resumable);
+                if (refused) return;  // a rank that stopped early left its records' CRCs unfinished
                 const std::string note =
                     comm.rank() ? "" : crc_completion_note(complete_record_crcs(crc_pieces, kCrcGapBudget));
                 if (!note.empty() && !o.quiet) out << "vmerge: " << note << "\n";

@@ -11,12 +11,4 @@ public:
     explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-// An Error the same inputs give again, whatever is retried: a value the output cannot hold (a
-// NaN where a scale is computed, ...). A merge that meets one mid-copy discards its staging
-// folder instead of keeping it for a --resume that could only repeat the error.
-class DataError : public Error {
-public:
-    using Error::Error;
-};
-
 }  // namespace vmerge

@@ -13,7 +13,9 @@
 #include "exec/dtype_cast.h"
 #include "core/error.h"
 #include "core/human_units.h"
+#include "exec/finite_weights.h"
 #include "exec/fp8_quantize.h"
+#include "exec/int_quantize.h"
 #include "exec/lora_kernel.h"
 #include "core/stopwatch.h"
 
@@ -231,13 +233,25 @@ void run_split(int64_t rows, int64_t cols, int64_t align, int threads, QuantErro
     }
     const int64_t per = (units + n - 1) / n * align;
     std::vector<QuantError> errors(static_cast<size_t>(n));
+    // A kernel's Error (a NaN weight) must leave its thread as an exception of this one, not
+    // std::terminate: each part keeps its own, and the first part's is thrown after the joins.
+    std::vector<std::exception_ptr> failed(static_cast<size_t>(n));
+    auto part = [&kernel, &errors, &failed](int64_t i, int64_t begin, int64_t end) {
+        try {
+            kernel(begin, end, errors[i]);
+        } catch (...) {
+            failed[i] = std::current_exception();
+        }
+    };
     std::vector<std::thread> pool;
     for (int64_t i = 1; i < n; ++i) {
         const int64_t begin = std::min(rows, i * per), end = std::min(rows, begin + per);
-        if (begin < end) pool.emplace_back([&kernel, &errors, i, begin, end] { kernel(begin, end, errors[i]); });
+        if (begin < end) pool.emplace_back(part, i, begin, end);
     }
-    kernel(0, std::min(rows, per), errors[0]);
+    part(0, 0, std::min(rows, per));
     for (auto& t : pool) t.join();
+    for (const std::exception_ptr& e : failed)
+        if (e) std::rethrow_exception(e);
     for (const QuantError& e : errors) {
         error.sum += e.sum;
         error.max = std::max(error.max, e.max);
@@ -257,12 +271,13 @@ void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const Outpu
     scales.resize(static_cast<size_t>(scale_end - scale_begin) * row_bytes(scale));
     uint8_t* codes = out.data();
     unsigned char* scale_bytes = scales.data();
+    const std::string weight = quantized_weight_name(t.name);  // messages name the weight, not weight_packed
     switch (spec.scheme) {
         case QuantScheme::Fp8Block: {
             const int64_t block_cols = scale.shape[1];
             run_split(n, cols, 128, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
                 quantize_fp8_blocks(x + r0 * cols, r1 - r0, cols, codes + r0 * cols,
-                                    reinterpret_cast<float*>(scale_bytes) + (r0 / 128) * block_cols, e, t.name, row + r0);
+                                    reinterpret_cast<float*>(scale_bytes) + (r0 / 128) * block_cols, e, weight, row + r0);
             });
             return;
         }
@@ -270,14 +285,14 @@ void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const Outpu
             const size_t scale_size = element_size(scale.dtype);
             run_split(n, cols, 1, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
                 quantize_fp8_channels(x + r0 * cols, r1 - r0, cols, scale.dtype, codes + r0 * cols,
-                                      scale_bytes + static_cast<size_t>(r0) * scale_size, e, t.name, row + r0);
+                                      scale_bytes + static_cast<size_t>(r0) * scale_size, e, weight, row + r0);
             });
             return;
         }
         case QuantScheme::Int:
             zero_points.resize(rows * static_cast<size_t>(scale.shape[1]));
             quantize_rows(x, n, cols, spec, scale.dtype, reinterpret_cast<uint32_t*>(out.data()), scales.data(),
-                          zero_points.data(), error);
+                          zero_points.data(), error, weight, row);
             return;
     }
 }
@@ -361,7 +376,7 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
         out_.resize(count * sizeof(float));
         float* merged = reinterpret_cast<float*>(out_.data());
         if (!fold_in_place) cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
-        add_lora_delta(merged, row, end, *lora, threads_);
+        fold_lora(merged, t, row, end, *lora);
         stats_.lora_seconds += seconds_since(start);
         if (hashing) block_hash_.begin(out_.data(), out_.size());  // the merged values, hashed whole
     }
@@ -383,7 +398,7 @@ void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int
     floats_.resize(count);
     if (lora) {
         cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
-        add_lora_delta(floats_.data(), row, end, *lora, threads_);
+        fold_lora(floats_.data(), t, row, end, *lora);
         round_through(floats_.data(), DType::F32, model_dtype, floats_.data(), count);
     } else {
         round_through(block_.data(), t.source_dtype, model_dtype, floats_.data(), count);
@@ -424,6 +439,17 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     stats_.bytes_written += zero_bytes;
 }
 
+// Rows [row, end) of `t` (fp32, in `merged`) += the LoRA update, under the common non-finite rule
+// (finite_weights.h): the weight before and the sum after must be finite (the factors were
+// checked once, in lora_factors).
+void CopyExecutor::fold_lora(float* merged, const OutputTensor& t, int64_t row, int64_t end, const LoraFactors& lora) {
+    const int64_t rows = end - row, cols = t.assembled_shape()[1];
+    const std::string weight = quantized_weight_name(t.name);
+    require_finite(merged, rows, cols, cols, {weight, row, WeightUse::LoraBase});
+    add_lora_delta(merged, row, end, lora, threads_);
+    require_finite(merged, rows, cols, cols, {weight, row, WeightUse::LoraResult});
+}
+
 const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
     if (lora_factors_for_ == delta) return lora_factors_;
     const LoraDelta& d = mapping_.lora_deltas.at(delta);
@@ -433,6 +459,8 @@ const LoraFactors& CopyExecutor::lora_factors(size_t delta) {
         assemble(factor, 0, factor.shape[0], raw.data());
         to.resize(static_cast<size_t>(numel(factor.shape)));
         cast_elements(raw.data(), factor.source_dtype, to.data(), DType::F32, to.size());
+        // In the factor's stored shape, so the message's row and column are those of the file.
+        require_finite(to.data(), factor.shape[0], factor.shape[1], factor.shape[1], {factor.name, 0, WeightUse::LoraFactor});
     };
     std::vector<float> a, b;
     assemble_f32(d.a, a);

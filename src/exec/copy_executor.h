@@ -79,6 +79,7 @@ private:
     const SourceReader& open(const std::string& file);
     // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
     const LoraFactors& lora_factors(size_t delta);
+    void fold_lora(float* merged, const OutputTensor& t, int64_t row, int64_t end, const LoraFactors& lora);
     bool already_written(size_t tensor, const OutputTensor& t, int64_t row, int64_t end, int64_t align,
                          const SkipBlock& skip) const;
     // Rows of a tensor: the block a prefetch asks for.

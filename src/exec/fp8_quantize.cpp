@@ -6,21 +6,17 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/error.h"
 #include "core/vector_clones.h"
 #include "exec/dtype_cast.h"
+#include "exec/finite_weights.h"
 #include "exec/float8_e4m3.h"
+#include "exec/quantization_scale.h"
 
 namespace vmerge {
 namespace {
 
 constexpr int64_t kBlock = 128;
 constexpr float kE4m3Max = 448.0f;
-
-[[noreturn]] void refuse_non_finite(const std::string& tensor, int64_t row) {
-    throw Error(tensor + ": row " + std::to_string(row) + " holds a NaN or infinite value; an FP8 scale cannot be "
-                "computed for it (merge without --quantize to keep the weights as they are)");
-}
 
 inline float round_to_bf16(float value) {
     const uint32_t bits = std::bit_cast<uint32_t>(value);
@@ -33,32 +29,6 @@ inline float round_to(DType dtype, float value) {
     if (dtype == DType::BF16) return round_to_bf16(value);
     if (dtype == DType::F16) return f16_to_f32(f32_to_f16(value));
     return value;
-}
-
-// compressed-tensors replaces a zero scale by the scale dtype's machine epsilon.
-float eps_of(DType dtype) {
-    switch (dtype) {
-        case DType::BF16: return 0.0078125f;      // 2^-7
-        case DType::F16: return 0.0009765625f;    // 2^-10
-        default: return 1.1920928955078125e-07f;  // 2^-23
-    }
-}
-
-constexpr uint32_t kInfinityBits = 0x7F800000u;
-
-// The largest |w| of n values as its bit pattern: the bits of non-negative floats order as their
-// values, and NaN and Inf (an exponent of all ones) lie at or above kInfinityBits, so one integer
-// max (which vectorises, where a float max without -ffinite-math-only does not) finds both.
-inline uint32_t max_magnitude_bits(const float* w, int64_t n) {
-    uint32_t top = 0;
-    for (int64_t c = 0; c < n; ++c) top = std::max(top, std::bit_cast<uint32_t>(w[c]) & 0x7FFFFFFFu);
-    return top;
-}
-
-int64_t first_non_finite_row(const float* x, int64_t r0, int64_t r1, int64_t cols, int64_t c0, int64_t c1) {
-    for (int64_t r = r0; r < r1; ++r)
-        if (max_magnitude_bits(x + r * cols + c0, c1 - c0) >= kInfinityBits) return r;
-    return r0;
 }
 
 // Sum and max of |dequantized - w| over n codes, in float (added to the double totals per
@@ -92,15 +62,18 @@ VMERGE_VECTOR_CLONES void quantize_fp8_blocks(const float* x, int64_t rows, int6
         const int64_t r1 = std::min(rows, r0 + kBlock);
         for (int64_t j = 0; j < block_cols; ++j) {
             const int64_t c0 = j * kBlock, c1 = std::min(cols, c0 + kBlock);
-            // max |w| as the largest magnitude bit pattern: NaN and Inf lie above every finite one.
+            // max |w| as the largest magnitude bit pattern: NaN and Inf lie above every finite one,
+            // and then the stripe's first non-finite value is refused (finite_weights.h).
             uint32_t top = 0;
             for (int64_t r = r0; r < r1; ++r) top = std::max(top, max_magnitude_bits(x + r * cols + c0, c1 - c0));
-            if (top >= kInfinityBits) refuse_non_finite(tensor, first_row + first_non_finite_row(x, r0, r1, cols, c0, c1));
-            // DeepGEMM's floor (the binary32 nearest 1e-4) keeps an all-zero block's scale finite.
+            if (top >= kNonFiniteMagnitude)
+                require_finite(x + r0 * cols, r1 - r0, cols, cols, {tensor, first_row + r0, WeightUse::Quantize});
+            // DeepGEMM's floor (the binary32 nearest 1e-4) keeps an all-zero block's scale finite
+            // and far above float32's underflow; the stored scale goes through the common rule.
             const float amax = std::max(std::bit_cast<float>(top), 1e-4f);
-            const float scale = amax / kE4m3Max;
+            const float scale = store_scale(amax / kE4m3Max, DType::F32,
+                                            reinterpret_cast<unsigned char*>(scale_inv + (r0 / kBlock) * block_cols + j));
             const float inverse = 1.0f / scale;
-            scale_inv[(r0 / kBlock) * block_cols + j] = scale;
             float sum = 0.0f, max = 0.0f;
             for (int64_t r = r0; r < r1; ++r) {
                 const float* w = x + r * cols + c0;
@@ -121,10 +94,10 @@ VMERGE_VECTOR_CLONES void quantize_fp8_channels(const float* x, int64_t rows, in
     for (int64_t r = 0; r < rows; ++r) {
         const float* row = x + r * cols;
         const uint32_t top = max_magnitude_bits(row, cols);
-        if (top >= kInfinityBits) refuse_non_finite(tensor, first_row + r);
-        float scale = round_to(dtype, std::bit_cast<float>(top) / kE4m3Max);
-        if (scale == 0.0f) scale = eps_of(dtype);
-        cast_elements(&scale, DType::F32, scales + static_cast<size_t>(r) * scale_size, dtype, 1);
+        if (top >= kNonFiniteMagnitude) require_finite(row, 1, cols, cols, {tensor, first_row + r, WeightUse::Quantize});
+        // s = round_D(a / 448); zero there (an all-zero row, or one whose a / 448 underflows D) is eps(D).
+        const float scale = store_scale(std::bit_cast<float>(top) / kE4m3Max, dtype,
+                                        scales + static_cast<size_t>(r) * scale_size);
         uint8_t* q = codes + r * cols;
         if (dtype == DType::BF16) {
             for (int64_t c = 0; c < cols; ++c) q[c] = e4m3fn_from_finite_clamped(round_to_bf16(row[c] / scale));

@@ -1,12 +1,10 @@
 #include "mapping/quantization.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
 
-#include "exec/dtype_cast.h"
 #include "core/text_pattern.h"
 #include "core/error.h"
 #include "mapping/fp8_quantization.h"
@@ -18,21 +16,6 @@ namespace {
 bool quantizable_name(const std::string& name) {
     static const TextPattern linear(R"(model\.layers\..*(_proj|\.w[123])\.weight)");
     return linear.full_match(name);
-}
-
-float to_f32(DType dtype, const unsigned char* p) {
-    float f;
-    cast_elements(p, dtype, &f, DType::F32, 1);
-    return f;
-}
-
-// The smallest step of the stored scale dtype, used for a zero scale (compressed-tensors).
-float eps_of(DType dtype) {
-    switch (dtype) {
-        case DType::BF16: return 0.0078125f;          // 2^-7
-        case DType::F16: return 0.0009765625f;        // 2^-10
-        default: return 1.1920928955078125e-07f;      // 2^-23
-    }
 }
 
 }  // namespace
@@ -83,6 +66,10 @@ std::string quantized_kind(const std::string& name) {
     for (const char* suffix : {".weight_packed", ".weight"})
         if (kind.ends_with(suffix)) kind.resize(kind.size() - std::strlen(suffix));
     return kind;
+}
+
+std::string quantized_weight_name(const std::string& name) {
+    return name.ends_with(".weight_packed") ? name.substr(0, name.size() - 7) : name;
 }
 
 QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec) {
@@ -198,64 +185,6 @@ nlohmann::ordered_json quantization_config(const QuantizeSpec& spec, const std::
             {"kv_cache_scheme", nullptr},
             {"global_compression_ratio", nullptr},
             {"sparsity_config", nlohmann::ordered_json::object()}};
-}
-
-void quantize_rows(const float* x, int64_t rows, int64_t cols, const QuantizeSpec& spec, DType scale_dtype,
-                   uint32_t* packed, unsigned char* scales, int32_t* zero_points, QuantError& error) {
-    const int bits = spec.bits;
-    const int64_t group = spec.group_size ? spec.group_size : cols;
-    const int64_t groups = cols / group;
-    const int64_t per_word = 32 / bits;
-    const int64_t words = (cols + per_word - 1) / per_word;
-    const float qmin = -static_cast<float>(1 << (bits - 1)), qmax = static_cast<float>((1 << (bits - 1)) - 1);
-    const size_t scale_size = element_size(scale_dtype);
-    std::memset(packed, 0, static_cast<size_t>(rows * words) * 4);
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* row = x + r * cols;
-        for (int64_t g = 0; g < groups; ++g) {
-            const float* v = row + g * group;
-            float mn = 0.0f, mx = 0.0f;
-            for (int64_t k = 0; k < group; ++k) {
-                mn = std::min(mn, v[k]);
-                mx = std::max(mx, v[k]);
-            }
-            float scale, zero = 0.0f;
-            if (spec.symmetric) {
-                scale = std::max(std::fabs(mn), std::fabs(mx)) / ((qmax - qmin) / 2.0f);
-            } else {
-                scale = (mx - mn) / (qmax - qmin);
-            }
-            if (scale == 0.0f) scale = eps_of(scale_dtype);
-            // The zero point comes from the fp32 scale; values are then quantized with the
-            // scale as stored, so dequantizing the file gives exactly these integers' values.
-            if (!spec.symmetric) zero = std::nearbyint(std::clamp(qmin - mn / scale, qmin, qmax));
-            unsigned char* stored = scales + static_cast<size_t>(r * groups + g) * scale_size;
-            cast_elements(&scale, DType::F32, stored, scale_dtype, 1);
-            scale = to_f32(scale_dtype, stored);
-            zero_points[r * groups + g] = static_cast<int32_t>(zero);
-            for (int64_t k = 0; k < group; ++k) {
-                const float q = std::clamp(std::nearbyint(v[k] / scale + zero), qmin, qmax);
-                const double err = std::fabs(static_cast<double>((q - zero) * scale) - static_cast<double>(v[k]));
-                error.sum += err;
-                error.max = std::max(error.max, err);
-                const int64_t c = g * group + k;
-                const uint32_t u = static_cast<uint32_t>(static_cast<int32_t>(q) + (1 << (bits - 1)));
-                packed[r * words + c / per_word] |= u << (bits * (c % per_word));
-            }
-            error.count += static_cast<uint64_t>(group);
-        }
-    }
-}
-
-void pack_zero_points(const int32_t* zero_points, int64_t rows, int64_t groups, int bits, uint32_t* out) {
-    const int64_t per_word = 32 / bits;
-    const int64_t packed_rows = (rows + per_word - 1) / per_word;
-    std::memset(out, 0, static_cast<size_t>(packed_rows * groups) * 4);
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t g = 0; g < groups; ++g) {
-            const uint32_t u = static_cast<uint32_t>(zero_points[r * groups + g] + (1 << (bits - 1)));
-            out[(r / per_word) * groups + g] |= u << (bits * (r % per_word));
-        }
 }
 
 }  // namespace vmerge

@@ -72,15 +72,10 @@ struct QuantError {
     uint64_t count = 0;
 };
 std::string quantized_kind(const std::string& tensor_name);
+// The weight a quantized output tensor stands for, as the user knows it: `<m>.weight` for the int
+// scheme's `<m>.weight_packed` and for FP8's `<m>.weight` (messages name it).
+std::string quantized_weight_name(const std::string& output_name);
 
-// Quantizes rows of a float weight (fp32, `rows` x `cols`) with `spec`: writes the packed
-// int32 words (rows x ceil(cols*bits/32)), the scales in `scale_dtype` (rows x groups) and the
-// zero points as plain ints (rows x groups; all 0 when symmetric), and adds the error.
-void quantize_rows(const float* x, int64_t rows, int64_t cols, const QuantizeSpec& spec, DType scale_dtype,
-                   uint32_t* packed, unsigned char* scales, int32_t* zero_points, QuantError& error);
-
-// Packs zero points of `rows` rows (rows x groups ints) along dim 0 as compressed-tensors does:
-// out has ceil(rows*bits/32) x groups int32 words.
-void pack_zero_points(const int32_t* zero_points, int64_t rows, int64_t groups, int bits, uint32_t* out);
+// The kernels: exec/int_quantize.h (int4/int8), exec/fp8_quantize.h (FP8).
 
 }  // namespace vmerge
