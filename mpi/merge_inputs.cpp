@@ -45,6 +45,11 @@ void plan_quantized_output(MergeInputs& in, const Options& o) {
 // dropped) unless --no_mtp_shared_copies.
 void write_mtp_copies(MappedCheckpoint& mapped, const Options& o, bool tied) {
     if (mapped.mtp_shared_copies.empty()) return;
+    const auto read = std::count_if(mapped.mtp_shared_copies.begin(), mapped.mtp_shared_copies.end(),
+                                    [](const MtpSharedCopy& c) { return c.read.has_value(); });
+    if (read)
+        mapped.notes.push_back("the checkpoint's " + std::to_string(read) + " embed_tokens / shared_head.head copies of "
+                               "its MTP layers equal their originals (compared byte for byte; written once)");
     if (o.map.no_mtp_shared_copies) {
         mapped.notes.push_back("--no_mtp_shared_copies: the " + std::to_string(mapped.mtp_shared_copies.size()) +
                                " embed_tokens / shared_head.head copies of the MTP layers not written");
