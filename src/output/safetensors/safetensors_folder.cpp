@@ -221,6 +221,13 @@ std::vector<std::string> commit_staging(const std::string& target, bool force, c
                                         const HfFilePlan& hf, const std::vector<OutputTensor>& tensors, const OutputLayout& layout,
                                         const std::map<std::string, std::string>& generated_files) {
     const std::string staging = staging_path(target);
+    // The ranks wrote into the staging folder through open files: if it is gone from its place
+    // now (its parent moved or removed meanwhile), its journal cannot be read here, and that is
+    // what to say, not a journal gap.
+    std::error_code ec;
+    if (!fs::is_directory(journal_dir(staging), ec))
+        throw Error(staging + ": no longer there at the commit (was the target's parent folder moved or removed during "
+                              "the merge?); nothing was committed, merge again into a target that stays in place");
     std::map<std::string, std::string> files = generated_files;
     for (const auto& copy : hf.copies)
         if (!files.count(copy.rel)) files[copy.rel] = read_hf_file(copy);
