@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <vector>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -58,6 +59,20 @@ InputFile::InputFile(const std::string& path) : path_(path) {
         throw Error(not_regular(path, info.st_mode));
     }
     size_ = static_cast<uint64_t>(info.st_size);
+}
+
+bool same_bytes(const InputFile& a, uint64_t offset_a, const InputFile& b, uint64_t offset_b, uint64_t length) {
+    constexpr uint64_t kChunk = uint64_t{4} << 20;
+    std::vector<char> x, y;
+    for (uint64_t done = 0; done < length; done += kChunk) {
+        const uint64_t n = std::min(kChunk, length - done);
+        x.resize(n);
+        y.resize(n);
+        a.read_exact(offset_a + done, x.data(), n, "comparison");
+        b.read_exact(offset_b + done, y.data(), n, "comparison");
+        if (x != y) return false;
+    }
+    return true;
 }
 
 std::string read_small_file(const std::string& path, uint64_t max_bytes, const char* what) {

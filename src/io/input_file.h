@@ -41,6 +41,10 @@ private:
     uint64_t size_ = 0;
 };
 
+// Whether `length` bytes at `offset_a` of `a` equal those at `offset_b` of `b`, read in bounded
+// chunks (Error, as read_exact, for a range outside either file).
+bool same_bytes(const InputFile& a, uint64_t offset_a, const InputFile& b, uint64_t offset_b, uint64_t length);
+
 // The whole of a small input file (config.json, a tracker, fsdp_config.json), opened as an
 // InputFile; Error when it holds more than `max_bytes` (`what` names the kind of file).
 std::string read_small_file(const std::string& path, uint64_t max_bytes, const char* what);

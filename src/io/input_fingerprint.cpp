@@ -124,15 +124,7 @@ std::vector<std::pair<InputFingerprint, InputFingerprint>> same_input_candidates
 
 void refuse_same_bytes(const InputFingerprint& a, const InputFingerprint& b) {
     const InputFile fa(a.path), fb(b.path);
-    if (fa.size() != fb.size()) return;
-    constexpr uint64_t kChunk = 1 << 20;
-    std::vector<char> x(kChunk), y(kChunk);
-    for (uint64_t at = 0; at < fa.size(); at += kChunk) {
-        const uint64_t n = std::min(kChunk, fa.size() - at);
-        fa.read_exact(at, x.data(), n, "comparison");
-        fb.read_exact(at, y.data(), n, "comparison");
-        if (!std::equal(x.begin(), x.begin() + n, y.begin())) return;
-    }
+    if (fa.size() != fb.size() || !same_bytes(fa, 0, fb, 0, fa.size())) return;
     const bool one_file = a.host == b.host && a.device == b.device && a.inode == b.inode;
     throw Error(named(a) + " and " + named(b) + (one_file ? " are one file" : " hold the same " + std::to_string(a.size) + " bytes") +
                 ": each input must be a file of its own (a rank file linked to or copied from another rank's merges "
