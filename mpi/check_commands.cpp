@@ -18,6 +18,7 @@
 #include "io/input_file.h"
 #include "merge_inputs.h"
 #include "output/write_journal.h"
+#include "output/safetensors/safetensors_layout.h"
 #include "plan/output_layout.h"
 #include "plan/rank_work.h"
 #include "rank_resources.h"
@@ -80,7 +81,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     collective_step(comm, [&] { reference = read_reference(o.test_hf_dir); });
     std::map<std::string, size_t> cast_notes;
     const auto compare_as = compare_names(tensors, reference, problems, cast_notes);
-    const OutputLayout layout = plan_output_layout(tensors, o.output.max_shard_size);
+    const OutputLayout layout = plan_safetensors_layout(tensors, o.output.max_shard_size);
     const auto work = plan_rank_work(tensors, layout, comm.size());
     std::vector<std::string> value_problems;
     // With --merge_lora, a reference that differs from the merge is also compared with the

@@ -142,8 +142,7 @@ struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
     std::string quantize;  // the --quantize scheme ("int" when given alone)
-    std::string tag;
-    int tp = 0, pp = 0, batch_size = 0, iteration = 0, step = 0;
+    int tp = 0, pp = 0, batch_size = 0, step = 0;
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
          use_rslora = false;
     bool trust_remote_code = false, use_cpu_initialization = false;
@@ -151,6 +150,10 @@ struct RawFlags {
     std::vector<std::string> folders;  // zero_to_fp32.py's form: merge CHECKPOINT_DIR OUTPUT_DIR
     std::string hf_model_path;
     double lora_alpha = 0;
+    // The layouts' own flags (formats/backend_flags.h) by name, each in the map of its kind.
+    std::map<std::string, bool> layout_switches;
+    std::map<std::string, int> layout_counts;
+    std::map<std::string, std::string> layout_texts;
 };
 
 // The option table: every flag once, in groups, so `vmerge-mpi COMMAND --help` shows what
@@ -188,30 +191,67 @@ void check_format(const Options& o) {
     if (!find_output_format(o.format)) throw UsageError("--format " + o.format + ": expected " + output_format_choices());
 }
 
+// The layouts' own flags, from the registry (a new layout's flag appears here by itself).
+void add_layout_flag_options(po::options_description& group, RawFlags& raw) {
+    for (const BackendFlag* flag : backend_flags()) {
+        const std::string spelled = flag->name + (flag->short_name.empty() ? "" : "," + flag->short_name);
+        switch (flag->kind) {
+            case BackendFlag::Kind::Switch:
+                group.add_options()(spelled.c_str(), po::bool_switch(&raw.layout_switches[flag->name]), flag->help.c_str());
+                break;
+            case BackendFlag::Kind::Count:
+                group.add_options()(spelled.c_str(), po::value(&raw.layout_counts[flag->name]), flag->help.c_str());
+                break;
+            case BackendFlag::Kind::Text:
+            case BackendFlag::Kind::Folder:
+                group.add_options()(spelled.c_str(), po::value(&raw.layout_texts[flag->name]), flag->help.c_str());
+                break;
+        }
+    }
+}
+
+// The layout flags given, checked by kind, into o.backend_flags.
+void take_layout_flags(Options& o, const RawFlags& raw, const po::variables_map& vm) {
+    for (const BackendFlag* flag : backend_flags()) {
+        const std::string& name = flag->name;
+        if (!vm.count(name) || vm[name].defaulted()) continue;
+        switch (flag->kind) {
+            case BackendFlag::Kind::Switch:
+                if (raw.layout_switches.at(name)) o.backend_flags.set(name, "");
+                break;
+            case BackendFlag::Kind::Count:
+                o.backend_flags.set(name, std::to_string(bounded_flag(("--" + name).c_str(), raw.layout_counts.at(name), 0,
+                                                                      kMaxIteration)));
+                break;
+            case BackendFlag::Kind::Text:
+            case BackendFlag::Kind::Folder:
+                if (raw.layout_texts.at(name).empty())
+                    throw UsageError("--" + name + " \"\": expected " + flag->expected);
+                o.backend_flags.set(name, raw.layout_texts.at(name));
+                break;
+        }
+    }
+}
+
 void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
     add_backend_option(t.input, o);
+    add_layout_flag_options(t.input, raw);
     t.input.add_options()
         ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
         ("hf_config", po::value(&o.hf_config),
          "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
-        ("iteration", po::value(&raw.iteration), "Megatron-LM: merge this iteration instead of the latest; torchtitan: this step-N")
         ("role", po::value(&o.watch.rules.role)->default_value("actor"),
          "verl: the role a step folder holding actor/ and critic/ is merged from (merge, test, inspect: default its "
          "only role; watch: default actor)")
         ("step", po::value(&raw.step),
          "verl run folder (--local_dir with global_step_N/): merge step N instead of the one "
          "latest_checkpointed_iteration.txt names")
-        ("allow_incomplete", po::bool_switch(&o.level.allow_incomplete),
-         "read a verl layout v2 save that has no ckpt_contents.json (verl writes it last: the save did not finish)")
         ("hf_model_path", po::value(&raw.hf_model_path),
          "verl's legacy merger spelling of --hf_config")
         ("trust_remote_code", po::bool_switch(&raw.trust_remote_code),
          "accepted for verl compatibility; changes nothing (vmerge runs no model code)")
         ("use_cpu_initialization", po::bool_switch(&raw.use_cpu_initialization),
          "accepted for verl compatibility; changes nothing (vmerge builds no model)")
-        ("tag,t", po::value(&raw.tag), "DeepSpeed: merge this tag folder instead of the one `latest` names")
-        ("exclude_frozen_parameters", po::bool_switch(&o.map.exclude_frozen_parameters),
-         "DeepSpeed: leave out the parameters frozen in training (as zero_to_fp32.py's flag), each reported")
         ("safe_serialization", po::bool_switch(&raw.safe_serialization),
          "accepted for zero_to_fp32.py compatibility; changes nothing (vmerge always writes safetensors)")
         ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
@@ -282,10 +322,7 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
         ("lora_alpha", po::value(&raw.lora_alpha),
          "the adapter's alpha (default: from lora_adapter/adapter_config.json or lora_train_meta.json beside the "
          "checkpoint; never guessed)")
-        ("use_rslora", po::bool_switch(&raw.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)")
-        ("lora_base", po::value(&o.map.lora_base),
-         "checkpoints that hold only the adapter (Megatron adapter_checkpoint/, Megatron-Bridge LoRA, verl FSDP "
-         "save_lora_only): the Hugging Face base model the adapter was trained on");
+        ("use_rslora", po::bool_switch(&raw.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)");
 }
 
 void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
@@ -506,7 +543,7 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     o.low_cpu_mem_usage = raw.low_cpu_mem_usage;
     if (vm.count("tp_size")) o.map.tp_size = bounded_flag("--tp_size", raw.tp, 1, kMaxWorldSize);
     if (vm.count("pp_size")) o.map.pp_size = bounded_flag("--pp_size", raw.pp, 1, kMaxWorldSize);
-    if (vm.count("iteration")) o.iteration = bounded_flag("--iteration", raw.iteration, 0, kMaxIteration);
+    take_layout_flags(o, raw, vm);
     // One --role: watch's (default actor) and, given explicitly, the one a step folder is read from.
     if (vm.count("role") && !vm["role"].defaulted()) o.level.role = o.watch.rules.role;
     if (vm.count("step")) o.level.step = bounded_flag("--step", raw.step, 0, kMaxIteration);
@@ -525,10 +562,6 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if (o.hf_upload_private && o.hf_upload_path.empty()) throw UsageError("--private applies to --hf_upload_path");
     if (!o.hf_upload_path.empty() && o.command != "merge")
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
-    if (vm.count("tag")) {
-        if (raw.tag.empty()) throw UsageError("--tag \"\": expected the name of a DeepSpeed tag folder (global_step100)");
-        o.tag = raw.tag;
-    }
     if (vm.count("hf_upload_path") && (o.hf_upload_path.empty() || o.hf_upload_path.starts_with("-")))
         throw UsageError("--hf_upload_path '" + o.hf_upload_path + "': expected a Hugging Face repo id (user/model)");
     if (o.command == "watch") {
@@ -536,6 +569,9 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
         bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);
         bounded_flag("--keep_last", o.watch.keep_last, 0, 1 << 20);
         bounded_flag("--settle", o.watch.rules.settle_seconds, 0, 7 * 86400);
+        if (o.backend_flags.given("allow_incomplete"))
+            throw UsageError("--allow_incomplete applies to merge, test and inspect: watch merges only the steps "
+                             "whose save completed");
         if (!o.local_dir.empty() || !o.output.target.empty())
             throw UsageError("watch takes --root and --target_root (each step's --local_dir and --target_dir come from them)");
         return;

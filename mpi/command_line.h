@@ -22,9 +22,8 @@ struct Options {
     std::string backend = "auto";
     std::string local_dir;
     std::string hf_config;        // default <local_dir>/huggingface
-    std::optional<int> iteration;  // Megatron-LM: another iteration than the tracker's
-    LevelChoice level;             // verl run/step folders: --step, --role, --allow_incomplete
-    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
+    LevelChoice level;             // verl run/step folders: --step, --role
+    BackendFlags backend_flags;    // the layouts' own flags (--iteration, --tag, --lora_base, ...)
     std::string dtype = "auto";
     MapOptions map;
     // Quantize (--quantize) and LoRA.

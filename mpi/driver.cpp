@@ -29,6 +29,7 @@
 #include "output/output_folder.h"
 #include "output/target_guard.h"
 #include "output/write_journal.h"
+#include "output/safetensors/safetensors_layout.h"
 #include "plan/output_layout.h"
 #include "plan/rank_inputs.h"
 #include "plan/rank_work.h"
@@ -51,7 +52,7 @@ struct MergePlan {
 MergePlan plan_merge(const std::vector<OutputTensor>& tensors, const Options& o, int ranks) {
     const auto start = Clock::now();
     MergePlan plan;
-    plan.layout = plan_output_layout(tensors, o.output.max_shard_size);
+    plan.layout = plan_safetensors_layout(tensors, o.output.max_shard_size);
     plan.work = plan_rank_work(tensors, plan.layout, ranks);
     plan.seconds = seconds_since(start);
     return plan;

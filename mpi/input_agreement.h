@@ -2,7 +2,7 @@
 #include <vector>
 
 #include "comm.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "plan/rank_work.h"
 
 namespace vmerge {

@@ -17,7 +17,7 @@
 #include "io/read_once.h"
 #include "io/small_file.h"
 #include "io/record_crc.h"
-#include "mapping/architecture_table.h"
+#include "architecture/architecture_table.h"
 #include "mapping/output_rules.h"
 #include "rank_resources.h"
 #include "read_on_rank_zero.h"
@@ -89,7 +89,7 @@ std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
 DetectedCheckpoint discover(const Options& o, Comm& comm) {
     DetectedCheckpoint checkpoint;
     auto detect = [&] {
-        checkpoint = detect_checkpoint(o.local_dir, o.backend, o.iteration, o.tag, o.level);
+        checkpoint = detect_checkpoint(o.local_dir, o.backend, o.level, o.backend_flags);
         // A save that records no config anywhere: the model it started from is the only source.
         if (o.hf_config.empty() && !checkpoint.config_missing.empty()) throw Error(checkpoint.config_missing);
     };
@@ -242,11 +242,15 @@ std::map<std::string, std::string> generated_files(const MergeInputs& in) {
 }
 
 std::vector<InputFolder> input_folders(const Options& o, const MergeInputs& in) {
-    return {{o.local_dir, "the checkpoint (--local_dir)"},
-            {in.checkpoint.dir, "the checkpoint folder --local_dir leads to"},
-            {in.checkpoint.weights_dir, "the checkpoint's weights folder"},
-            {in.config.dir, "the config folder (--hf_config)"},
-            {o.map.lora_base, "the LoRA base model (--lora_base)"}};
+    std::vector<InputFolder> folders{{o.local_dir, "the checkpoint (--local_dir)"},
+                                     {in.checkpoint.dir, "the checkpoint folder --local_dir leads to"},
+                                     {in.checkpoint.weights_dir, "the checkpoint's weights folder"},
+                                     {in.config.dir, "the config folder (--hf_config)"}};
+    // A layout's folder flag names an input too (--lora_base: the base model).
+    for (const BackendFlag* flag : backend_flags())
+        if (flag->kind == BackendFlag::Kind::Folder && o.backend_flags.given(flag->name))
+            folders.push_back({o.backend_flags.text(flag->name), "the folder --" + flag->name + " names"});
+    return folders;
 }
 
 ResumeIdentity merge_identity(const MergeInputs& in, const OutputLayout& layout, const Comm& comm, uint64_t budget) {

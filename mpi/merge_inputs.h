@@ -8,7 +8,7 @@
 #include "comm.h"
 #include "formats/checkpoint.h"
 #include "formats/simulated/scan_exchange_model.h"
-#include "mapping/hf_config.h"
+#include "architecture/hf_config.h"
 #include "mapping/lora_adapter.h"
 #include "mapping/output_config.h"
 #include "mapping/quantization.h"

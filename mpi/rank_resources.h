@@ -4,7 +4,7 @@
 #include "command_line.h"
 #include "comm.h"
 #include "io/page_cache.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -1,7 +1,7 @@
 #pragma once
 #include <vector>
 
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -14,7 +14,7 @@
 #include "mapping/quantization.h"
 #include "plan/rank_work.h"
 #include "io/record_crc.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -6,10 +6,6 @@
 
 namespace vmerge {
 
-// Whether cast_elements converts `from` into `to` (floating types among F64/F32/F16/BF16,
-// or identical types).
-bool can_cast(DType from, DType to);
-
 // Converts `count` elements. Narrowing rounds to nearest even, as torch's .to() does;
 // F32 -> BF16 maps every NaN to 0xFFFF as torch's CPU kernels do. Overflow gives infinity.
 void cast_elements(const void* src, DType from, void* dst, DType to, size_t count);
@@ -17,10 +13,5 @@ void cast_elements(const void* src, DType from, void* dst, DType to, size_t coun
 // dst = the `from` values rounded to `through` (BF16/F16/F32; exactly as casting to it and
 // back), as fp32: what a quantizer reads. One pass, with fast loops for F32/BF16 sources.
 void round_through(const void* src, DType from, DType through, float* dst, size_t count);
-
-uint16_t f32_to_bf16(float value);
-uint16_t f32_to_f16(float value);
-float bf16_to_f32(uint16_t bits);
-float f16_to_f32(uint16_t bits);
 
 }  // namespace vmerge

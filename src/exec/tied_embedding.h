@@ -3,9 +3,9 @@
 #include <optional>
 #include <vector>
 
-#include "mapping/hf_config.h"
-#include "mapping/mtp_shared_copies.h"
-#include "mapping/tensor_mapping.h"
+#include "architecture/hf_config.h"
+#include "architecture/mtp_shared_copies.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -1,22 +1,21 @@
 #pragma once
-#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "formats/backend_flags.h"
 #include "formats/checkpoint.h"
 
 namespace vmerge {
 
-// What detection knows before any backend looks: the folder, --iteration, and the folder
-// config.json is taken from by default (<dir>/huggingface or hf_config_and_tokenizer).
+// What detection knows before any backend looks: the folder, the folder config.json is
+// taken from by default (<dir>/huggingface or hf_config_and_tokenizer), and the layouts' own
+// flags as given (--iteration, --tag, ...; each layout reads those it lists in Backend::flags).
 struct DetectRequest {
     std::string local_dir;
-    std::optional<int> iteration;
     std::string default_hf_dir;
-    std::optional<std::string> tag;  // DeepSpeed: another tag than `latest` names
-    bool allow_incomplete = false;  // --allow_incomplete: read a save that did not finish
+    BackendFlags flags;
 };
 
 // A backend's answer to "does this folder look like mine": `evidence` says what it saw when
@@ -47,11 +46,12 @@ public:
     // The backend's rules: the scans (`scans[i]` of `d.jobs[i]`) as output tensors made of
     // box copies, into `m.mapping`; its facts and notes into `m`; what it does not use is
     // dropped in `ledger` with its reason.
-    virtual void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+    // Reads `d` only: what detection found is the same before and after mapping.
+    virtual void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
                      const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const = 0;
-    // The step-selection flags this layout honours ("--iteration", "--tag"); any other one
+    // The flags of this layout's own that it reads (backend_flags.h); any other layout flag
     // given is refused after detection (docs/usage.md: never ignored).
-    virtual std::vector<std::string> selection_flags() const { return {}; }
+    virtual std::vector<const BackendFlag*> flags() const { return {}; }
     // True when the checkpoint records its tensor/pipeline-parallel sizes (--tp_size and
     // --pp_size are checked against them).
     virtual bool records_parallelism() const { return false; }

@@ -1,23 +1,21 @@
 #include "formats/checkpoint.h"
 
 #include "core/box_region.h"
+#include "architecture/config_check.h"
 #include "core/error.h"
 #include "formats/backend.h"
-#include "mapping/architecture_table.h"
+#include "architecture/architecture_table.h"
+#include "architecture/hf_architecture.h"
 
 namespace vmerge {
 namespace {
 
-// One account per scanned entry; a DCP item (torch_dist, plain DCP) is named by its fqn and
-// chunk (its archive key is empty), and its bytes items, never scanned, are dropped as such.
-// Other layouts leave ckpt.dcp empty.
+// One account per scanned entry; one without an archive key of its own (a DCP chunk of
+// torch_dist or plain DCP) is named by DetectedCheckpoint::job_names, and the entries never
+// scanned (DCP bytes items) are dropped as such.
 SourceLedger open_ledger(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans) {
-    std::vector<std::string> item_names;
-    for (const auto& t : ckpt.dcp.tensors)
-        for (const auto& c : t.chunks) item_names.push_back("'" + t.fqn + "' chunk " + shape_to_string(c.offsets));
-    SourceLedger ledger(scans, item_names);
-    for (const auto& fqn : ckpt.dcp.byte_items)
-        ledger.drop_unscanned(ckpt.dcp.dir + "/.metadata '" + fqn + "'", DropReason::BytesItem);
+    SourceLedger ledger(scans, ckpt.job_names);
+    for (const auto& item : ckpt.unscanned_items) ledger.drop_unscanned(item, DropReason::BytesItem);
     return ledger;
 }
 
@@ -64,12 +62,16 @@ static void set_aside_mtp_copies(MappedCheckpoint& m, const HfConfig& config, co
         if (copy.read) ledger.drop_output(*copy.read, m.mapping.sources, DropReason::MtpSharedCopy);
 }
 
-void add_dcp_jobs(DetectedCheckpoint& d) {
-    for (const auto& t : d.dcp.tensors)
-        for (const auto& c : t.chunks) d.jobs.push_back({c.file, c.offset, c.length});
+void add_dcp_jobs(DetectedCheckpoint& d, const DcpMetadata& meta) {
+    for (const auto& t : meta.tensors)
+        for (const auto& c : t.chunks) {
+            d.jobs.push_back({c.file, c.offset, c.length});
+            d.job_names.push_back("'" + t.fqn + "' chunk " + shape_to_string(c.offsets));
+        }
+    for (const auto& fqn : meta.byte_items) d.unscanned_items.push_back(meta.dir + "/.metadata '" + fqn + "'");
 }
 
-MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+MappedCheckpoint map_checkpoint(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                 const HfConfig& config, const MapOptions& options) {
     MappedCheckpoint m;
     m.notes = ckpt.notes;
@@ -79,9 +81,6 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
     if ((options.tp_size || options.pp_size) && !ckpt.source->records_parallelism())
         m.notes.push_back("--tp_size/--pp_size not checked: " + ckpt.description +
                           " does not record them (its tensors carry their own placement)");
-    if (options.exclude_frozen_parameters && ckpt.backend != "deepspeed")
-        throw Error("--exclude_frozen_parameters: " + ckpt.dir + " was read as " + ckpt.description +
-                    ", which records no frozen parameters (the flag is zero_to_fp32.py's, for DeepSpeed checkpoints)");
     SourceLedger ledger = open_ledger(ckpt, scans);
     ckpt.source->map(ckpt, scans, config, options, m, ledger);
     mark_float32_tensors(m, config, options);

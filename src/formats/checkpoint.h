@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -6,14 +7,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "torch/dcp_metadata.h"
-#include "formats/deepspeed/deepspeed_checkpoint.h"
-#include "formats/fsdp/fsdp_backend.h"
-#include "mapping/hf_config.h"
-#include "mapping/mtp_shared_copies.h"
-#include "formats/megatron/megatron_backend.h"
+#include "architecture/hf_config.h"
+#include "architecture/mtp_shared_copies.h"
+#include "core/error.h"
+#include "core/tensor_mapping.h"
+#include "formats/backend_flags.h"
 #include "formats/source_ledger.h"
-#include "mapping/tensor_mapping.h"
+#include "torch/dcp_metadata.h"
 
 namespace vmerge {
 
@@ -26,8 +26,19 @@ struct ScanJob {
 
 class Backend;  // formats/backend.h
 
-// What a backend's detect found: the backend, its files, and the archives to scan. The
-// layout-specific parts (fsdp, legacy, dcp) are filled by the backend that uses them.
+// What one layout's detect found beyond the fields every checkpoint has (its rank files, its
+// DCP metadata, ...): kept with the detection result, read back only by the layout that made
+// it (DetectedCheckpoint::keep and ::kept). A new layout adds its own type, in its own folder.
+struct LayoutState {
+    virtual ~LayoutState() = default;
+};
+template <class T>
+struct LayoutStateOf final : LayoutState {
+    explicit LayoutStateOf(T v) : value(std::move(v)) {}
+    T value;
+};
+
+// What a backend's detect found: the backend, its files, and the archives to scan.
 struct DetectedCheckpoint {
     const Backend* source = nullptr;  // the layout that detected it (nullptr: --simulate)
     std::string backend;      // the --backend value it belongs to (registry.h)
@@ -52,10 +63,31 @@ struct DetectedCheckpoint {
     // torchtitan last_save_in_hf step): checked against config.json like names_own_tensors.
     bool hf_named = false;
     std::vector<ScanJob> jobs;
-    FsdpCheckpoint fsdp;
-    MegatronLegacyCheckpoint legacy;
-    DcpMetadata dcp;
-    DeepSpeedCheckpoint deepspeed;
+    // The source ledger's name of each job's entries when their archive has no key of its own
+    // (a DCP chunk: "'fqn' chunk [offsets]"); empty: the archive keys name them.
+    std::vector<std::string> job_names;
+    // Entries the checkpoint holds that are never scanned (a DCP bytes item): dropped as such.
+    std::vector<std::string> unscanned_items;
+    // The layout flags given (--iteration, --lora_base, ...): the detecting layout reads its own.
+    BackendFlags flags;
+    std::shared_ptr<const LayoutState> state;
+
+    template <class T>
+    void keep(T value) {
+        state = std::make_shared<const LayoutStateOf<T>>(std::move(value));
+    }
+    // The state kept, or nullptr when the layout kept none of this type.
+    template <class T>
+    const T* kept_if() const {
+        const auto* s = dynamic_cast<const LayoutStateOf<T>*>(state.get());
+        return s ? &s->value : nullptr;
+    }
+    template <class T>
+    const T& kept() const {
+        const T* value = kept_if<T>();
+        if (!value) throw Error("internal: " + description + " holds no state of the layout asked for");
+        return *value;
+    }
 };
 
 struct MapOptions {
@@ -64,14 +96,12 @@ struct MapOptions {
     bool allow_unmapped = false;
     std::optional<int> tp_size;
     std::optional<int> pp_size;
-    std::string lora_base;  // MegatronAdapter: the HF folder of the base model
     std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
     bool drop_mtp = false;  // --drop_mtp: leave multi-token prediction layers out (recorded)
     // --no_mtp_shared_copies: write no embed_tokens / shared_head.head copies in MTP layers
     // (mtp_shared_copies.h); an architecture whose release holds them gets them by default.
     bool no_mtp_shared_copies = false;
     bool pad_vocab = false;  // --pad_vocab: zero rows up to vocab_size where the checkpoint holds fewer
-    bool exclude_frozen_parameters = false;  // DeepSpeed: drop frozen_param_shapes' parameters (recorded)
 };
 
 struct MappedCheckpoint {
@@ -94,7 +124,7 @@ struct MappedCheckpoint {
 // Applies the detecting backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`).
 // Every scanned entry ends in the output or in `account` with its reason; one that ends in
 // neither, or an unrecognised object where a tensor belongs, is an Error naming file and key.
-MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+MappedCheckpoint map_checkpoint(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                 const HfConfig& config, const MapOptions& options);
 
 // Buffers a model's state dict may hold that are not weights of the Hugging Face model
@@ -102,8 +132,9 @@ MappedCheckpoint map_checkpoint(DetectedCheckpoint& ckpt, const std::vector<Scan
 // in `ledger` with its reason, and a note when any was. For backends that keep every key.
 void drop_non_weight_buffers(TensorMapping& mapping, SourceLedger& ledger, std::vector<std::string>& notes);
 
-// The scan jobs of a DCP folder's chunks, in metadata order (tensor by tensor, chunk by chunk).
-void add_dcp_jobs(DetectedCheckpoint& d);
+// The scan jobs of a DCP folder's chunks, in metadata order (tensor by tensor, chunk by chunk),
+// each named for the ledger, and its bytes items as never scanned.
+void add_dcp_jobs(DetectedCheckpoint& d, const DcpMetadata& meta);
 
 // FSDP and plain DCP name their own tensors (Backend::names_own_tensors): once the output rules have run, their set is
 // checked against what config.json implies, as megatron_to_hf does for Megatron (Error

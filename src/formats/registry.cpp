@@ -100,40 +100,64 @@ std::string default_hf_dir(const fs::path& dir) {
 
 namespace {
 
-// A step-selection flag the detected layout does not honour is an error, never ignored: the
-// user asked for one step and would silently get another.
-void refuse_unused_selections(const DetectRequest& request, const Backend& layout, const DetectedCheckpoint& d) {
-    const auto flags = layout.selection_flags();
-    auto honoured = [&](const char* flag) { return std::find(flags.begin(), flags.end(), flag) != flags.end(); };
-    const std::string read_as = d.dir + " was read as " + d.description + " (" + layout.name() + ")";
-    if (request.iteration && !honoured("--iteration"))
-        throw Error("--iteration " + std::to_string(*request.iteration) + ": " + read_as +
-                    ", which has no iterations to choose from (--iteration picks iter_N/ of a Megatron-LM save, "
-                    "step-N/ of a torchtitan run, global_step_N/ of a verl run folder)");
-    if (request.tag && !honoured("--tag"))
-        throw Error("--tag " + *request.tag + ": " + read_as + ", which has no tags to choose from (--tag picks "
-                    "a DeepSpeed tag folder; a verl run folder takes --step N, Megatron-LM and torchtitan --iteration N)");
+// A layout flag the detected layout does not read is an error, never ignored: the user asked
+// for one step (or a base model, ...) and would silently get something else.
+void refuse_flags_not_read(const BackendFlags& given, const Backend& layout, const DetectedCheckpoint& d) {
+    const auto read = layout.flags();
+    for (const auto& [name, value] : given.values()) {
+        const bool reads = std::any_of(read.begin(), read.end(), [&](const BackendFlag* f) { return f->name == name; });
+        if (reads) continue;
+        const BackendFlag* flag = find_backend_flag(name);
+        const std::string typed = "--" + name + (flag && flag->kind == BackendFlag::Kind::Switch ? "" : " " + value);
+        throw Error(typed + ": " + d.dir + " was read as " + d.description + " (" + layout.name() + "), which " +
+                    (flag ? flag->refusal : "does not read it"));
+    }
 }
 
 }  // namespace
 
-DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::string& backend,
-                                     std::optional<int> iteration, std::optional<std::string> tag,
-                                     const LevelChoice& choice) {
+const std::vector<const BackendFlag*>& backend_flags() {
+    static const std::vector<const BackendFlag*> flags = [] {
+        std::vector<const BackendFlag*> unique;
+        for (const auto& choice : backend_choices())
+            for (const Backend* layout : choice.layouts)
+                for (const BackendFlag* flag : layout->flags()) {
+                    const auto same = std::find_if(unique.begin(), unique.end(),
+                                                   [&](const BackendFlag* f) { return f->name == flag->name; });
+                    // Two layouts reading one flag share its definition (backend_flags.h).
+                    if (same != unique.end() && *same != flag)
+                        throw Error("internal: two definitions of the layout flag --" + flag->name);
+                    if (same == unique.end()) unique.push_back(flag);
+                }
+        return unique;
+    }();
+    return flags;
+}
+
+const BackendFlag* find_backend_flag(const std::string& name) {
+    for (const BackendFlag* flag : backend_flags())
+        if (flag->name == name) return flag;
+    return nullptr;
+}
+
+DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::string& backend, const LevelChoice& choice,
+                                     const BackendFlags& given) {
     require_input_folder(given_dir, "--local_dir: the checkpoint folder");
     // verl numbers a run's saves in latest_checkpointed_iteration.txt, as Megatron-LM does: on a
     // verl run folder --iteration N is --step N.
     LevelChoice levels = choice;
+    BackendFlags flags = given;
+    const std::optional<int> iteration = flags.count("iteration");
     if (iteration && is_run_folder(list_folder(given_dir))) {
         if (levels.step && *levels.step != *iteration)
             throw Error("--step " + std::to_string(*levels.step) + " and --iteration " + std::to_string(*iteration) +
                         " name two steps of the verl run folder " + given_dir + "; give one");
         levels.step = iteration;
-        iteration.reset();
+        flags.erase("iteration");
     }
     const CheckpointLevel level = resolve_checkpoint_level(given_dir, levels.step, levels.role, list_folder);
     const std::string& local_dir = level.dir;
-    const DetectRequest request{local_dir, iteration, default_hf_dir(local_dir), std::move(tag), choice.allow_incomplete};
+    const DetectRequest request{local_dir, default_hf_dir(local_dir), flags};
     const bool automatic = backend == kAutoBackend;
     std::string evidence;  // "fsdp: no ...; megatron: no ..., no ...; ..."
     for (const BackendChoice& choice : backend_choices()) {
@@ -148,7 +172,8 @@ DetectedCheckpoint detect_checkpoint(const std::string& given_dir, const std::st
             if (detection.found) {
                 d.source = layout;
                 d.backend = choice.name;
-                refuse_unused_selections(request, *layout, d);
+                d.flags = flags;
+                refuse_flags_not_read(flags, *layout, d);
                 return d;
             }
             seen += (seen.empty() ? "" : ", ") + detection.evidence;

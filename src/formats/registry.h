@@ -47,15 +47,19 @@ bool is_archive_backend(const std::string& value);
 // "cannot tell the checkpoint kind" message listing what every layout looked for.
 // Before any backend looks, a verl run or step folder is followed to its role folder
 // (resolve_checkpoint_level, with `level.step` and `level.role`); DetectedCheckpoint::dir and
-// ::resolved say where it led.
+// ::resolved say where it led. `flags`: the layout flags given (--iteration, --tag, ...), which
+// the detecting layout reads; one it does not read is an Error.
 struct LevelChoice {
     std::optional<int> step;
     std::string role;
-    bool allow_incomplete = false;
 };
 DetectedCheckpoint detect_checkpoint(const std::string& local_dir, const std::string& backend,
-                                     std::optional<int> iteration, std::optional<std::string> tag = std::nullopt,
-                                     const LevelChoice& level = {});
+                                     const LevelChoice& level = {}, const BackendFlags& flags = {});
+
+// Every layout flag of the registry's layouts, once each, in registry order (the command line
+// offers them); find_backend_flag: the one named `name` (no dashes), or nullptr.
+const std::vector<const BackendFlag*>& backend_flags();
+const BackendFlag* find_backend_flag(const std::string& name);
 
 // Scans one of `ckpt.jobs` the way its backend reads it (the torch state-dict scan by default).
 ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job);

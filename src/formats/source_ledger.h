@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

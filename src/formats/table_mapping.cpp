@@ -4,10 +4,11 @@
 #include <map>
 
 #include "core/box_region.h"
+#include "architecture/config_check.h"
 #include "core/error.h"
 #include "formats/megatron/megatron_backend.h"
-#include "mapping/hf_architecture.h"
-#include "mapping/hf_tensor_order.h"
+#include "architecture/hf_architecture.h"
+#include "architecture/hf_tensor_order.h"
 
 namespace vmerge {
 namespace {
@@ -29,13 +30,6 @@ int64_t rule_heads(const TableRule& rule, const ArchitectureTable& table, const 
         if (auto it = config.json.find(key); it != config.json.end() && !it->is_null()) return config_int(config, key);
     throw Error(config.dir + "/config.json: no " + rule.heads + " (" + table.file + " rule " + std::to_string(rule.index) +
                 " needs it for its RoPE permutation)");
-}
-
-std::string list_names(const std::vector<std::string>& names) {
-    std::string out;
-    for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : "") + names[i];
-    if (names.size() > 12) out += ", ... (" + std::to_string(names.size()) + " in all)";
-    return out;
 }
 
 nlohmann::ordered_json rule_json(const TableRule& rule, size_t tensors) {

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/source_ledger.h"
-#include "mapping/architecture_table.h"
-#include "mapping/hf_config.h"
-#include "mapping/tensor_mapping.h"
+#include "architecture/architecture_table.h"
+#include "architecture/hf_config.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

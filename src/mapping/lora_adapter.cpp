@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
-#include "plan/output_layout.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;

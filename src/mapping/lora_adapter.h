@@ -6,9 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "io/small_file.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
+
+// The folder of the output an extracted PEFT adapter goes to (its adapter_config.json and
+// adapter_model.safetensors), beside the merged base model.
+inline constexpr const char* kAdapterFolder = "lora_adapter";
 
 // What to do with a LoRA adapter found in a checkpoint: write the base model plus a PEFT
 // adapter folder, or fold the adapter into the base weights.

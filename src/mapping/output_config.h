@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mapping/hf_config.h"
-#include "mapping/tensor_mapping.h"
+#include "architecture/hf_config.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "exec/dtype_cast.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace vmerge {

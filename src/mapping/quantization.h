@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/text_pattern.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -7,7 +7,7 @@
 
 #include "plan/output_layout.h"
 #include "output/target_guard.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "output/write_journal.h"
 
 namespace vmerge {

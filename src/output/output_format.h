@@ -7,7 +7,7 @@
 
 #include "exec/row_block.h"
 #include "io/page_cache.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "output/output_folder.h"
 #include "output/target_guard.h"
 #include "output/write_journal.h"

@@ -1,15 +1,16 @@
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 
 struct OutputFile {
-    std::string name;           // model.safetensors or model-0000K-of-0000N.safetensors
-    std::string header;         // the 8-byte length + padded JSON, written by rank 0
+    std::string name;           // e.g. model-0000K-of-0000N.safetensors (FileFormat::model_file_name)
+    std::string header;         // FileFormat::header: e.g. the safetensors 8-byte length + padded JSON
     std::vector<size_t> tensors;  // indices into the tensor list, in data-offset order
     uint64_t size = 0;          // whole file size
 };
@@ -27,24 +28,22 @@ struct OutputLayout {
     size_t model_files = 0;                 // files[0, model_files) are the model's shards
 };
 
-// Where an extracted LoRA adapter's tensors go, relative to the output folder.
-inline constexpr const char* kAdapterFolder = "lora_adapter";
-inline constexpr const char* kAdapterWeightsFile = "lora_adapter/adapter_model.safetensors";
+// What the planner needs of a file format, which it does not otherwise know: the names of
+// its files and the bytes each begins with (its header), given the tensors it holds in data
+// order. No `header`: the files begin with their first tensor.
+struct FileFormat {
+    std::function<std::string(size_t shard, size_t shards)> model_file_name;
+    std::string adapter_file;  // the file OutputTensor::adapter tensors go to
+    std::function<std::string(const std::vector<const OutputTensor*>&, const std::string& file)> header;
+};
 
 // Splits the tensors into shards greedily in their order, as transformers does: a shard is
 // closed when the next tensor would push it past `max_shard_size`; a bigger tensor goes
 // alone. Within a file tensors are ordered by element size (descending) then name, so every
 // tensor starts aligned to its element size, as the safetensors writer does. Adapter tensors
-// (OutputTensor::adapter) go to one more file, kAdapterWeightsFile, after the model's.
-OutputLayout plan_output_layout(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size);
-
-// The safetensors header for a list of (name, dtype, shape) in data order, with
-// {"format":"pt"} metadata, padded with spaces to a multiple of 8; includes the 8-byte length.
-std::string safetensors_header(const std::vector<const OutputTensor*>& tensors,
-                               const std::string& file = "model.safetensors");
-
-// model.safetensors.index.json text (sorted keys, 2-space indent, trailing newline); the
-// model's tensors only.
-std::string index_json(const std::vector<OutputTensor>& tensors, const OutputLayout& layout);
+// (OutputTensor::adapter) go to one more file, `format.adapter_file`, after the model's.
+// Pure: every rank plans the same layout.
+OutputLayout plan_output_layout(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size,
+                                const FileFormat& format);
 
 }  // namespace vmerge

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "plan/rank_work.h"
 
 namespace vmerge {

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "plan/output_layout.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

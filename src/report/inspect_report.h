@@ -10,7 +10,7 @@
 
 #include "core/tensor_ref.h"
 #include "formats/simulated/scan_exchange_model.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "plan/output_layout.h"
 #include "plan/rank_work.h"
 

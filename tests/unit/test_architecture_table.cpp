@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "formats/megatron/megatron_backend.h"
 #include "formats/table_mapping.h"
-#include "mapping/hf_architecture.h"
+#include "architecture/hf_architecture.h"
 #include "test_support.h"
 
 namespace vmerge {

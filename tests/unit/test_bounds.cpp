@@ -16,7 +16,7 @@
 #include "core/bounded_number.h"
 #include "torch/dtensor_placement.h"
 #include "core/error.h"
-#include "mapping/hf_config.h"
+#include "architecture/hf_config.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
 #include "io/output_path_check.h"

@@ -86,8 +86,8 @@ TEST(CommandLine, ZeroToFp32FormTakesFoldersByPosition) {
     ASSERT_TRUE(o);
     EXPECT_EQ(o->local_dir, "ckpt");
     EXPECT_EQ(o->output.target, "out");
-    EXPECT_EQ(o->tag, "global_step7");
-    EXPECT_TRUE(o->map.exclude_frozen_parameters);
+    EXPECT_EQ(o->backend_flags.text("tag"), "global_step7");
+    EXPECT_TRUE(o->backend_flags.given("exclude_frozen_parameters"));
     EXPECT_EQ(usage_error({"merge", "ckpt"}), "merge CHECKPOINT_DIR OUTPUT_DIR: expected two folders by position, got 1 ('ckpt')");
     EXPECT_EQ(usage_error({"merge", "a", "b", "c"}),
               "merge CHECKPOINT_DIR OUTPUT_DIR: expected two folders by position, got 3 ('c')");

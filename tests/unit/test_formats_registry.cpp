@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ const std::string kFixtures = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/
 using testing::error_of;
 using testing::contains;
 std::string layout_of(const std::string& dir, const std::string& backend = kAutoBackend) {
-    const DetectedCheckpoint d = detect_checkpoint(dir, backend, std::nullopt);
+    const DetectedCheckpoint d = detect_checkpoint(dir, backend);
     return d.source ? d.source->name() : "";
 }
 
@@ -82,7 +83,7 @@ TEST(BackendRegistry, EachLayoutDetectsItsFixtures) {
     EXPECT_EQ(layout_of(kFixtures + "/fsdp2_w2", "fsdp"), "fsdp");
     EXPECT_EQ(layout_of(kFixtures + "/fsdp2_w2_dcp"), "dcp");
     EXPECT_EQ(layout_of(kFixtures + "/fsdp2_w2_dcp", "dcp"), "dcp");
-    const DetectedCheckpoint fsdp = detect_checkpoint(kFixtures + "/fsdp2_w2", "auto", std::nullopt);
+    const DetectedCheckpoint fsdp = detect_checkpoint(kFixtures + "/fsdp2_w2", "auto");
     EXPECT_EQ(fsdp.backend, "fsdp");
     EXPECT_EQ(fsdp.jobs.size(), 2u);
     EXPECT_EQ(fsdp.default_hf_dir, kFixtures + "/fsdp2_w2/huggingface");
@@ -97,18 +98,33 @@ TEST(BackendRegistry, EachLayoutDetectsItsFixtures) {
     EXPECT_EQ(layout_of(legacy.path(), "megatron"), "megatron_legacy");
     EXPECT_EQ(layout_of(adapter.path()), "megatron_adapter");
     EXPECT_EQ(layout_of(hf.path()), "hf_safetensors");
-    EXPECT_EQ(detect_checkpoint(hf.path(), "auto", std::nullopt).backend, "megatron");
+    EXPECT_EQ(detect_checkpoint(hf.path(), "auto").backend, "megatron");
     EXPECT_EQ(layout_of(archive.path(), "hdf5"), "hdf5_archive");
 }
 
-TEST(BackendRegistry, StepSelectionFlagsAreHonouredOrRefused) {
+// The layout flags given, as the command line hands them on.
+BackendFlags flags_of(std::initializer_list<std::pair<std::string, std::string>> given) {
+    BackendFlags flags;
+    for (const auto& [name, value] : given) flags.set(name, value);
+    return flags;
+}
+
+TEST(BackendRegistry, LayoutFlagsAreReadOrRefused) {
     // A flag that names a step is never ignored: FSDP has no iterations and no tags.
     const std::string fsdp = kFixtures + "/fsdp2_w2";
-    const std::string no_iterations = error_of([&] { detect_checkpoint(fsdp, "auto", 2); });
+    const std::string no_iterations = error_of([&] { detect_checkpoint(fsdp, "auto", {}, flags_of({{"iteration", "2"}})); });
     EXPECT_TRUE(testing::contains(no_iterations, "--iteration 2: " + fsdp + " was read as ")) << no_iterations;
     EXPECT_TRUE(testing::contains(no_iterations, "which has no iterations to choose from")) << no_iterations;
-    const std::string no_tags = error_of([&] { detect_checkpoint(fsdp, "fsdp", std::nullopt, "global_step2"); });
+    const std::string no_tags = error_of([&] { detect_checkpoint(fsdp, "fsdp", {}, flags_of({{"tag", "global_step2"}})); });
     EXPECT_TRUE(testing::contains(no_tags, "--tag global_step2: ")) << no_tags;
+    // A switch is named without a value; the flag's own reason follows.
+    const std::string no_frozen =
+        error_of([&] { detect_checkpoint(fsdp, "auto", {}, flags_of({{"exclude_frozen_parameters", ""}})); });
+    EXPECT_TRUE(testing::contains(no_frozen, "--exclude_frozen_parameters: " + fsdp + " was read as verl FSDP")) << no_frozen;
+    EXPECT_TRUE(testing::contains(no_frozen, "which records no frozen parameters")) << no_frozen;
+    // A layout that reads the flag keeps it for its mapping.
+    const DetectedCheckpoint with_base = detect_checkpoint(fsdp, "auto", {}, flags_of({{"lora_base", "/base"}}));
+    EXPECT_EQ(with_base.flags.text("lora_base"), "/base");
     // On a verl run folder --iteration N is --step N.
     testing::TempDir run;
     for (const char* step : {"global_step_1", "global_step_2"}) {
@@ -116,12 +132,25 @@ TEST(BackendRegistry, StepSelectionFlagsAreHonouredOrRefused) {
         std::filesystem::copy(fsdp, run.path() + "/" + step + "/actor", std::filesystem::copy_options::recursive);
     }
     run.touch("latest_checkpointed_iteration.txt", "1");
-    const DetectedCheckpoint second = detect_checkpoint(run.path(), "auto", 2);
+    const DetectedCheckpoint second = detect_checkpoint(run.path(), "auto", {}, flags_of({{"iteration", "2"}}));
     EXPECT_EQ(second.dir, run.path() + "/global_step_2/actor");
+    EXPECT_FALSE(second.flags.given("iteration"));
     LevelChoice step_one;
     step_one.step = 1;
-    EXPECT_TRUE(testing::contains(error_of([&] { detect_checkpoint(run.path(), "auto", 2, std::nullopt, step_one); }),
-                                  "name two steps"));
+    EXPECT_TRUE(testing::contains(
+        error_of([&] { detect_checkpoint(run.path(), "auto", step_one, flags_of({{"iteration", "2"}})); }), "name two steps"));
+}
+
+// Every layout flag is defined once, and the registry lists each a layout reads.
+TEST(BackendRegistry, LayoutFlagsComeFromTheLayouts) {
+    std::set<std::string> names;
+    for (const BackendFlag* flag : backend_flags()) {
+        EXPECT_TRUE(names.insert(flag->name).second) << flag->name;
+        EXPECT_FALSE(flag->help.empty()) << flag->name;
+        EXPECT_FALSE(flag->refusal.empty()) << flag->name;
+    }
+    for (const char* name : {"iteration", "tag", "lora_base", "exclude_frozen_parameters", "allow_incomplete"})
+        EXPECT_TRUE(names.count(name)) << name;
 }
 
 TEST(BackendRegistry, TorchDistWithoutModelTensorsIsPassedOver) {
@@ -129,13 +158,13 @@ TEST(BackendRegistry, TorchDistWithoutModelTensorsIsPassedOver) {
     testing::TempDir dir;
     fs::copy(kFixtures + "/fsdp2_w2_dcp", dir.path() + "/dist_ckpt");
     make_file(dir.path(), "dist_ckpt/metadata.json");
-    const std::string msg = error_of([&] { detect_checkpoint(dir.path(), "auto", std::nullopt); });
+    const std::string msg = error_of([&] { detect_checkpoint(dir.path(), "auto"); });
     EXPECT_TRUE(contains(msg, "megatron: no ckpt_contents.json or model/dist_ckpt/, no adapter_checkpoint/, " + dir.path() + "/dist_ckpt holds no model tensors, ")) << msg;
 }
 
 TEST(BackendRegistry, CannotTellListsWhatEveryBackendLookedFor) {
     testing::TempDir empty;
-    const std::string msg = error_of([&] { detect_checkpoint(empty.path(), "auto", std::nullopt); });
+    const std::string msg = error_of([&] { detect_checkpoint(empty.path(), "auto"); });
     EXPECT_EQ(msg, empty.path() +
                        ": cannot tell the checkpoint kind: fsdp: no model_world_size_*_rank_*.pt; megatron: no "
                        "ckpt_contents.json or model/dist_ckpt/, no adapter_checkpoint/, no dist_ckpt/ or metadata.json with .metadata, no mp_rank_* folders, no "
@@ -147,23 +176,23 @@ TEST(BackendRegistry, CannotTellListsWhatEveryBackendLookedFor) {
         EXPECT_TRUE(contains(msg, part)) << part;
     // A model.h5 alone is not auto-detected: --backend hdf5 names it.
     make_file(empty.path(), "model.h5");
-    EXPECT_TRUE(contains(error_of([&] { detect_checkpoint(empty.path(), "auto", std::nullopt); }), "cannot tell"));
+    EXPECT_TRUE(contains(error_of([&] { detect_checkpoint(empty.path(), "auto"); }), "cannot tell"));
 }
 
 TEST(BackendRegistry, ForcedBackendMissesKeepTheirMessages) {
     testing::TempDir empty;
     const std::string& d = empty.path();
-    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "fsdp", std::nullopt); }),
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "fsdp"); }),
               d + ": no model_world_size_*_rank_*.pt files (--backend fsdp)");
-    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "megatron", std::nullopt); }),
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "megatron"); }),
               d + ": no Megatron checkpoint (no mp_rank_* folders, no dist_ckpt/ or metadata.json, "
                   "no latest_checkpointed_iteration.txt)");
-    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "dcp", std::nullopt); }),
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d, "dcp"); }),
               d + "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)");
     // A forced backend looks only at its own layouts.
-    EXPECT_EQ(error_of([&] { detect_checkpoint(kFixtures + "/fsdp2_w2_dcp", "fsdp", std::nullopt); }),
+    EXPECT_EQ(error_of([&] { detect_checkpoint(kFixtures + "/fsdp2_w2_dcp", "fsdp"); }),
               kFixtures + "/fsdp2_w2_dcp: no model_world_size_*_rank_*.pt files (--backend fsdp)");
-    EXPECT_EQ(error_of([&] { detect_checkpoint(d + "/none", "auto", std::nullopt); }),
+    EXPECT_EQ(error_of([&] { detect_checkpoint(d + "/none", "auto"); }),
               d + "/none: does not exist (--local_dir: the checkpoint folder)");
 }
 

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "formats/fsdp/fsdp_backend.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "test_support.h"
 
 namespace vmerge {

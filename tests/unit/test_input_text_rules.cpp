@@ -8,8 +8,8 @@
 #include "core/text_pattern.h"
 #include "io/contained_path.h"
 #include "io/input_folder.h"
-#include "mapping/architecture_table.h"
-#include "mapping/builtin_tables.h"
+#include "architecture/architecture_table.h"
+#include "architecture/builtin_tables.h"
 #include "test_support.h"
 
 namespace vmerge {

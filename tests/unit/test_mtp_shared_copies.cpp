@@ -1,4 +1,4 @@
-// The embedding / output head copies of a multi-token prediction layer (mapping/mtp_shared_copies.h,
+// The embedding / output head copies of a multi-token prediction layer (architecture/mtp_shared_copies.h,
 // exec/tied_embedding.h): which copies an MTP layer takes and under which names (DeepSeek-V3's
 // release: model.layers.{L+k}.embed_tokens.weight, model.layers.{L+k}.shared_head.head.weight,
 // model-families.md §8), that the copies read the original's bytes, that a copy the checkpoint
@@ -10,9 +10,9 @@
 
 #include "core/error.h"
 #include "exec/tied_embedding.h"
-#include "mapping/architecture_table.h"
-#include "mapping/hf_architecture.h"
-#include "mapping/mtp_shared_copies.h"
+#include "architecture/architecture_table.h"
+#include "architecture/hf_architecture.h"
+#include "architecture/mtp_shared_copies.h"
 #include "test_support.h"
 
 namespace vmerge {

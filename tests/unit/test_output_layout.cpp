@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "output/safetensors/safetensors_layout.h"
 #include "plan/output_layout.h"
 #include "test_support.h"
 
@@ -115,7 +116,7 @@ std::vector<std::set<size_t>> groups(const OutputLayout& layout) {
 TEST(PlanOutputLayout, GreedyLikeTransformersDocstring) {
     // [6,6,2,6,2,2] with a limit of 10 -> [6], [6+2], [6+2+2].
     const auto tensors = bytes_tensors({6, 6, 2, 6, 2, 2});
-    const OutputLayout layout = plan_output_layout(tensors, 10);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 10);
     ASSERT_EQ(layout.files.size(), 3u);
     EXPECT_EQ(groups(layout), (std::vector<std::set<size_t>>{{0}, {1, 2}, {3, 4, 5}}));
     EXPECT_EQ(layout.files[0].name, "model-00001-of-00003.safetensors");
@@ -126,7 +127,7 @@ TEST(PlanOutputLayout, GreedyLikeTransformersDocstring) {
 
 TEST(PlanOutputLayout, ExactlyAtTheLimitStaysInOneShard) {
     const auto tensors = bytes_tensors({4, 6});
-    const OutputLayout layout = plan_output_layout(tensors, 10);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 10);
     ASSERT_EQ(layout.files.size(), 1u);
     EXPECT_EQ(layout.files[0].name, "model.safetensors");
 }
@@ -134,14 +135,14 @@ TEST(PlanOutputLayout, ExactlyAtTheLimitStaysInOneShard) {
 TEST(PlanOutputLayout, TensorLargerThanTheLimitGoesAlone) {
     {
         const auto tensors = bytes_tensors({20, 1});
-        const OutputLayout layout = plan_output_layout(tensors, 10);
+        const OutputLayout layout = plan_safetensors_layout(tensors, 10);
         ASSERT_EQ(layout.files.size(), 2u);
         EXPECT_EQ(groups(layout), (std::vector<std::set<size_t>>{{0}, {1}}));
     }
     {
         // Whatever happens to its neighbours, the big tensor's file holds it alone.
         const auto tensors = bytes_tensors({3, 20, 3});
-        const OutputLayout layout = plan_output_layout(tensors, 10);
+        const OutputLayout layout = plan_safetensors_layout(tensors, 10);
         const size_t f = layout.locations[1].file;
         EXPECT_EQ(layout.files[f].tensors, (std::vector<size_t>{1}));
         std::set<size_t> all;
@@ -152,7 +153,7 @@ TEST(PlanOutputLayout, TensorLargerThanTheLimitGoesAlone) {
 
 TEST(PlanOutputLayout, SingleFileIsModelSafetensors) {
     const std::vector<OutputTensor> tensors = {tensor("a", DType::F32, {4, 4}), tensor("b", DType::F32, {4})};
-    const OutputLayout layout = plan_output_layout(tensors, 5'000'000'000ull);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 5'000'000'000ull);
     ASSERT_EQ(layout.files.size(), 1u);
     const OutputFile& f = layout.files[0];
     EXPECT_EQ(f.name, "model.safetensors");
@@ -168,7 +169,7 @@ TEST(PlanOutputLayout, SingleFileIsModelSafetensors) {
 
 TEST(PlanOutputLayout, ElevenShardsNamesArePaddedToFiveDigits) {
     const auto tensors = bytes_tensors(std::vector<int64_t>(11, 7));
-    const OutputLayout layout = plan_output_layout(tensors, 10);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 10);
     ASSERT_EQ(layout.files.size(), 11u);
     EXPECT_EQ(layout.files[0].name, "model-00001-of-00011.safetensors");
     EXPECT_EQ(layout.files[10].name, "model-00011-of-00011.safetensors");
@@ -184,7 +185,7 @@ TEST(PlanOutputLayout, LargerElementSizeFirstThenName) {
         tensor("a16", DType::F16, {1}),    // 2
         tensor("k", DType::I64, {2}),      // 16
     };
-    const OutputLayout layout = plan_output_layout(tensors, 1'000'000);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 1'000'000);
     ASSERT_EQ(layout.files.size(), 1u);
     const OutputFile& f = layout.files[0];
     // 8-byte: k, z; 4-byte: a, c; 2-byte: a16, b; 1-byte: m.
@@ -206,7 +207,7 @@ TEST(PlanOutputLayout, OffsetsAreAlignedContiguousAndMatchTheHeader) {
     const DType types[] = {DType::BF16, DType::F32, DType::U8, DType::F64, DType::F16, DType::I32};
     for (int i = 0; i < 30; ++i)
         tensors.push_back(tensor("layer." + std::to_string(i), types[i % 6], {i % 7 + 1, 3}));
-    const OutputLayout layout = plan_output_layout(tensors, 100);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 100);
     ASSERT_GT(layout.files.size(), 2u);
     uint64_t total = 0;
     std::set<size_t> seen;
@@ -239,7 +240,7 @@ TEST(PlanOutputLayout, OffsetsAreAlignedContiguousAndMatchTheHeader) {
 TEST(PlanOutputLayout, FilesKeepTheStateDictOrder) {
     // Greedy in order: the tensor indices of file k all come before those of file k+1.
     const auto tensors = bytes_tensors({3, 4, 5, 6, 7, 1, 2, 9, 9, 1});
-    const OutputLayout layout = plan_output_layout(tensors, 10);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 10);
     size_t last = 0;
     bool first = true;
     for (const auto& f : layout.files) {
@@ -257,7 +258,7 @@ TEST(PlanOutputLayout, FilesKeepTheStateDictOrder) {
 }
 
 TEST(PlanOutputLayout, EmptyTensorListGivesOneEmptyFile) {
-    const OutputLayout layout = plan_output_layout({}, 10);
+    const OutputLayout layout = plan_safetensors_layout({}, 10);
     ASSERT_EQ(layout.files.size(), 1u);
     EXPECT_EQ(layout.files[0].name, "model.safetensors");
     EXPECT_EQ(layout.total_size, 0u);
@@ -272,7 +273,7 @@ TEST(IndexJson, SortedCompleteWithTotalSize) {
         tensor("lm_head.weight", DType::BF16, {5}),   // 10
         tensor("model.embed.weight", DType::F32, {3}),// 12
     };
-    const OutputLayout layout = plan_output_layout(tensors, 10);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 10);
     ASSERT_EQ(layout.files.size(), 3u);
     const std::string text = index_json(tensors, layout);
     ASSERT_FALSE(text.empty());

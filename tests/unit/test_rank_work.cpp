@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "plan/rank_work.h"
 #include "test_support.h"
+#include "output/safetensors/safetensors_layout.h"
 
 namespace vmerge {
 namespace {
@@ -124,7 +125,7 @@ TEST(RowCount, RowsAndRowBytes) {
 TEST(PlanRankWork, CoversEveryByteOnceForOneToNineRanks) {
     for (const auto& tensors : tensor_lists()) {
         for (uint64_t shard_size : {uint64_t{1} << 40, uint64_t{1000}, uint64_t{50}}) {
-            const OutputLayout layout = plan_output_layout(tensors, shard_size);
+            const OutputLayout layout = plan_safetensors_layout(tensors, shard_size);
             for (int ranks = 1; ranks <= 9; ++ranks) {
                 SCOPED_TRACE("first tensor " + tensors[0].name + ", shard size " + std::to_string(shard_size) +
                              ", ranks " + std::to_string(ranks));
@@ -137,7 +138,7 @@ TEST(PlanRankWork, CoversEveryByteOnceForOneToNineRanks) {
 
 TEST(PlanRankWork, OneRankWritesEverythingWholeTensors) {
     const auto tensors = tensor_lists()[1];
-    const OutputLayout layout = plan_output_layout(tensors, 1ull << 40);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 1ull << 40);
     const auto work = plan_rank_work(tensors, layout, 1);
     ASSERT_EQ(work.size(), 1u);
     for (const WriteTask& task : work[0]) {
@@ -153,7 +154,7 @@ TEST(PlanRankWork, OneRankWritesEverythingWholeTensors) {
 
 TEST(PlanRankWork, ZeroDimTensorIsOneRow) {
     const std::vector<OutputTensor> tensors = {tensor("s", DType::F32, {})};
-    const OutputLayout layout = plan_output_layout(tensors, 1000);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 1000);
     for (int ranks = 1; ranks <= 4; ++ranks) {
         const auto work = plan_rank_work(tensors, layout, ranks);
         int tasks = 0;
@@ -170,7 +171,7 @@ TEST(PlanRankWork, ZeroDimTensorIsOneRow) {
 
 TEST(PlanRankWork, ZeroElementTensorsOnly) {
     const std::vector<OutputTensor> tensors = {tensor("a", DType::F32, {0}), tensor("b", DType::F32, {3, 0})};
-    const OutputLayout layout = plan_output_layout(tensors, 1000);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 1000);
     for (int ranks = 1; ranks <= 3; ++ranks) {
         const auto work = plan_rank_work(tensors, layout, ranks);
         ASSERT_EQ(static_cast<int>(work.size()), ranks);
@@ -181,7 +182,7 @@ TEST(PlanRankWork, ZeroElementTensorsOnly) {
 
 TEST(PlanRankWork, MoreRanksThanRows) {
     const std::vector<OutputTensor> tensors = {tensor("w", DType::F32, {3, 4})};
-    const OutputLayout layout = plan_output_layout(tensors, 1000);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 1000);
     for (int ranks : {4, 7, 9, 64}) {
         SCOPED_TRACE(ranks);
         const auto work = plan_rank_work(tensors, layout, ranks);
@@ -202,7 +203,7 @@ TEST(PlanRankWork, BalancedWithinOneRowWhenTensorsAreBig) {
                                          tensor("up", DType::F32, {11008, 64}),
                                          tensor("head", DType::BF16, {32000, 128})};
     for (uint64_t shard_size : {uint64_t{1} << 40, uint64_t{5'000'000}}) {
-        const OutputLayout layout = plan_output_layout(tensors, shard_size);
+        const OutputLayout layout = plan_safetensors_layout(tensors, shard_size);
         uint64_t max_row = 0;
         for (const auto& t : tensors) max_row = std::max(max_row, row_bytes(t));
         for (int ranks = 1; ranks <= 9; ++ranks) {
@@ -221,7 +222,7 @@ TEST(PlanRankWork, SplitsOnlyAtRowBoundaries) {
     // Row of 3 floats = 12 bytes; total 100 rows. Whatever the split, tasks hold whole rows:
     // check_plan computes byte ranges from rows, so also check the byte sums are multiples.
     const std::vector<OutputTensor> tensors = {tensor("w", DType::F32, {100, 3})};
-    const OutputLayout layout = plan_output_layout(tensors, 1ull << 40);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 1ull << 40);
     for (int ranks = 1; ranks <= 9; ++ranks) {
         const auto work = plan_rank_work(tensors, layout, ranks);
         const auto per_rank = check_plan(tensors, layout, work, ranks);
@@ -231,7 +232,7 @@ TEST(PlanRankWork, SplitsOnlyAtRowBoundaries) {
 
 TEST(PlanRankWork, SameAnswerEveryCall) {
     const auto tensors = tensor_lists()[0];
-    const OutputLayout layout = plan_output_layout(tensors, 50'000);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 50'000);
     const auto a = plan_rank_work(tensors, layout, 5);
     const auto b = plan_rank_work(tensors, layout, 5);
     ASSERT_EQ(a.size(), b.size());
@@ -247,7 +248,7 @@ TEST(PlanRankWork, SameAnswerEveryCall) {
 
 TEST(PlanRankWork, FewerThanOneRankIsAnError) {
     const std::vector<OutputTensor> tensors = {tensor("w", DType::F32, {3})};
-    const OutputLayout layout = plan_output_layout(tensors, 1000);
+    const OutputLayout layout = plan_safetensors_layout(tensors, 1000);
     EXPECT_THROW(plan_rank_work(tensors, layout, 0), Error);
 }
 

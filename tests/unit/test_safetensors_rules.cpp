@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "output/safetensors/safetensors_layout.h"
 #include "plan/output_layout.h"
 #include "safetensors/safetensors_file.h"
 #include "test_support.h"

@@ -11,7 +11,7 @@
 #include "io/input_file.h"
 #include "io/read_once.h"
 #include "io/small_file.h"
-#include "mapping/hf_config.h"
+#include "architecture/hf_config.h"
 #include "mapping/lora_adapter.h"
 #include "read_on_rank_zero.h"
 #include "single_rank_comm.h"

@@ -16,8 +16,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "mapping/hf_architecture.h"
-#include "mapping/hf_config.h"
+#include "architecture/hf_architecture.h"
+#include "architecture/hf_config.h"
+#include "output/safetensors/safetensors_layout.h"
 #include "plan/output_layout.h"
 #include "mapping/output_rules.h"
 #include "plan/rank_work.h"
@@ -178,7 +179,7 @@ PlanNumbers plan_numbers(const HfConfig& config, const std::string& spec, const 
     const auto t1 = clock::now();
     n.simulate_s = std::chrono::duration<double>(t1 - t0).count();
     for (const auto& note : notes) std::printf("  note: %s\n", note.c_str());
-    const OutputLayout layout = plan_output_layout(mapping.tensors, 5000000000ULL);
+    const OutputLayout layout = plan_safetensors_layout(mapping.tensors, 5000000000ULL);
     n.total = layout.total_size;
     n.read = mapping_read_bytes(mapping);
     n.files = layout.files.size();

@@ -283,7 +283,9 @@ TEST(FsdpConfigCheck, UnknownArchitectureIsNotCheckedAndSaysSo) {
 TEST(MapCheckpoint, FsdpBuffersAndNonTensorsAreDroppedAndCounted) {
     const std::string path = "/c/model_world_size_1_rank_0.pt";
     DetectedCheckpoint ckpt = fsdp_layout();
-    ckpt.fsdp.world_size = 1;
+    FsdpCheckpoint fsdp;
+    fsdp.world_size = 1;
+    ckpt.keep(fsdp);
     const std::vector<ScannedFile> scans{scan_of(path,
                                                  {{"model.w", stored({2}, path, 64), 0},
                                                   {"model.layers.0.self_attn.rotary_emb.inv_freq", stored({2}, path, 128), 0},

@@ -1,3 +1,5 @@
+#include "formats/dcp/dcp_assembly.h"
+
 #include <map>
 
 #include "core/text_pattern.h"

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "formats/backend.h"
+#include "formats/dcp/dcp_assembly.h"
 #include "core/error.h"
 #include "formats/megatron/megatron_backend.h"
 #include "formats/torchtitan/torchtitan_keys.h"
@@ -46,19 +47,21 @@ public:
         std::error_code ec;
         if (!fs::exists(fs::path(request.local_dir) / ".metadata", ec)) return {false, "no .metadata"};
         d.weights_dir = request.local_dir;
-        d.dcp = read_dcp_metadata(request.local_dir);
+        DcpMetadata meta = read_dcp_metadata(request.local_dir);
         d.description = "torch.distributed.checkpoint folder";
-        add_dcp_jobs(d);
+        add_dcp_jobs(d, meta);
+        d.keep(std::move(meta));
         return {true, ".metadata"};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
-        m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(d.dcp, scans, false, &ledger), d.dcp, ledger);
+        const auto& meta = d.kept<DcpMetadata>();
+        m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(meta, scans, false, &ledger), meta, ledger);
         // A torchtitan step read as plain DCP would keep torchtitan's names, which no HF loader reads.
         for (const auto& t : m.mapping.tensors)
             if (is_torchtitan_model_key(t.name))
-                throw Error(d.dcp.dir + "/.metadata: '" + t.name +
+                throw Error(meta.dir + "/.metadata: '" + t.name +
                             "' is a torchtitan name; plain DCP keeps names as they are: use --backend torchtitan");
         drop_non_weight_buffers(m.mapping, ledger, m.notes);
     }

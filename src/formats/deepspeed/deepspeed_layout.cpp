@@ -11,15 +11,34 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
+const BackendFlag& tag_flag() {
+    static const BackendFlag flag{
+        "tag", BackendFlag::Kind::Text, "t", "DeepSpeed: merge this tag folder instead of the one `latest` names",
+        "the name of a DeepSpeed tag folder (global_step100)",
+        "has no tags to choose from (--tag picks a DeepSpeed tag folder; a verl run folder takes --step N, "
+        "Megatron-LM and torchtitan --iteration N)"};
+    return flag;
+}
+
+// zero_to_fp32.py's flag of the same name.
+const BackendFlag& exclude_frozen_flag() {
+    static const BackendFlag flag{
+        "exclude_frozen_parameters", BackendFlag::Kind::Switch, "",
+        "DeepSpeed: leave out the parameters frozen in training (as zero_to_fp32.py's flag), each reported", "",
+        "records no frozen parameters (the flag is zero_to_fp32.py's, for DeepSpeed checkpoints)"};
+    return flag;
+}
+
 class DeepSpeedBackend final : public Backend {
 public:
     std::string name() const override { return "deepspeed"; }
-    std::vector<std::string> selection_flags() const override { return {"--tag"}; }
+    std::vector<const BackendFlag*> flags() const override { return {&tag_flag(), &exclude_frozen_flag()}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         if (!looks_like_deepspeed(request.local_dir)) return {false, "no latest file or *_optim_states.pt"};
-        d.deepspeed = discover_deepspeed(request.local_dir, request.tag);
-        const auto& c = d.deepspeed;
+        const std::optional<std::string> tag =
+            request.flags.given("tag") ? std::optional(request.flags.text("tag")) : std::nullopt;
+        DeepSpeedCheckpoint c = discover_deepspeed(request.local_dir, tag);
         d.weights_dir = c.tag_dir;
         d.description = "DeepSpeed ZeRO (tag " + c.tag + ", " + std::to_string(c.optim_files.size()) + " ranks)";
         // HF Trainer saves config.json and the tokenizer beside `latest`.
@@ -34,7 +53,9 @@ public:
         }
         for (const auto& f : c.optim_files) d.jobs.push_back({f});
         for (const auto& f : c.model_files) d.jobs.push_back({f});
-        return {true, "DeepSpeed tag folder " + c.tag_dir};
+        const std::string evidence = "DeepSpeed tag folder " + c.tag_dir;
+        d.keep(std::move(c));
+        return {true, evidence};
     }
 
     ScannedFile scan(const ScanJob& job) const override {
@@ -42,16 +63,17 @@ public:
         return scan_deepspeed_file(file);
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions& options,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
-        m.mapping = map_deepspeed(d.deepspeed, scans, ledger, options.exclude_frozen_parameters, m.left_out, m.facts, m.notes);
+        m.mapping = map_deepspeed(d.kept<DeepSpeedCheckpoint>(), scans, ledger, d.flags.given("exclude_frozen_parameters"),
+                                  m.left_out, m.facts, m.notes);
     }
 
     bool names_own_tensors() const override { return true; }
 
     InspectFacts inspect_facts(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans) const override {
         InspectFacts facts;
-        facts.shardings = deepspeed_groups(d.deepspeed, scans);
+        facts.shardings = deepspeed_groups(d.kept<DeepSpeedCheckpoint>(), scans);
         return facts;
     }
 };

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "formats/source_ledger.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -37,37 +37,40 @@ bool holds_only_adapters(const TensorMapping& mapping) {
 }
 
 // The base model the adapter was trained on, before the adapter (apply_lora pairs them).
-void add_lora_base(const FsdpCheckpoint& fsdp, const MapOptions& options, MappedCheckpoint& m) {
-    if (options.lora_base.empty())
+void add_lora_base(const FsdpCheckpoint& fsdp, const std::string& lora_base, MappedCheckpoint& m) {
+    if (lora_base.empty())
         throw Error(fsdp.dir + ": a verl FSDP save_lora_only checkpoint (the rank files hold only lora_ adapter "
                     "tensors; the frozen base is saved nowhere); pass --lora_base with the Hugging Face model it was "
                     "trained on (actor_rollout_ref.model.path)");
-    TensorMapping merged = map_hf_safetensors(options.lora_base);
+    TensorMapping merged = map_hf_safetensors(lora_base);
     append_mapping(merged, m.mapping);
     m.mapping = std::move(merged);
-    m.notes.push_back("LoRA-only checkpoint (save_lora_only): base weights from " + options.lora_base);
+    m.notes.push_back("LoRA-only checkpoint (save_lora_only): base weights from " + lora_base);
 }
 
 class FsdpBackend final : public Backend {
 public:
     std::string name() const override { return "fsdp"; }
+    std::vector<const BackendFlag*> flags() const override { return {&lora_base_flag()}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         if (!looks_like_fsdp(request.local_dir)) return {false, "no model_world_size_*_rank_*.pt"};
-        d.fsdp = discover_fsdp(request.local_dir);
-        d.description = "verl FSDP (world size " + std::to_string(d.fsdp.world_size) + ")";
-        d.notes = d.fsdp.notes;
-        for (const auto& f : d.fsdp.rank_files) d.jobs.push_back({f});
+        FsdpCheckpoint fsdp = discover_fsdp(request.local_dir);
+        d.description = "verl FSDP (world size " + std::to_string(fsdp.world_size) + ")";
+        d.notes = fsdp.notes;
+        for (const auto& f : fsdp.rank_files) d.jobs.push_back({f});
+        d.keep(std::move(fsdp));
         return {true, "model_world_size_*_rank_*.pt files"};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions& options,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig&, const MapOptions&,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
-        m.facts["world_size"] = d.fsdp.world_size;
-        m.facts["world_size_inferred"] = d.fsdp.world_size_inferred;
+        const auto& fsdp = d.kept<FsdpCheckpoint>();
+        m.facts["world_size"] = fsdp.world_size;
+        m.facts["world_size_inferred"] = fsdp.world_size_inferred;
         m.mapping = map_fsdp(scans, &ledger);
         drop_non_weight_buffers(m.mapping, ledger, m.notes);
-        if (holds_only_adapters(m.mapping)) add_lora_base(d.fsdp, options, m);
+        if (holds_only_adapters(m.mapping)) add_lora_base(fsdp, d.flags.text("lora_base"), m);
     }
 
     bool names_own_tensors() const override { return true; }

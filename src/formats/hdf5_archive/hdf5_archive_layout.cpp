@@ -23,7 +23,7 @@ public:
         return {true, "model.h5"};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>&, const HfConfig&, const MapOptions&,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>&, const HfConfig&, const MapOptions&,
              MappedCheckpoint&, SourceLedger&) const override {
         throw Error(d.weights_dir + "/model.h5: an archive is converted by the archive commands, not mapped");
     }

@@ -33,7 +33,7 @@ public:
         return {true, "*.safetensors in " + folder};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>&, const HfConfig&, const MapOptions&,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>&, const HfConfig&, const MapOptions&,
              MappedCheckpoint& m, SourceLedger&) const override {
         m.mapping = map_hf_safetensors(d.weights_dir);
     }

@@ -8,9 +8,9 @@
 
 #include "core/text_pattern.h"
 #include "torch/dcp_metadata.h"
-#include "mapping/hf_architecture.h"
+#include "architecture/hf_architecture.h"
 #include "formats/source_ledger.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 
@@ -72,16 +72,9 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
 // no layer/expert axis), each assembled from its per-rank pieces by the TP rules of
 // megatron-formats.md §4. Pure: `scans[i]` is the scan of `ckpt.files[i]`.
 // What it does not use is dropped in `ledger` with its reason (_extra_state, replicas).
-TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+TensorMapping assemble_megatron_legacy(const MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
                                        SourceLedger* ledger = nullptr);
-
-// The same canonical tensors from a torch_dist (dist_ckpt) or DCP folder: stacked layer and
-// expert axes are split into one tensor per layer/expert. `chunk_scans` holds the scan of
-// every chunk in metadata order (tensor by tensor, chunk by chunk).
-// Non-model and _extra_state items are dropped in `ledger`.
-TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
-                                   bool split_megatron_axes, SourceLedger* ledger = nullptr);
 
 // Renames and splits canonical Megatron tensors into the HF tensors of `arch` (QKV
 // de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
@@ -98,9 +91,5 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
 // One canonical Megatron tensor as the HF tensors `match` names (the splits above).
 std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
                                       const HfConfig& config, std::vector<std::string>& notes);
-
-// Checks a mapping's names and shapes against what config.json implies (Error listing the
-// missing, unexpected and misshapen tensors).
-void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch);
 
 }  // namespace vmerge

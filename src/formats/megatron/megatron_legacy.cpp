@@ -189,11 +189,15 @@ using RankIndex = std::map<std::tuple<int, int, int>, size_t>;  // (tp, pp, ep) 
 using Shards = std::map<std::string, std::vector<Piece>>;        // canonical key -> pieces by tp rank
 
 // Step 1, which index is which: a lone second index is the pipeline stage unless the
-// embedding lives in more than one of those folders (then it is the expert rank). Sets every
-// file's pp and ep and `found`'s sizes; a missing rank folder or a differing chunk count is
-// an Error.
-RankIndex settle_rank_indices(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
-                              MegatronParallelism& found) {
+// embedding lives in more than one of those folders (then it is the expert rank). Returns the
+// files with their pp and ep set, and `found`'s sizes; a missing rank folder or a differing
+// chunk count is an Error. The discovery result stays as detect made it.
+struct SettledRanks {
+    MegatronLegacyCheckpoint ckpt;
+    RankIndex by_rank;
+};
+SettledRanks settle_rank_indices(MegatronLegacyCheckpoint ckpt, const std::vector<ScannedFile>& scans,
+                                 MegatronParallelism& found) {
     size_t index_count = ckpt.files.front().more.size();
     for (const auto& f : ckpt.files)
         if (f.more.size() != index_count)
@@ -240,7 +244,7 @@ RankIndex settle_rank_indices(MegatronLegacyCheckpoint& ckpt, const std::vector<
         if (scans[i].chunks != found.vpp)
             throw Error(ckpt.files[i].path + ": holds " + std::to_string(scans[i].chunks) + " model chunks, " +
                         ckpt.files[0].path + " holds " + std::to_string(found.vpp));
-    return by_rank;
+    return {std::move(ckpt), std::move(by_rank)};
 }
 
 // Step 2, global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
@@ -436,10 +440,12 @@ OutputTensor assemble_tp_tensor(const std::string& dir, const std::string& key, 
 
 }  // namespace
 
-TensorMapping assemble_megatron_legacy(MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
+TensorMapping assemble_megatron_legacy(const MegatronLegacyCheckpoint& detected, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
                                        SourceLedger* ledger) {
-    const RankIndex by_rank = settle_rank_indices(ckpt, scans, found);
+    const SettledRanks settled = settle_rank_indices(detected, scans, found);
+    const MegatronLegacyCheckpoint& ckpt = settled.ckpt;
+    const RankIndex& by_rank = settled.by_rank;
     // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
     std::vector<std::vector<RankKey>> keys(scans.size());
     for (size_t i = 0; i < scans.size(); ++i)

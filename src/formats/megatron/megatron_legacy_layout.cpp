@@ -14,23 +14,26 @@ namespace {
 class MegatronLegacyBackend final : public Backend {
 public:
     std::string name() const override { return "megatron_legacy"; }
-    std::vector<std::string> selection_flags() const override { return {"--iteration"}; }
+    std::vector<const BackendFlag*> flags() const override { return {&iteration_flag()}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
-        const fs::path iter = resolve_iteration_dir(request.local_dir, request.iteration);
+        const std::optional<int> iteration = request.flags.count("iteration");
+        const fs::path iter = resolve_iteration_dir(request.local_dir, iteration);
         std::error_code ec;
         if (!looks_like_megatron_legacy(request.local_dir) && !fs::exists(iter / "mp_rank_00", ec) &&
             !fs::exists(iter / "mp_rank_00_000", ec))
             return {false, "no mp_rank_* folders, no latest_checkpointed_iteration.txt"};
-        d.legacy = discover_megatron_legacy(request.local_dir, request.iteration);
-        d.weights_dir = d.legacy.dir;
-        d.description = d.legacy.flavor + " legacy per-rank files" +
-                        (d.legacy.iteration ? " (iteration " + std::to_string(*d.legacy.iteration) + ")" : "");
-        for (const auto& f : d.legacy.files) d.jobs.push_back({f.path});
-        return {true, "mp_rank_* folders in " + d.legacy.dir};
+        MegatronLegacyCheckpoint legacy = discover_megatron_legacy(request.local_dir, iteration);
+        d.weights_dir = legacy.dir;
+        d.description = legacy.flavor + " legacy per-rank files" +
+                        (legacy.iteration ? " (iteration " + std::to_string(*legacy.iteration) + ")" : "");
+        for (const auto& f : legacy.files) d.jobs.push_back({f.path});
+        const std::string evidence = "mp_rank_* folders in " + legacy.dir;
+        d.keep(std::move(legacy));
+        return {true, evidence};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
         ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
         arch.pad_vocab = options.pad_vocab;
@@ -50,20 +53,21 @@ public:
 
 }  // namespace
 
-TensorMapping assemble_rank_files(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans,
+TensorMapping assemble_rank_files(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans,
                                   const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m,
                                   SourceLedger& ledger) {
     MegatronParallelism found;
-    TensorMapping canonical = assemble_megatron_legacy(d.legacy, scans, arch, found, &ledger);
+    const auto& legacy = d.kept<MegatronLegacyCheckpoint>();
+    TensorMapping canonical = assemble_megatron_legacy(legacy, scans, arch, found, &ledger);
     m.facts["tp"] = found.tp;
     m.facts["pp"] = found.pp;
     m.facts["vpp"] = found.vpp;
     m.facts["ep"] = found.ep;
     if (options.tp_size && *options.tp_size != found.tp)
-        throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + d.legacy.dir + " holds tp " +
+        throw Error("--tp_size " + std::to_string(*options.tp_size) + " but " + legacy.dir + " holds tp " +
                     std::to_string(found.tp));
     if (options.pp_size && *options.pp_size != found.pp)
-        throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + d.legacy.dir + " holds pp " +
+        throw Error("--pp_size " + std::to_string(*options.pp_size) + " but " + legacy.dir + " holds pp " +
                     std::to_string(found.pp));
     return canonical;
 }

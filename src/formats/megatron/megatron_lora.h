@@ -2,9 +2,9 @@
 #include <string>
 #include <vector>
 
-#include "mapping/hf_architecture.h"
+#include "architecture/hf_architecture.h"
 #include "formats/megatron/megatron_backend.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -2,8 +2,10 @@
 // metadata.json beside a DCP .metadata. Grouped under --backend megatron.
 #include <filesystem>
 
+#include "architecture/config_check.h"
 #include "core/error.h"
 #include "formats/backend.h"
+#include "formats/dcp/dcp_assembly.h"
 #include "formats/hf_safetensors/hf_safetensors_layout.h"
 #include "formats/megatron/megatron_backend.h"
 #include "formats/megatron/megatron_lora.h"
@@ -23,18 +25,19 @@ bool path_exists(const fs::path& p) {
 TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping& canonical, const HfConfig& config,
                                 const ArchitectureInfo& arch, const MapOptions& options, MappedCheckpoint& m,
                                 SourceLedger& ledger) {
+    const std::string lora_base = d.flags.text("lora_base");
     if (canonical.tensors.empty()) {
-        if (options.lora_base.empty())
+        if (lora_base.empty())
             throw Error(d.weights_dir + ": holds only Megatron-Bridge LoRA adapter shards (linear_in/linear_out), not "
                         "the frozen base; pass --lora_base with the Hugging Face model the run started from "
                         "(verl: actor_rollout_ref.model.path)");
-        TensorMapping base = map_hf_safetensors(options.lora_base);
+        TensorMapping base = map_hf_safetensors(lora_base);
         check_against_config(base, config, arch);
-        m.notes.push_back("LoRA: the base weights from --lora_base " + options.lora_base);
+        m.notes.push_back("LoRA: the base weights from --lora_base " + lora_base);
         return base;
     }
-    if (!options.lora_base.empty())
-        m.notes.push_back("LoRA: --lora_base " + options.lora_base + " is not read: the frozen base is in " + d.weights_dir);
+    if (!lora_base.empty())
+        m.notes.push_back("LoRA: --lora_base " + lora_base + " is not read: the frozen base is in " + d.weights_dir);
     return megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes, &ledger,
                           &m.facts["architecture_table"]);
 }
@@ -42,23 +45,23 @@ TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping
 class TorchDistBackend final : public Backend {
 public:
     std::string name() const override { return "torch_dist"; }
-    std::vector<std::string> selection_flags() const override { return {"--iteration"}; }
+    std::vector<const BackendFlag*> flags() const override { return {&iteration_flag(), &lora_base_flag()}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const fs::path dir(request.local_dir);
-        const fs::path iter = resolve_iteration_dir(request.local_dir, request.iteration);
+        const fs::path iter = resolve_iteration_dir(request.local_dir, request.flags.count("iteration"));
         std::string evidence = "no dist_ckpt/ or metadata.json with .metadata";
         for (const fs::path& candidate : {dir / "dist_ckpt", iter})
             if (discover_torch_dist(candidate.string(), d, evidence)) return {true, candidate.string()};
         return {false, evidence};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
         ArchitectureInfo arch =
             architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
         arch.pad_vocab = options.pad_vocab;
-        TensorMapping canonical = assemble_dcp_tensors(d.dcp, scans, true, &ledger);
+        TensorMapping canonical = assemble_dcp_tensors(d.kept<DcpMetadata>(), scans, true, &ledger);
         const TensorMapping adapters = take_megatron_adapters(canonical);
         if (adapters.tensors.empty()) {
             m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped,
@@ -88,10 +91,10 @@ bool discover_torch_dist(const std::string& folder, DetectedCheckpoint& d, std::
         evidence = candidate.string() + " holds no model tensors";
         return false;
     }
-    d.dcp = std::move(meta);
     d.weights_dir = candidate.string();
     d.description = "Megatron-core torch_dist (" + candidate.string() + ")";
-    add_dcp_jobs(d);
+    add_dcp_jobs(d, meta);
+    d.keep(std::move(meta));
     return true;
 }
 

@@ -15,9 +15,9 @@
 #include "core/bounded_number.h"
 #include "torch/dtensor_placement.h"
 #include "core/error.h"
-#include "mapping/hf_tensor_order.h"
+#include "architecture/hf_tensor_order.h"
 #include "formats/fsdp/fsdp_backend.h"
-#include "mapping/hf_architecture.h"
+#include "architecture/hf_architecture.h"
 #include "formats/megatron/megatron_backend.h"
 
 namespace vmerge {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "mapping/hf_config.h"
-#include "mapping/tensor_mapping.h"
+#include "architecture/hf_config.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

@@ -9,6 +9,7 @@
 #include "core/text_pattern.h"
 #include "core/error.h"
 #include "formats/backend.h"
+#include "formats/dcp/dcp_assembly.h"
 #include "formats/hf_safetensors/hf_safetensors_layout.h"
 #include "formats/table_mapping.h"
 #include "formats/torchtitan/torchtitan_keys.h"
@@ -65,10 +66,10 @@ fs::path find_step_folder(const fs::path& local_dir, std::optional<int> iteratio
 class TorchtitanBackend final : public Backend {
 public:
     std::string name() const override { return "torchtitan"; }
-    std::vector<std::string> selection_flags() const override { return {"--iteration"}; }
+    std::vector<const BackendFlag*> flags() const override { return {&iteration_flag()}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
-        const fs::path step = find_step_folder(request.local_dir, request.iteration);
+        const fs::path step = find_step_folder(request.local_dir, request.flags.count("iteration"));
         if (step.empty()) return {false, "no step-N/.metadata"};
         if (is_hf_step(step)) {
             d.weights_dir = step.string();
@@ -81,19 +82,20 @@ public:
         const std::string key = first_torchtitan_key(meta);
         if (key.empty()) return {false, "no torchtitan keys (tok_embeddings.weight, layers.N.attention...)"};
         d.weights_dir = step.string();
-        d.dcp = std::move(meta);
         d.description = "torchtitan DCP checkpoint " + step.filename().string();
-        add_dcp_jobs(d);
+        add_dcp_jobs(d, meta);
+        d.keep(std::move(meta));
         return {true, step.filename().string() + "/.metadata with torchtitan keys (" + key + ")"};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config, const MapOptions& options,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config, const MapOptions& options,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
         if (d.hf_named) {
             m.mapping = map_hf_safetensors(d.weights_dir);  // checked against config.json like FSDP's names
             return;
         }
-        TensorMapping all = assemble_dcp_tensors(d.dcp, scans, false, &ledger);
+        const auto& meta = d.kept<DcpMetadata>();
+        TensorMapping all = assemble_dcp_tensors(meta, scans, false, &ledger);
         TensorMapping model;
         model.sources = std::move(all.sources);
         size_t training_state = 0;
@@ -108,7 +110,7 @@ public:
         if (training_state)
             m.notes.push_back("full training checkpoint: " + std::to_string(training_state) +
                               " optimizer / lr_scheduler / dataloader / train_state tensors not written");
-        if (model.tensors.empty()) throw Error(d.dcp.dir + "/.metadata: no model tensors (only training state)");
+        if (model.tensors.empty()) throw Error(meta.dir + "/.metadata: no model tensors (only training state)");
         const auto tables = load_architecture_tables(options.architecture_tables);
         const std::string arch = config.architectures.empty() ? "" : config.architectures[0];
         const ArchitectureTable* table = find_architecture_table(tables, "torchtitan", arch);

@@ -108,15 +108,16 @@ TensorMapping adapter_export(const std::string& dir) {
     return adapter;
 }
 
-void map_adapter_export(const DetectedCheckpoint& d, const MapOptions& options, MappedCheckpoint& m) {
-    if (options.lora_base.empty())
+void map_adapter_export(const DetectedCheckpoint& d, MappedCheckpoint& m) {
+    const std::string lora_base = d.flags.text("lora_base");
+    if (lora_base.empty())
         throw Error(d.lora_adapter_dir + ": a Megatron-Bridge LoRA save holds the adapter only (with LoRA verl exports "
                     "the adapter instead of the weights and saves the frozen base nowhere); pass --lora_base with the "
                     "Hugging Face model the run started from (actor_rollout_ref.model.path)");
-    m.mapping = map_hf_safetensors(options.lora_base);
+    m.mapping = map_hf_safetensors(lora_base);
     append_mapping(m.mapping, adapter_export(d.lora_adapter_dir));
     m.notes.push_back("Megatron-Bridge LoRA: the adapter from " + d.lora_adapter_dir + ", the base weights from " +
-                      options.lora_base);
+                      lora_base);
 }
 
 std::string missing_config_text(const std::string& why) {
@@ -124,8 +125,11 @@ std::string missing_config_text(const std::string& why) {
                  "(actor_rollout_ref.model.path: its config.json and tokenizer)";
 }
 
-bool holds_adapter_shards(const DcpMetadata& dcp) {
-    for (const auto& t : dcp.tensors)
+// True when the model shards (model/dist_ckpt/, kept by discover_torch_dist) hold adapters.
+bool holds_adapter_shards(const DetectedCheckpoint& d) {
+    const DcpMetadata* dcp = d.kept_if<DcpMetadata>();
+    if (!dcp) return false;
+    for (const auto& t : dcp->tensors)
         if (t.fqn.find(".adapter.") != std::string::npos) return true;
     return false;
 }
@@ -137,7 +141,7 @@ void check_lora_shards(const fs::path& dir, const VerlManifestEntry& model, cons
                        DetectedCheckpoint& d) {
     const fs::path adapter_export = dir / "model" / "huggingface" / "adapter";
     const bool exported = path_exists(adapter_export / "adapter_config.json");
-    if (!holds_adapter_shards(d.dcp))
+    if (!holds_adapter_shards(d))
         throw Error(where + " records PEFT (backend.peft) with the model in " + model.path + ", but " + d.weights_dir +
                     " holds no adapter tensors (<module>.adapter.linear_in/linear_out): merging it would drop the "
                     "trained adapter");
@@ -168,7 +172,7 @@ void discover_from_manifest(const fs::path& dir, const VerlManifest& m, const st
         d.notes.push_back("the tokenizer files are copied from " + d.default_hf_dir + " (hf_config), not from " +
                           m.tokenizer->path);
     std::string model_in = m.model->path;
-    if (holds_adapter_shards(d.dcp)) model_in += ", with LoRA adapter shards";
+    if (holds_adapter_shards(d)) model_in += ", with LoRA adapter shards";
     else if (!d.lora_adapter_dir.empty()) model_in = d.lora_adapter_dir + ": a LoRA adapter";
     d.description = "verl Megatron layout v2 (" + where + ", model in " + model_in + ")";
 }
@@ -191,12 +195,22 @@ void discover_without_manifest(const fs::path& dir, const std::string& what, Det
         d.config_missing = missing_config_text(dir.string() + ": " + what + " with no model/huggingface/config.json");
     }
     d.description = "verl Megatron layout v2, " + what + " (model from " +
-                    (d.dcp.tensors.empty() ? std::string("model/huggingface") : std::string("model/dist_ckpt")) + ")";
+                    (!d.kept_if<DcpMetadata>() ? std::string("model/huggingface") : std::string("model/dist_ckpt")) + ")";
+}
+
+// verl writes ckpt_contents.json last: without it a save is read only when asked.
+const BackendFlag& allow_incomplete_flag() {
+    static const BackendFlag flag{
+        "allow_incomplete", BackendFlag::Kind::Switch, "",
+        "read a verl layout v2 save that has no ckpt_contents.json (verl writes it last: the save did not finish)", "",
+        "is no verl layout v2 save (--allow_incomplete reads one whose ckpt_contents.json is missing)"};
+    return flag;
 }
 
 class VerlV2Backend final : public Backend {
 public:
     std::string name() const override { return "verl_v2"; }
+    std::vector<const BackendFlag*> flags() const override { return {&lora_base_flag(), &allow_incomplete_flag()}; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const fs::path dir(request.local_dir);
@@ -218,7 +232,7 @@ public:
         if (manifest)
             throw Error(where + ": schema_version " + std::to_string(manifest->schema_version) +
                         ": expected 2 (verl layout v2) for a folder with model/, optimizer/ or extra/");
-        if (!request.allow_incomplete)
+        if (!request.flags.given("allow_incomplete"))
             throw Error(dir.string() + ": a verl layout v2 checkpoint (model/, optimizer/, extra/) without " +
                         kVerlManifestName + ": verl writes it last, so this save did not complete (interrupted, "
                         "or an async save still running); merge a completed step, or pass --allow_incomplete to "
@@ -229,13 +243,13 @@ public:
         return {true, "layout v2 without a manifest (--allow_incomplete)"};
     }
 
-    void map(DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+    void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        if (!d.dcp.tensors.empty()) {
+        if (d.kept_if<DcpMetadata>()) {
             torch_dist_backend().map(d, scans, config, options, m, ledger);
             return;
         }
-        if (!d.lora_adapter_dir.empty()) map_adapter_export(d, options, m);
+        if (!d.lora_adapter_dir.empty()) map_adapter_export(d, m);
         else m.mapping = map_hf_safetensors(d.weights_dir);
     }
 };

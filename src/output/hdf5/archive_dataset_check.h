@@ -3,7 +3,7 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "output/hdf5/hdf5_handle.h"
 
 namespace vmerge {

@@ -2,7 +2,7 @@
 #include <vector>
 
 #include "exec/source_reader.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 #include "output/hdf5/archive_reader.h"
 
 namespace vmerge {

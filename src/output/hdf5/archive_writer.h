@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "output/hdf5/hdf5_handle.h"
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

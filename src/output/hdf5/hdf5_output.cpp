@@ -96,7 +96,12 @@ void Hdf5Output::plan(TensorMapping& mapping) {
         }
     tensors_ = &mapping.tensors;
     const auto& tensors = mapping.tensors;
-    layout_ = plan_output_layout(tensors, UINT64_MAX);
+    // One archive file and no header: the layout's file groups (the model's tensors, then an
+    // adapter's) only order the rank shares, as they do for a safetensors folder.
+    FileFormat archive;
+    archive.model_file_name = [](size_t, size_t) { return std::string(kArchiveFileName); };
+    archive.adapter_file = kArchiveFileName;
+    layout_ = plan_output_layout(tensors, UINT64_MAX, archive);
     const auto work = plan_rank_work(tensors, layout_, options_.ranks);
     work_ = work.at(options_.rank);
     // Under MPI a piece is a quarter of --max-memory. Compressing, a sixteenth and at most

@@ -12,6 +12,7 @@
 #include "core/stopwatch.h"
 #include "io/checksum.h"
 #include "plan/rank_work.h"
+#include "output/safetensors/safetensors_layout.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;

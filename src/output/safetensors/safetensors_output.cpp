@@ -1,10 +1,11 @@
 #include "output/safetensors/safetensors_output.h"
+#include "output/safetensors/safetensors_layout.h"
 
 namespace vmerge {
 
 void SafetensorsOutput::plan(TensorMapping& mapping) {
     tensors_ = &mapping.tensors;
-    layout_ = plan_output_layout(mapping.tensors, options_.max_shard_size);
+    layout_ = plan_safetensors_layout(mapping.tensors, options_.max_shard_size);
     work_ = plan_rank_work(mapping.tensors, layout_, options_.ranks).at(options_.rank);
 }
 

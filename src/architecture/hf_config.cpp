@@ -1,4 +1,4 @@
-#include "mapping/hf_config.h"
+#include "architecture/hf_config.h"
 
 #include <filesystem>
 #include <map>

@@ -1,4 +1,4 @@
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 #include <algorithm>
 #include <optional>

@@ -1,4 +1,4 @@
-#include "mapping/mtp_shared_copies.h"
+#include "architecture/mtp_shared_copies.h"
 
 #include <algorithm>
 #include <map>

@@ -1,4 +1,4 @@
-#include "mapping/hf_tensor_order.h"
+#include "architecture/hf_tensor_order.h"
 
 #include <cctype>
 

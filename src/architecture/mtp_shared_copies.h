@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "mapping/tensor_mapping.h"
+#include "core/tensor_mapping.h"
 
 namespace vmerge {
 

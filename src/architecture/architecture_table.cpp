@@ -1,4 +1,4 @@
-#include "mapping/architecture_table.h"
+#include "architecture/architecture_table.h"
 
 
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
-#include "mapping/builtin_tables.h"
+#include "architecture/builtin_tables.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;

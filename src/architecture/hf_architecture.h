@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "mapping/architecture_table.h"
-#include "mapping/hf_config.h"
+#include "architecture/architecture_table.h"
+#include "architecture/hf_config.h"
 #include "core/tensor_ref.h"
 
 namespace vmerge {

@@ -1,4 +1,4 @@
-#include "mapping/hf_architecture.h"
+#include "architecture/hf_architecture.h"
 
 #include <algorithm>
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The include arrows between the stage folders of src/ (docs/design.md, "Layering").
+
+Each folder of src/ may include the folders listed for it in ALLOWED and nothing else; mpi/
+(the front door) may include any of them, and no file of src/ includes mpi/. Every #include
+"folder/..." of a .h or .cpp is checked, so an arrow that runs back up fails ctest.
+
+  check_layering.py REPO        check REPO's src/ and mpi/ (exit 1 with each bad arrow)
+  check_layering.py --selftest  show that an up-arrow and an unknown folder are caught
+"""
+import os
+import re
+import sys
+import tempfile
+
+# folder -> the folders its files may include (besides its own). Order of the pipeline:
+# data model and files first, then the parsers, the HF model's shape, the backends, the
+# mapping recipe, the pure planner, the executor, the outputs and the reports.
+ALLOWED = {
+    "core": set(),
+    "io": {"core"},
+    "zip": {"core", "io"},
+    "pickle": {"core"},
+    "safetensors": {"core", "io"},
+    "torch": {"core", "io", "zip", "pickle"},
+    "watch": {"core", "io"},
+    "architecture": {"core", "io"},
+    "formats": {"core", "io", "zip", "pickle", "safetensors", "torch", "architecture"},
+    "mapping": {"core", "io", "safetensors", "architecture", "formats"},
+    "plan": {"core"},
+    "exec": {"core", "io", "architecture", "mapping", "plan"},
+    "output": {"core", "io", "safetensors", "architecture", "mapping", "plan", "exec"},
+    "report": {"core", "io", "architecture", "formats", "mapping", "plan", "exec", "output"},
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def arrows(root):
+    """(file, line, from_folder, to_folder, included) for every quoted include of src/ and mpi/."""
+    for top in ("src", "mpi"):
+        base = os.path.join(root, top)
+        for dirpath, _, names in os.walk(base):
+            for name in sorted(names):
+                if not name.endswith((".h", ".cpp")):
+                    continue
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, root)
+                folder = "mpi" if top == "mpi" else rel.split(os.sep)[1]
+                text = open(path, encoding="utf-8").read()
+                for m in INCLUDE.finditer(text):
+                    included = m.group(1)
+                    line = text.count("\n", 0, m.start()) + 1
+                    target = included.split("/")[0] if "/" in included else None
+                    yield rel, line, folder, target, included
+
+
+def problems(root):
+    found = []
+    known = set(ALLOWED) | {"mpi"}
+    for rel, line, folder, target, included in arrows(root):
+        where = f"{rel}:{line}: #include \"{included}\""
+        if folder not in known:
+            found.append(f"{where}: src/{folder}/ is not in check_layering.py's ALLOWED table")
+        elif folder == "mpi":
+            continue
+        elif target is None:
+            # A bare name is a file beside it in src/ only if it exists there; mpi/ headers are bare.
+            if not os.path.exists(os.path.join(root, os.path.dirname(rel), included)):
+                found.append(f"{where}: src/ includes a file outside src/ (mpi/?)")
+        elif target == "mpi":
+            found.append(f"{where}: src/ never includes mpi/")
+        elif target != folder and target in known and target not in ALLOWED[folder]:
+            found.append(f"{where}: {folder}/ may include only {sorted(ALLOWED[folder]) or 'nothing else'}")
+    return found
+
+
+def selftest():
+    with tempfile.TemporaryDirectory() as root:
+        def write(rel, text):
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "w").write(text)
+        write("src/core/a.h", '#pragma once\n')
+        write("src/plan/b.h", '#include "core/a.h"\n')
+        write("mpi/main.cpp", '#include "plan/b.h"\n#include "comm.h"\n')
+        assert problems(root) == [], problems(root)
+        write("src/core/a.h", '#pragma once\n#include "plan/b.h"\n')  # an up-arrow
+        write("src/plan/b.h", '#include "core/a.h"\n#include "comm.h"\n')  # a reach into mpi/
+        write("src/newstage/c.cpp", '#include "core/a.h"\n')  # a folder nobody placed
+        found = problems(root)
+        assert len(found) == 3, found
+        assert "src/core/a.h:2" in found[0] or any("src/core/a.h:2" in f for f in found), found
+    print("check_layering selftest: an up-arrow, a reach into mpi/ and an unplaced folder are caught")
+
+
+def main():
+    if sys.argv[1:] == ["--selftest"]:
+        selftest()
+        return 0
+    root = sys.argv[1]
+    found = problems(root)
+    for p in found:
+        print(p)
+    if found:
+        print(f"{len(found)} include arrow(s) break the layering (docs/design.md, Layering)")
+        return 1
+    print(f"layering: {sum(1 for _ in arrows(root))} includes, every arrow points down")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
