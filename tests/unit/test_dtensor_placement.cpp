@@ -1,4 +1,4 @@
-// Unit tests for include/vmerge/dtensor_placement.h. Expected ranges follow the torch rules of
+// Unit tests for src/torch/dtensor_placement.h. Expected ranges follow the torch rules of
 // torch-formats.md §4.2 (c = ceil(N/W), rank r gets [min(N, r*c), min(N, (r+1)*c))) and §4.3.
 #include <gtest/gtest.h>
 
