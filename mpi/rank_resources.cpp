@@ -61,11 +61,4 @@ uint64_t peak_rss_bytes() {
     return static_cast<uint64_t>(usage.ru_maxrss) * 1024;
 }
 
-// Slows every written block down, so tests can kill a rank or interrupt a merge while it is
-// writing.
-int block_delay_ms() {
-    const char* text = std::getenv("VMERGE_TEST_BLOCK_DELAY_MS");
-    return text ? static_cast<int>(parse_int_within(text, 0, 600000).value_or(0)) : 0;
-}
-
 }  // namespace vmerge

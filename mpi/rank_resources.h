@@ -26,7 +26,4 @@ PageCacheChoice page_cache_choice(const Options& o, const Comm& comm, const Tens
 // This process's peak resident memory.
 uint64_t peak_rss_bytes();
 
-// Test hook: VMERGE_TEST_BLOCK_DELAY_MS, the pause after every written block (0: none).
-int block_delay_ms();
-
 }  // namespace vmerge

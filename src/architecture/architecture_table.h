@@ -23,10 +23,10 @@ enum class NameSplit {
     Vocab,   // rows trimmed (or zero-padded) to config vocab_size
 };
 
-// How the tensor-parallel shards of one Megatron tensor combine (megatron-formats.md §4):
-// concatenated on dim 0 or 1, read once from tp rank 0, SwiGLU [gate_r; up_r] halves, or
-// (MLA down-projections) replicated when one shard already has the full row count, else
-// concatenated on dim 0.
+// How the tensor-parallel shards of one Megatron tensor combine (docs/reference/megatron-formats.md
+// §2): concatenated on dim 0 or 1, read once from tp rank 0, SwiGLU [gate_r; up_r] halves, or (MLA
+// down-projections) replicated when one shard already has the full row count, else concatenated on
+// dim 0.
 enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
 
 // One rule of an architecture table: the checkpoint key pattern `from` ({i}: a layer number)

@@ -28,7 +28,7 @@ struct ExpectedTensors {
     std::map<std::string, Shape> optional;
 };
 
-// The model facts the rules need, read from config.json (megatron-formats.md §5.6).
+// The model facts the rules need, read from config.json (docs/reference/megatron-formats.md §5.4).
 struct ArchitectureInfo {
     std::string name;        // architectures[0]
     // The config.json-implied tensor set (config_tensors of the table, or of the table its

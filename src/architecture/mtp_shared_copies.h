@@ -8,9 +8,9 @@
 namespace vmerge {
 
 // DeepSeek-V3's release (and mbridge's export) holds, in every multi-token prediction layer
-// model.layers.{L+k}, a copy of the embedding and one of the output head, and vLLM's DeepSeek
-// MTP loader reads the layer's own names (model-families.md §8). One copy per MTP layer and
-// original, for an architecture whose 'hf' table says mtp_shared_copies.
+// model.layers.{L+k}, a copy of the embedding and one of the output head, and vLLM's DeepSeek MTP
+// loader reads the layer's own names (docs/reference/model-families.md §2). One copy per MTP layer
+// and original, for an architecture whose 'hf' table says mtp_shared_copies.
 struct MtpSharedCopy {
     std::string name;  // model.layers.{L+k}.embed_tokens.weight or ...shared_head.head.weight
     bool head = false;  // a copy of lm_head.weight (else of model.embed_tokens.weight)

@@ -11,7 +11,7 @@
 namespace vmerge {
 
 // "These elements of that source tensor go to this box of this output tensor": the one
-// operation every merge rule is expressed in (DESIGN.md §4, map).
+// operation every merge rule is expressed in (docs/design.md, step 3, "map").
 struct BoxCopy {
     uint32_t source = 0;   // index into TensorMapping::sources
     Shape src_start;       // in the source tensor's own (local) coordinates

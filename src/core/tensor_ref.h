@@ -13,7 +13,7 @@ using Shape = std::vector<int64_t>;
 int64_t numel(const Shape& shape);
 std::string shape_to_string(const Shape& shape);
 
-// How one mesh dimension splits (or not) a DTensor (torch-formats.md §3.3, §4).
+// How one mesh dimension splits (or not) a DTensor (docs/reference/torch-formats.md §2.2, §3).
 struct Placement {
     enum class Kind { Shard, StridedShard, Replicate, Partial };
     Kind kind = Kind::Replicate;

@@ -13,11 +13,11 @@ inline uint32_t select_bits(bool take_first, uint32_t first, uint32_t second) {
     return (first & mask) | (second & ~mask);
 }
 
-// float8_e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinity; 0x7F/0xFF
-// are NaN; largest finite 448 = 0x7E), converted exactly as torch's c10 routine does
-// (fp8-formats.md §1): round to nearest, ties to the even mantissa, in the normal and the
-// subnormal range alike, and NOT saturating: |v| >= 480, ±Inf and NaN give the NaN code, and so
-// do values in (464, 480), which round up onto it. The sign bit is always copied.
+// float8_e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinity; 0x7F/0xFF are
+// NaN; largest finite 448 = 0x7E), converted exactly as torch's c10 routine does
+// (docs/reference/fp8-formats.md §1): round to nearest, ties to the even mantissa, in the normal
+// and the subnormal range alike, and NOT saturating: |v| >= 480, ±Inf and NaN give the NaN code,
+// and so do values in (464, 480), which round up onto it. The sign bit is always copied.
 // Inline: the quantizers call it once per weight.
 inline uint8_t e4m3fn_from_float(float value) {
     constexpr uint32_t first_unrepresentable = 0x43F00000u;  // 480.0f: rounds onto the NaN code

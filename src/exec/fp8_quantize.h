@@ -7,10 +7,11 @@
 
 namespace vmerge {
 
-// The two FP8 weight layouts of fp8-formats.md, on rows of one weight [rows, cols] given as
-// binary32 values (exactly the weight as the unquantized merge writes it). Both refuse a NaN or
-// infinite weight as every quantizer does (finite_weights.h: an Error naming `tensor`, the row
-// counted from `first_row`, the column and the value), and store scales by quantization_scale.h.
+// The two FP8 weight layouts of docs/reference/fp8-formats.md, on rows of one weight [rows, cols]
+// given as binary32 values (exactly the weight as the unquantized merge writes it). Both refuse a
+// NaN or infinite weight as every quantizer does (finite_weights.h: an Error naming `tensor`, the
+// row counted from `first_row`, the column and the value), and store scales by
+// quantization_scale.h.
 
 // Block FP8 (§2.2): `x` holds whole 128-row stripes (the last may be shorter), so every
 // 128x128 block (partial ones at the right and bottom edges) is complete. Per block, in

@@ -11,8 +11,9 @@
 
 namespace vmerge {
 
-// Why a source entry is not part of the output: a fixed list, so the summary can count them
-// and nothing leaves the merge without one of these names (DESIGN.md §5).
+// Why a source entry is not part of the output: a fixed list, so the summary can count them and
+// nothing leaves the merge without one of these names (docs/usage.md, "merge": accounting;
+// docs/design.md, "Checkpoint backends").
 enum class DropReason {
     OutsideModel,   // an entry of the saved dict outside the model state dict (optimizer, ...)
     Replica,        // the same values saved by another data/expert/tensor-parallel rank

@@ -12,14 +12,6 @@ std::string json_error_text(const nlohmann::json::exception& e) {
     return close == std::string::npos ? text : text.substr(close + 2);
 }
 
-nlohmann::json parse_json(std::istream& in, const std::string& path) {
-    try {
-        return nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-        throw Error(path + ": not valid JSON: " + json_error_text(e));
-    }
-}
-
 nlohmann::json parse_json_text(const std::string& text, const std::string& path) {
     try {
         return nlohmann::json::parse(text);

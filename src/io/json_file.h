@@ -1,6 +1,5 @@
 #pragma once
 #include <cstdint>
-#include <istream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,8 +23,7 @@ decltype(auto) interpret_json(const std::string& path, F&& interpret) {
     }
 }
 
-// Parses the JSON document `in` read from `path`; Error "<path>: not valid JSON: ..." otherwise.
-nlohmann::json parse_json(std::istream& in, const std::string& path);
+// Parses the JSON document `text` read from `path`; Error "<path>: not valid JSON: ..." otherwise.
 nlohmann::json parse_json_text(const std::string& text, const std::string& path);
 
 // The same for a file, read through InputFile (a regular file only, at most kMaxJsonBytes).

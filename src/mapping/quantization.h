@@ -11,9 +11,10 @@
 
 namespace vmerge {
 
-// The layouts --quantize writes: compressed-tensors `pack-quantized` int4/int8 (output-formats.md
-// §4, vLLM's WNA16 kernels), block FP8 (`quant_method: fp8`, DeepSeek-V3 / Qwen3-*-FP8) and
-// compressed-tensors FP8_DYNAMIC (`float-quantized`), fp8-formats.md §2 and §3.
+// The layouts --quantize writes: compressed-tensors `pack-quantized` int4/int8
+// (docs/reference/output-formats.md §3, vLLM's WNA16 kernels), block FP8 (`quant_method: fp8`,
+// DeepSeek-V3 / Qwen3-*-FP8) and compressed-tensors FP8_DYNAMIC (`float-quantized`),
+// docs/reference/fp8-formats.md §2 and §3.
 enum class QuantScheme { Int, Fp8Block, Fp8Dynamic };
 // The --quantize values: "int", "fp8", "fp8-dynamic" (also "fp8_dynamic").
 std::optional<QuantScheme> parse_quant_scheme(const std::string& text);
@@ -30,7 +31,8 @@ struct QuantizeSpec {
     bool allow_unsupported = false;   // --allow_unsupported_quantization: write what no vLLM kernel runs
     // Block FP8 only (--fp8_full_blocks_only): leave every Linear with a partial 128x128 block
     // (rows or columns not a multiple of 128) unquantized, with the rest of its fused group, so
-    // transformers' dequantize-on-load (no FP8 GPU) loads the folder (fp8-formats.md §2.5).
+    // transformers' dequantize-on-load (no FP8 GPU) loads the folder
+    // (docs/reference/fp8-formats.md §2.4).
     bool fp8_full_blocks_only = false;
 };
 

@@ -20,7 +20,7 @@ struct OutputFormatInfo {
 };
 
 // Every output format, the default first. Adding a format: src/output/<new>/ and one line in
-// registry.cpp (docs/design-outputs.md).
+// registry.cpp (docs/design.md, "Output formats").
 const std::vector<OutputFormatInfo>& output_formats();
 
 // The format named `name`, or nullptr.

@@ -43,8 +43,9 @@ private:
     uint64_t end_ = 0;
 };
 
-// Reads and checks a header by the rules the reference reader enforces (output-formats.md
-// §1.5): sizes, JSON, dtypes, contiguous offsets, byte counts, file length. Throws Error.
+// Reads and checks a header by the rules the reference reader enforces
+// (docs/reference/output-formats.md §1.3): sizes, JSON, dtypes, contiguous offsets, byte counts,
+// file length. Throws Error.
 SafetensorsFile read_safetensors_header(const std::string& path);
 
 // A Hugging Face weights folder: model.safetensors, or shards listed by the index.

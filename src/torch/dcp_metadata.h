@@ -31,8 +31,8 @@ struct DcpMetadata {
     std::vector<std::string> byte_items;  // fqns of BytesStorageMetadata items (pickled objects)
 };
 
-// Reads <dir>/.metadata (torch-formats.md §5): tensor sizes, dtypes, chunks, and where each
-// chunk lives. Every chunk must have its storage entry, inside an existing file.
+// Reads <dir>/.metadata (docs/reference/torch-formats.md §4): tensor sizes, dtypes, chunks, and
+// where each chunk lives. Every chunk must have its storage entry, inside an existing file.
 DcpMetadata read_dcp_metadata(const std::string& dir);
 
 }  // namespace vmerge

@@ -15,8 +15,9 @@ struct DimRun {
     int64_t length = 0;
 };
 
-// torch.chunk rule (torch-formats.md §4.2): piece `index` of `count` pieces of `size` items.
-// Returns {start, length}; leading pieces are full, then a partial one, then empty ones.
+// torch.chunk rule (docs/reference/torch-formats.md §3.1): piece `index` of `count` pieces of
+// `size` items. Returns {start, length}; leading pieces are full, then a partial one, then
+// empty ones.
 std::pair<int64_t, int64_t> chunk_range(int64_t size, int64_t count, int64_t index);
 
 // The global indices a DTensor shard holds along each tensor dim, in local order, from its

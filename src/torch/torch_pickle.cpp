@@ -204,8 +204,8 @@ Shape mesh_layout_shape(const Value& layout_obj, const std::string& where) {
     return sizes;
 }
 
-// DeviceMesh state varies by torch version (torch-formats.md §3.3): the mesh shape is the
-// `mesh` tensor's shape (<= 2.9) or its `_layout` (2.10+).
+// DeviceMesh state varies by torch version (docs/reference/torch-formats.md §2.3): the mesh shape
+// is the `mesh` tensor's shape (<= 2.9) or its `_layout` (2.10+).
 void parse_mesh(const Value& mesh, DTensorLayout& layout, const ZipArchive& archive,
                 const InputFile& file, const std::string& where) {
     const Value* state = mesh.state.get();

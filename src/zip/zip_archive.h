@@ -30,9 +30,9 @@ struct ZipSpan {
 void check_zip_spans_disjoint(std::vector<ZipSpan> spans, const ZipSpan& directory,
                               const std::function<void(uint64_t, const std::string&)>& fail);
 
-// The ZIP container torch.save writes (torch-formats.md §1): central directory, ZIP64,
-// stored records only. It may start at `base` inside a larger file (a DCP item) and
-// span `length` bytes; offsets in the archive are relative to `base`.
+// The ZIP container torch.save writes (docs/reference/torch-formats.md §1): central directory,
+// ZIP64, stored records only. It may start at `base` inside a larger file (a DCP item) and span
+// `length` bytes; offsets in the archive are relative to `base`.
 class ZipArchive {
 public:
     // Parses the central directory of the archive in [base, base+length) of `file`

@@ -9,7 +9,7 @@ import struct
 
 from corpus_lib import case, copy_case, ops_of, patch_data_pkl, read_record, splice
 
-# The bounds vmerge promises (include/vmerge/bounded_number.h, hf_config.cpp, command_line.h);
+# The bounds vmerge promises (src/core/bounded_number.h, src/architecture/hf_config.cpp, mpi/command_line.h);
 # the expected texts are built from these and from the damage, not from vmerge's output.
 MAX_LAYERS = 100000
 MAX_WORLD = 1 << 20

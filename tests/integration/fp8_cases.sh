@@ -1,11 +1,11 @@
 #!/bin/bash
 # `merge --quantize=fp8` (block FP8) and `--quantize=fp8-dynamic` (compressed-tensors
 # FP8_DYNAMIC), each FP8 byte and scale recomputed by an independent numpy checker
-# (tests/tools/check_fp8.py, written from fp8-formats.md) from a reference HF folder the fixture
-# generators wrote from the original tensors (the example model: its unquantized merge), every
-# other tensor and file bit-identical; 1, 2 and 3 ranks with 1 MiB blocks; dense BF16 and FP32
-# masters, MoE, MLA, a value model, a LoRA fold, --quantize_ignore on a fused part; the
-# shape-rule warning printed once; `inspect`; a NaN weight refused.
+# (tests/tools/check_fp8.py, written from docs/reference/fp8-formats.md) from a reference HF
+# folder the fixture generators wrote from the original tensors (the example model: its
+# unquantized merge), every other tensor and file bit-identical; 1, 2 and 3 ranks with 1 MiB
+# blocks; dense BF16 and FP32 masters, MoE, MLA, a value model, a LoRA fold, --quantize_ignore
+# on a fused part; the shape-rule warning printed once; `inspect`; a NaN weight refused.
 # usage: fp8_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR FSDP_FIXTURES MEGATRON_FIXTURES LORA_FIXTURES WORK
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fsdp=$5 megatron=$6 lora=$7 work=$8

@@ -1,7 +1,7 @@
 #!/bin/bash
 # `merge --quantize` writes compressed-tensors pack-quantized weights that an independent checker
-# (tests/tools/check_quantized.py, written from output-formats.md §4) recomputes exactly from an
-# unquantized merge of the same checkpoint; `verify` accepts each quantized folder.
+# (tests/tools/check_quantized.py, written from docs/reference/output-formats.md §3) recomputes
+# exactly from an unquantized merge of the same checkpoint; `verify` accepts each quantized folder.
 # With MEGATRON_FIXTURES, a Megatron MoE checkpoint too (experts quantized, router gates and
 # the shared-expert gate left as they are and listed in `ignore`).
 # usage: quantize_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR WORK [MEGATRON_FIXTURES]

@@ -5,7 +5,7 @@
     check_hf_output.py --selftest
 
 OUT is validated against the safetensors reader rules and the writer conventions
-(docs/reference/output-formats.md §1.4, §1.5, §2.1):
+(docs/reference/output-formats.md §1.2, §1.3, §2):
   * 8-byte little-endian header length N, N <= 100,000,000, 8 + N <= file size;
   * header is UTF-8 JSON starting with '{', right-padded with spaces only, N % 8 == 0;
   * no duplicate keys; `__metadata__` == {"format": "pt"};
@@ -33,7 +33,7 @@ import sys
 import tempfile
 
 MAX_HEADER = 100_000_000
-# Rust Dtype enum order (output-formats.md §1.2) with bits per element
+# Rust Dtype enum order (docs/reference/output-formats.md §1.1) with bits per element
 DTYPE_BITS = [("BOOL", 8), ("F4", 4), ("F6_E2M3", 6), ("F6_E3M2", 6), ("U8", 8), ("I8", 8),
               ("F8_E5M2", 8), ("F8_E4M3", 8), ("F8_E8M0", 8), ("F8_E4M3FNUZ", 8),
               ("F8_E5M2FNUZ", 8), ("I16", 16), ("U16", 16), ("F16", 16), ("BF16", 16), ("I32", 32),

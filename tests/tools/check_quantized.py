@@ -4,7 +4,7 @@
     check_quantized.py --out QDIR --ref REFDIR --bits 4|8 --group G [--asymmetric]
     check_quantized.py --selftest
 
-Written from docs/reference/output-formats.md §4 only (not from vmerge's code). REFDIR is the
+Written from docs/reference/output-formats.md §3 only (not from vmerge's code). REFDIR is the
 unquantized merge of the same checkpoint, QDIR the quantized one; G = 0 means per channel.
 
 Rules checked
@@ -27,7 +27,7 @@ Rules checked
       mn = min(min(x), 0), mx = max(max(x), 0)
       symmetric:  s32 = max(|mn|, |mx|) / ((qmax - qmin) / 2)      (amax/7.5, amax/127.5)
       asymmetric: s32 = (mx - mn) / (qmax - qmin)
-                  zp  = rint(clamp(qmin - mn / s32, qmin, qmax))   (uses the fp32 s32, §4.5 step 5)
+                  zp  = rint(clamp(qmin - mn / s32, qmin, qmax))   (uses the fp32 s32, §3.5 step 5)
       s = s32 cast to the stored dtype with round-to-nearest-even; a zero s (s32 == 0, or an
           underflow of the cast) becomes the stored dtype's eps: BF16 2^-7, F16 2^-10, F32 2^-23
       q = clamp(rint(x / s + zp), qmin, qmax)    (float32, rint = round half to even)

@@ -1,6 +1,7 @@
-// Architecture tables (share/vmerge/architectures/*.json): schema errors name file and rule;
-// the RoPE permutation and the expert split are box copies whose rows are checked here against
-// the formulas of formats-today.md §3.3, written independently of the code under test.
+// Architecture tables (share/vmerge/architectures/*.json): schema errors name file and rule; the
+// RoPE permutation and the expert split are box copies whose rows are checked here against the
+// formulas of docs/reference/torchtitan-formats.md §3, written independently of the code under
+// test.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -171,9 +172,9 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
               "t.json: give 'config_tensors' or 'config_check', not both");
 }
 
-// The TP rules of the shipped Megatron tables, per megatron-formats.md §4 (ColumnParallelLinear
-// rows, RowParallelLinear columns, SwiGLU halves, TE-duplicated MLA down-projections,
-// replicated norms), and a LoRA adapter's from its base weight.
+// The TP rules of the shipped Megatron tables, per docs/reference/megatron-formats.md §2
+// (ColumnParallelLinear rows, RowParallelLinear columns, SwiGLU halves, TE-duplicated MLA
+// down-projections, replicated norms), and a LoRA adapter's from its base weight.
 TEST(ArchitectureTable, ShippedMegatronTablesGiveTheTensorParallelRules) {
     const HfConfig config = parse_hf_config("/hf", R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 32,
         "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 64, "intermediate_size": 48,

@@ -1,6 +1,6 @@
-// Unit tests for the ZeRO partition planning (src/formats/deepspeed/flat_partition.h): flat runs
-// as boxes, and where ZeRO-1/2 groups and ZeRO-3 pieces put each parameter's elements. The
-// expected values are worked out by hand from deepspeed-formats.md §4/§5, or enumerated.
+// Unit tests for the ZeRO partition planning (src/formats/deepspeed/flat_partition.h): flat runs as
+// boxes, and where ZeRO-1/2 groups and ZeRO-3 pieces put each parameter's elements. The expected
+// values are worked out by hand from docs/reference/deepspeed-formats.md §4/§5, or enumerated.
 #include <gtest/gtest.h>
 
 #include <random>

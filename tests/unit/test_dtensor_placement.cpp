@@ -1,5 +1,6 @@
-// Unit tests for include/vmerge/dtensor_placement.h. Expected ranges follow the torch rules of
-// torch-formats.md §4.2 (c = ceil(N/W), rank r gets [min(N, r*c), min(N, (r+1)*c))) and §4.3.
+// Unit tests for src/torch/dtensor_placement.h. Expected ranges follow the torch rules of
+// docs/reference/torch-formats.md §3.1 (c = ceil(N/W), rank r gets [min(N, r*c), min(N, (r+1)*c)))
+// and §3.2.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -169,7 +170,7 @@ TEST(DTensorRuns, TwoMeshDimsOnTheSameTensorDimRechunk) {
 
 TEST(DTensorRuns, StridedShardFsdpTpEven) {
     // (_StridedShard(0, sf=2), Shard(0)) on (dp=2, tp=2), N=32: rank (dp=i, tp=j) holds
-    // rows j*16 + i*8 .. +8 (torch-formats.md §4.3).
+    // rows j*16 + i*8 .. +8 (docs/reference/torch-formats.md §3.2).
     for (int64_t i = 0; i < 2; ++i)
         for (int64_t j = 0; j < 2; ++j) {
             const auto runs =

@@ -1,4 +1,4 @@
-// Unit tests for include/vmerge/dtype_cast.h. Expected bit patterns are worked out by hand
+// Unit tests for src/exec/dtype_cast.h. Expected bit patterns are worked out by hand
 // from the IEEE-754 binary32 / binary16 / bfloat16 layouts and round-to-nearest-even.
 #include <gtest/gtest.h>
 

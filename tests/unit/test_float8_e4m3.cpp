@@ -1,5 +1,5 @@
-// The e4m3fn encoder against a reference written here from the format's definition (c10's
-// rules as fp8-formats.md §1 states them), not from the encoder: decode every code, pick the
+// The e4m3fn encoder against a reference written here from the format's definition (c10's rules as
+// docs/reference/fp8-formats.md §1 states them), not from the encoder: decode every code, pick the
 // nearest, ties to the even code; values at or past 480 (and those rounding up onto the 0x7F
 // pattern, which c10 treats as if it were 480) are NaN.
 #include <algorithm>

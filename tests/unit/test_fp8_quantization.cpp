@@ -1,5 +1,5 @@
 // FP8 planning (which modules, which tensors, config blocks, vLLM shape rules) and the two
-// FP8 kernels on values worked out by hand from fp8-formats.md.
+// FP8 kernels on values worked out by hand from docs/reference/fp8-formats.md.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// Unit tests for map_fsdp / discover_fsdp (include/vmerge/fsdp_backend.h) and
-// check_copies_tile_output (include/vmerge/tensor_mapping.h), on hand-built scans.
+// Unit tests for map_fsdp / discover_fsdp (src/formats/fsdp/fsdp_backend.h) and
+// check_copies_tile_output (src/core/tensor_mapping.h), on hand-built scans.
 #include <gtest/gtest.h>
 
 #include <unistd.h>

@@ -1,8 +1,9 @@
-// The embedding / output head copies of a multi-token prediction layer (architecture/mtp_shared_copies.h,
-// exec/tied_embedding.h): which copies an MTP layer takes and under which names (DeepSeek-V3's
-// release: model.layers.{L+k}.embed_tokens.weight, model.layers.{L+k}.shared_head.head.weight,
-// model-families.md §8), that the copies read the original's bytes, that a copy the checkpoint
-// holds is compared with its original, and what config.json allows.
+// The embedding / output head copies of a multi-token prediction layer
+// (architecture/mtp_shared_copies.h, exec/tied_embedding.h): which copies an MTP layer takes and under
+// which names (DeepSeek-V3's release: model.layers.{L+k}.embed_tokens.weight,
+// model.layers.{L+k}.shared_head.head.weight, docs/reference/model-families.md §2), that the copies
+// read the original's bytes, that a copy the checkpoint holds is compared with its original, and
+// what config.json allows.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,4 +1,4 @@
-// Unit tests for include/vmerge/output_layout.h: safetensors headers, shard planning as
+// Unit tests for src/plan/output_layout.h: safetensors headers, shard planning as
 // transformers / huggingface_hub does it (greedy in order), and the index JSON.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Unit tests for include/vmerge/rank_work.h: the per-rank write plan covers every output
+// Unit tests for src/plan/rank_work.h: the per-rank write plan covers every output
 // byte exactly once, splits only at row boundaries, and is balanced.
 #include <gtest/gtest.h>
 

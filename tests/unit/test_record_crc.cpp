@@ -1,4 +1,4 @@
-// Unit tests for include/vmerge/record_crc.h: CRC-32 helpers, the per-rank ledger of pieces
+// Unit tests for src/io/record_crc.h: CRC-32 helpers, the per-rank ledger of pieces
 // read, and the join of every rank's pieces (with gap reads) on rank 0.
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Unit tests for the safetensors header rules of include/vmerge/safetensors_file.h: what the
+// Unit tests for the safetensors header rules of src/safetensors/safetensors_file.h: what the
 // writer refuses to plan (SafetensorsHeaderCheck) and the reader's refusal of duplicate keys.
 #include <gtest/gtest.h>
 #include <unistd.h>

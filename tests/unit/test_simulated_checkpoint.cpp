@@ -1,4 +1,4 @@
-// Unit tests for simulate_checkpoint (include/vmerge/simulated_checkpoint.h): declared layouts
+// Unit tests for simulate_checkpoint (src/formats/simulated/simulated_checkpoint.h): declared layouts
 // run through the real backends give exactly the tensors config.json implies, and the plans
 // for the example 70B / 671B configs are balanced. Plan numbers and times are printed for
 // docs/scaling.md.

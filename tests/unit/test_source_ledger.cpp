@@ -1,4 +1,4 @@
-// Unit tests for the source accounting (include/vmerge/source_ledger.h), the output-name
+// Unit tests for the source accounting (src/formats/source_ledger.h), the output-name
 // collision check (OutputNames, fsdp_model_name) and the FSDP/DCP check against config.json
 // (check_output_against_config), on hand-built scans.
 #include <gtest/gtest.h>

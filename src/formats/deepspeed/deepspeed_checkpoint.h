@@ -4,9 +4,9 @@
 #include <vector>
 
 // A DeepSpeed ZeRO checkpoint folder as DeepSpeedEngine.save_checkpoint leaves it
-// (deepspeed-formats.md §1): <save_dir>/latest naming the tag, <save_dir>/<tag>/ with one
-// optimizer file per data-parallel rank and one model-states file (ZeRO-1/2) or one per rank
-// (ZeRO-3). HF Trainer's checkpoint-N/ and accelerate's save_state folder are such a save_dir.
+// (docs/reference/deepspeed-formats.md §1): <save_dir>/latest naming the tag, <save_dir>/<tag>/
+// with one optimizer file per data-parallel rank and one model-states file (ZeRO-1/2) or one per
+// rank (ZeRO-3). HF Trainer's checkpoint-N/ and accelerate's save_state folder are such a save_dir.
 namespace vmerge {
 
 struct DeepSpeedCheckpoint {

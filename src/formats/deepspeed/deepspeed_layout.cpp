@@ -45,8 +45,9 @@ public:
         std::error_code ec;
         if (fs::exists(fs::path(c.save_dir) / "config.json", ec)) {
             d.default_hf_dir = c.save_dir;
-            // What HF Trainer and DeepSpeed keep beside the model files (deepspeed-formats.md §1);
-            // DeepSpeed 0.19 copies its recovery script zero_to_torch.py there too.
+            // What HF Trainer and DeepSpeed keep beside the model files
+            // (docs/reference/deepspeed-formats.md §1); DeepSpeed 0.19 copies its recovery script
+            // zero_to_torch.py there too.
             d.training_files = {"latest", "zero_to_fp32.py", "zero_to_torch.py", "trainer_state.json", "latest_universal"};
             if (fs::path(c.tag_dir).parent_path() == fs::path(c.save_dir))
                 d.training_files.push_back(fs::path(c.tag_dir).filename().string() + "/");

@@ -10,12 +10,11 @@
 
 namespace vmerge {
 
-// ZeRO 1/2/3 rank files as Hugging Face tensors (deepspeed-formats.md §4, §5, §7): trainable
-// parameters from the fp32 master partitions (box copies out of the flats, moments never
-// read), frozen ones from their fragments, buffers from rank 0's module, aliases as
-// shared_params says. `scans` are the optimizer files (rank order), then the model files.
-// What is not written is dropped in `ledger`: rotary / _extra_state buffers, the bit16 module
-// copies, the optimizer state.
+// ZeRO 1/2/3 rank files as Hugging Face tensors (docs/reference/deepspeed-formats.md §4-§6):
+// trainable parameters from the fp32 master partitions (box copies out of the flats, moments never
+// read), frozen ones from their fragments, buffers from rank 0's module, aliases as shared_params
+// says. `scans` are the optimizer files (rank order), then the model files. What is not written is
+// dropped in `ledger`: rotary / _extra_state buffers, the bit16 module copies, the optimizer state.
 // `facts` gets stage, world size, groups, padding and the bytes read and skipped.
 // `exclude_frozen_parameters`: zero_to_fp32.py's flag, the frozen parameters left out (dropped,
 // their names in `left_out`).

@@ -7,11 +7,11 @@
 #include "core/tensor_ref.h"
 #include "io/input_file.h"
 
-// Reading one DeepSpeed rank file (a torch.save archive, deepspeed-formats.md §2, §3): its
-// data.pkl only, never tensor bytes. Every tensor anywhere in the saved dict becomes a
+// Reading one DeepSpeed rank file (a torch.save archive, docs/reference/deepspeed-formats.md §2,
+// §3): its data.pkl only, never tensor bytes. Every tensor anywhere in the saved dict becomes a
 // scanned entry keyed by its path ("optimizer_state_dict.fp32_flat_groups.0",
-// "module.model.norm.weight"), so the ledger accounts for the optimizer moments too; the
-// non-tensor facts the merge needs travel as JSON in ScannedFile::metadata.
+// "module.model.norm.weight"), so the ledger accounts for the optimizer moments too; the non-tensor
+// facts the merge needs travel as JSON in ScannedFile::metadata.
 namespace vmerge {
 
 ScannedFile scan_deepspeed_file(const InputFile& file);

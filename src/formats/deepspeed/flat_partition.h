@@ -7,7 +7,8 @@
 #include "core/tensor_ref.h"
 
 // How ZeRO keeps parameters: flattened, concatenated into flat fp32 runs and cut into rank
-// partitions (deepspeed-formats.md §4, §5). Pure functions: where each parameter's elements lie.
+// partitions (docs/reference/deepspeed-formats.md §4, §5). Pure functions: where each parameter's
+// elements lie.
 namespace vmerge {
 
 // A box of a row-major tensor: its first index and its extent on every dimension.

@@ -28,8 +28,8 @@ nlohmann::ordered_json shardings_of(const ScannedFile& rank0) {
     return meshes;
 }
 
-// verl's checkpoint.save_lora_only (formats-today.md §2): every key of the rank files is an
-// adapter key (`lora_` or `.adapter_`), the frozen base is saved nowhere.
+// verl's checkpoint.save_lora_only (docs/reference/verl-formats.md §2): every key of the rank files
+// is an adapter key (`lora_` or `.adapter_`), the frozen base is saved nowhere.
 bool holds_only_adapters(const TensorMapping& mapping) {
     return !mapping.tensors.empty() && std::all_of(mapping.tensors.begin(), mapping.tensors.end(), [](const OutputTensor& t) {
         return t.name.find("lora_") != std::string::npos || t.name.find(".adapter_") != std::string::npos;

@@ -14,9 +14,9 @@
 
 namespace vmerge {
 
-// One per-rank file of a legacy (non-distributed) Megatron checkpoint. The directory name
-// gives tp and up to two more indices (megatron-formats.md §1.1); whether a lone second
-// index is the pipeline or the expert rank is settled after scanning.
+// One per-rank file of a legacy (non-distributed) Megatron checkpoint. The directory name gives tp
+// and up to two more indices (docs/reference/megatron-formats.md §1.1); whether a lone second index
+// is the pipeline or the expert rank is settled after scanning.
 struct MegatronRankFile {
     std::string path;
     std::string dir_name;  // mp_rank_TT[_PPP][_EEE]
@@ -41,11 +41,11 @@ struct MegatronParallelism {
     int tp = 1, pp = 1, vpp = 1, ep = 1;
 };
 
-// How the tensor-parallel shards of one canonical Megatron tensor (global layer and expert
-// numbers; an MTP key as its decoder layer L + k) combine: the `tp` of the table rule that
-// names it (TpRule, megatron-formats.md §4); a LoRA adapter's linear_in / linear_out follow
-// from their base weight's rule. nullopt for a key no rule names. Used by
-// assemble_megatron_legacy and, inversely, by simulate_checkpoint.
+// How the tensor-parallel shards of one canonical Megatron tensor (global layer and expert numbers;
+// an MTP key as its decoder layer L + k) combine: the `tp` of the table rule that names it (TpRule,
+// docs/reference/megatron-formats.md §2); a LoRA adapter's linear_in / linear_out follow from their
+// base weight's rule. nullopt for a key no rule names. Used by assemble_megatron_legacy and,
+// inversely, by simulate_checkpoint.
 std::optional<TpRule> megatron_tp_rule(const std::string& key, const ArchitectureInfo& arch);
 
 // The Megatron-LM iteration folder `dir` points to: `iter_NNNNNNN` of `iteration` when given,
@@ -70,7 +70,7 @@ MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::o
 
 // Megatron tensors under their canonical names (global layer index, global expert index,
 // no layer/expert axis), each assembled from its per-rank pieces by the TP rules of
-// megatron-formats.md §4. Pure: `scans[i]` is the scan of `ckpt.files[i]`.
+// docs/reference/megatron-formats.md §2. Pure: `scans[i]` is the scan of `ckpt.files[i]`.
 // What it does not use is dropped in `ledger` with its reason (_extra_state, replicas).
 TensorMapping assemble_megatron_legacy(const MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,

@@ -248,7 +248,7 @@ SettledRanks settle_rank_indices(MegatronLegacyCheckpoint ckpt, const std::vecto
 }
 
 // Step 2, global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
-// (megatron-formats.md §6): correct for even, uneven and empty stages alike.
+// (docs/reference/megatron-formats.md §4): correct for even, uneven and empty stages alike.
 std::map<std::pair<int, int>, int64_t> global_layer_offsets(const std::vector<ScannedFile>& scans,
                                                             const std::vector<std::vector<RankKey>>& keys,
                                                             const RankIndex& by_rank, const MegatronParallelism& found) {

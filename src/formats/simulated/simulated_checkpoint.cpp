@@ -310,8 +310,8 @@ std::string rank_dir_name(const SimulationSpec& s, int t, int p, int e) {
 }
 
 // Which pipeline stage and virtual chunk hold each layer, and its index there: chunks walked
-// virtual stage outer, pipeline stage inner (megatron-formats.md §6), layers split as evenly
-// as possible, leading chunks taking one more when L % (pp*vpp) != 0.
+// virtual stage outer, pipeline stage inner (docs/reference/megatron-formats.md §4), layers split
+// as evenly as possible, leading chunks taking one more when L % (pp*vpp) != 0.
 struct LayerPlacement {
     std::vector<int> stage_of, chunk_of;
     std::vector<int64_t> local_of;

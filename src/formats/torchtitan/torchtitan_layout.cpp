@@ -1,4 +1,4 @@
-// torchtitan checkpoints (formats-today.md §3): a DCP step folder `step-N/` under
+// torchtitan checkpoints (docs/reference/torchtitan-formats.md): a DCP step folder `step-N/` under
 // {dump_folder}/checkpoint/ (standalone) or verl's `global_step_N/` (its torchtitan engine),
 // model FQNs at the top level beside the training state of a full step. Names go to HF by
 // the torchtitan architecture table of config.json's architecture (share/vmerge/architectures).

@@ -15,7 +15,8 @@ struct VerlManifestEntry {
 };
 
 // What vmerge reads of the manifest verl's Megatron checkpoint manager writes last
-// (formats-today.md §1.2): the schema, the model slot, and where config and tokenizer are.
+// (docs/reference/verl-formats.md §1.2): the schema, the model slot, and where config and
+// tokenizer are.
 struct VerlManifest {
     int schema_version = 0;
     std::string role;

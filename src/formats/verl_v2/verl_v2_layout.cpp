@@ -1,7 +1,7 @@
-// verl's Megatron checkpoint layout v2 (formats-today.md §1): ckpt_contents.json names where
-// the model is (model/dist_ckpt/ as torch_dist shards, or model/huggingface/ as HF weights) and
-// where config and tokenizer are. The archives themselves are read by the torch_dist and HF
-// safetensors rules. Grouped under --backend megatron, tried first.
+// verl's Megatron checkpoint layout v2 (docs/reference/verl-formats.md §1): ckpt_contents.json
+// names where the model is (model/dist_ckpt/ as torch_dist shards, or model/huggingface/ as HF
+// weights) and where config and tokenizer are. The archives themselves are read by the torch_dist
+// and HF safetensors rules. Grouped under --backend megatron, tried first.
 #include <filesystem>
 
 #include "core/error.h"

@@ -5,7 +5,8 @@
 
 namespace vmerge {
 
-// The registered Zstandard filter of HDF5 (output-formats.md §5.1): cd_values[0] is the level.
+// The registered Zstandard filter of HDF5 (docs/reference/output-formats.md §4): cd_values[0] is
+// the level.
 constexpr H5Z_filter_t kZstdFilterId = 32015;
 
 // The filter class, for H5Zregister (vmerge writing) and the plugin entry point (readers).
