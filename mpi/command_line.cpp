@@ -16,7 +16,7 @@
 #include "mapping/output_rules.h"
 #include "mapping/quantization.h"
 #include "formats/registry.h"
-#include "output/hdf5/zstd_codec.h"
+#include "hdf5/zstd_codec.h"
 #include "output/registry.h"
 
 namespace vmerge {

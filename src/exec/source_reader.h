@@ -1,37 +1,10 @@
 #pragma once
-#include <sys/uio.h>
-
-#include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
+#include "core/source_reader.h"
+
 namespace vmerge {
-
-// Where the copy executor's source bytes come from. A StorageRef's `file` names one source;
-// by default it is a file read with pread (InputFile). Other sources, such as the datasets of
-// an HDF5 archive being converted back, are injected by whoever knows them, so the executor
-// knows no file format.
-class SourceReader {
-public:
-    virtual ~SourceReader() = default;
-    // Exactly `length` bytes at `offset` of the source into `out`; Error when it cannot.
-    virtual void read_exact(uint64_t offset, void* out, uint64_t length, const char* what) const = 0;
-    // The bytes from `offset` on into `count` places in memory, in order; `pieces` is consumed.
-    virtual void read_scattered(uint64_t offset, iovec* pieces, size_t count, const char* what) const {
-        for (size_t i = 0; i < count; ++i) {
-            read_exact(offset, pieces[i].iov_base, pieces[i].iov_len, what);
-            offset += pieces[i].iov_len;
-        }
-    }
-    // These bytes will be read soon (a hint: a file starts reading them from disk).
-    virtual void will_need(uint64_t /*offset*/, uint64_t /*length*/) const {}
-    // These bytes will not be read again (a hint; nothing to do for most sources).
-    virtual void drop_cache(uint64_t /*offset*/, uint64_t /*length*/) const {}
-};
-
-// Opens the source a StorageRef's `file` names.
-using SourceOpener = std::function<std::unique_ptr<SourceReader>(const std::string& file)>;
 
 // The default: `file` is a path, read with pread.
 std::unique_ptr<SourceReader> open_source_file(const std::string& path);

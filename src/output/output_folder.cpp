@@ -31,14 +31,6 @@ bool within_folder(const fs::path& inner, const fs::path& outer) {
 
 }  // namespace
 
-bool is_weight_file(const std::string& name) {
-    auto ends_with = [&](const char* suffix) { return name.ends_with(suffix); };
-    // .h5: TF/Keras weights (tf_model.h5), and the name of the archive --format hdf5 writes: a
-    // copied model.h5 would replace it.
-    return ends_with(".safetensors") || ends_with(".bin") || ends_with(".pt") || ends_with(".pth") || ends_with(".h5") ||
-           name == "model.safetensors.index.json" || name == "pytorch_model.bin.index.json" || name == kChecksumsFile;
-}
-
 void pwrite_all(int fd, const unsigned char* data, size_t size, uint64_t offset, const std::string& path) {
     while (size > 0) {
         ssize_t n = ::pwrite(fd, data, size, static_cast<off_t>(offset));
@@ -191,13 +183,6 @@ std::string read_hf_file(const HfFileCopy& file) {
     std::string bytes(in.size(), '\0');
     in.read_exact(0, bytes.data(), bytes.size(), "a Hugging Face file");
     return bytes;
-}
-
-void check_output_name(const std::string& rel, const std::string& source) {
-    const fs::path p(rel);
-    bool ok = !rel.empty() && p.is_relative();
-    for (const auto& part : p) ok = ok && part != ".." && part != "." && !part.empty();
-    if (!ok) throw Error(source + ": file name '" + rel + "' is not a plain relative path inside the output folder");
 }
 
 void publish_staging(const std::string& target, bool force, const std::map<std::string, std::string>& files) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "io/output_names.h"  // is_weight_file, check_output_name
 #include "plan/output_layout.h"
 #include "output/target_guard.h"
 #include "core/tensor_mapping.h"
@@ -40,11 +41,6 @@ struct StagingState {
     bool resumed = false;  // an interrupted merge's staging folder is being continued
     std::string note;      // for the user: what happened to an earlier staging folder
 };
-// A weight file (safetensors, torch, TF/Keras .h5, vmerge's model.h5), a weight index or the
-// checksum list, by its file name: never copied into an output as an HF file (it would stand
-// beside, or in place of, the weights the merge writes).
-bool is_weight_file(const std::string& name);
-
 // The files of an HF folder a merge copies: everything but weights and weight indexes, each a
 // regular file inside the folder after links are resolved. The others are skipped, with why.
 struct HfFileCopy {
@@ -59,9 +55,6 @@ struct HfFilePlan {
 // state kept beside the model files (a trainer's `latest`, `trainer_state.json`): skipped.
 HfFilePlan plan_hf_file_copies(const std::string& hf_dir, const std::vector<std::string>& training_files = {});
 std::string read_hf_file(const HfFileCopy& file);
-
-// Error unless `rel` is a plain relative path (no "..", no absolute path); `source` names who gave it.
-void check_output_name(const std::string& rel, const std::string& source);
 
 // Writes `files` into the staging folder, then the manifest of everything in it, moves the
 // journal aside and renames the staging folder to `target` (journal restored if that fails).

@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "io/output_names.h"
 #include "plan/output_layout.h"
 
 namespace vmerge {
@@ -72,10 +73,9 @@ std::vector<WrittenBlock> read_journals(const std::string& staging);
 using BlockKey = std::tuple<size_t, int64_t, int64_t>;
 std::map<BlockKey, WrittenBlock> blocks_by_key(const std::vector<WrittenBlock>& blocks);
 
-// The sidecar `vmerge.checksums.json` that `merge` leaves in the output and `verify` checks:
-// per file its size, the header's hash and every data block's offset, length and hash.
+// The sidecar kChecksumsFile (io/output_names.h) that `merge` leaves in the output and `verify`
+// checks: per file its size, the header's hash and every data block's offset, length and hash.
 std::string checksums_json(const OutputLayout& layout, const std::vector<WrittenBlock>& blocks);
-constexpr const char* kChecksumsFile = "vmerge.checksums.json";
 
 // The same sidecar for files another library wrote whole (the HDF5 archive: HDF5 places its
 // metadata itself, so blocks are not journaled as they are written): each of `names` in `dir`

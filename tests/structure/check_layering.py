@@ -25,11 +25,12 @@ ALLOWED = {
     "torch": {"core", "io", "zip", "pickle"},
     "watch": {"core", "io"},
     "architecture": {"core", "io"},
-    "formats": {"core", "io", "zip", "pickle", "safetensors", "torch", "architecture"},
+    "hdf5": {"core", "io"},  # what the archive's reader and writer share (the HDF5 target)
+    "formats": {"core", "io", "zip", "pickle", "safetensors", "torch", "architecture", "hdf5"},
     "mapping": {"core", "io", "safetensors", "architecture", "formats"},
     "plan": {"core"},
     "exec": {"core", "io", "architecture", "mapping", "plan"},
-    "output": {"core", "io", "safetensors", "architecture", "mapping", "plan", "exec"},
+    "output": {"core", "io", "safetensors", "architecture", "mapping", "plan", "exec", "hdf5"},
     "report": {"core", "io", "architecture", "formats", "mapping", "plan", "exec", "output"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

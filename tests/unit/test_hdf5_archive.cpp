@@ -10,14 +10,15 @@
 
 #include <zstd.h>
 
-#include "output/hdf5/archive_layout.h"
-#include "output/hdf5/archive_reader.h"
+#include "hdf5/archive_layout.h"
+#include "output/hdf5/archive_chunks.h"
+#include "formats/hdf5_archive/archive_reader.h"
 #include "output/hdf5/archive_writer.h"
-#include "output/hdf5/h5z_zstd_filter.h"
+#include "hdf5/h5z_zstd_filter.h"
 #include "test_support.h"
 #include "core/error.h"
 #include "plan/rank_work.h"
-#include "output/hdf5/zstd_codec.h"
+#include "hdf5/zstd_codec.h"
 
 namespace vmerge {
 namespace {

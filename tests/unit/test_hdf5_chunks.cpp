@@ -11,7 +11,7 @@
 #include <zstd.h>
 
 #include "core/error.h"
-#include "output/hdf5/archive_reader.h"
+#include "formats/hdf5_archive/archive_reader.h"
 #include "output/hdf5/archive_writer.h"
 #include "output/hdf5/chunk_compressor.h"
 #include "output/hdf5/chunk_parcel.h"

@@ -16,12 +16,12 @@
 #include <zstd.h>
 
 #include "core/error.h"
-#include "output/hdf5/archive_dataset_check.h"
-#include "output/hdf5/archive_reader.h"
+#include "formats/hdf5_archive/archive_dataset_check.h"
+#include "formats/hdf5_archive/archive_reader.h"
 #include "output/hdf5/archive_writer.h"
-#include "output/hdf5/h5z_zstd_filter.h"
-#include "output/hdf5/hdf5_dtype.h"
-#include "output/hdf5/zstd_codec.h"
+#include "hdf5/h5z_zstd_filter.h"
+#include "hdf5/hdf5_dtype.h"
+#include "hdf5/zstd_codec.h"
 #include "output/output_folder.h"
 #include "plan/rank_work.h"
 #include "test_support.h"

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "exec/copy_executor.h"
-#include "output/hdf5/archive_layout.h"
-#include "output/hdf5/archive_reader.h"
-#include "output/hdf5/archive_source.h"
+#include "hdf5/archive_layout.h"
+#include "formats/hdf5_archive/archive_reader.h"
+#include "formats/hdf5_archive/archive_source.h"
 #include "output/hdf5/archive_writer.h"
 #include "output/registry.h"
 #include "output_stage.h"

@@ -2,10 +2,10 @@
 
 #include <mpi.h>
 
-#include "output/hdf5/archive_layout.h"
-#include "output/hdf5/row_selection.h"
-#include "output/hdf5/h5z_zstd_filter.h"
-#include "output/hdf5/hdf5_dtype.h"
+#include "hdf5/archive_layout.h"
+#include "hdf5/row_selection.h"
+#include "hdf5/h5z_zstd_filter.h"
+#include "hdf5/hdf5_dtype.h"
 #include "core/error.h"
 
 namespace vmerge {

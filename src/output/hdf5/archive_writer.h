@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "output/hdf5/hdf5_handle.h"
+#include "hdf5/hdf5_handle.h"
 #include "core/tensor_mapping.h"
 
 namespace vmerge {

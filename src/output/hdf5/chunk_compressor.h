@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "output/hdf5/zstd_codec.h"
+#include "hdf5/zstd_codec.h"
 
 namespace vmerge {
 

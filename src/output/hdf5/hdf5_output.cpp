@@ -9,9 +9,10 @@
 
 #include "core/error.h"
 #include "core/human_units.h"
-#include "output/hdf5/archive_layout.h"
-#include "output/hdf5/archive_reader.h"
-#include "output/hdf5/zstd_codec.h"
+#include "hdf5/archive_layout.h"
+#include "hdf5/archive_storage.h"
+#include "hdf5/zstd_codec.h"
+#include "output/hdf5/archive_chunks.h"
 #include "output/write_journal.h"
 
 namespace vmerge {
@@ -295,17 +296,26 @@ std::vector<std::string> Hdf5Output::commit() {
 }
 
 std::vector<std::string> Hdf5Output::summary(double seconds, double copy_seconds) const {
-    const ArchiveReader written(options_.target + "/" + kArchiveFileName);
+    // The datasets as written, with what each takes on disk (read back from the closed archive).
+    std::vector<ArchiveTensor> written;
+    std::vector<std::string> paths;
+    for (size_t i = 0; i < tensors_->size(); ++i) {
+        const OutputTensor& t = (*tensors_)[i];
+        written.push_back({t.name, archive_dataset_path(t.name), t.dtype, t.shape, chunk_rows_[i], chunk_rows_[i] > 0, 0});
+        paths.push_back(written.back().dataset_path);
+    }
+    const auto stored = archive_stored_bytes(options_.target + "/" + kArchiveFileName, paths);
+    for (size_t i = 0; i < written.size(); ++i) written[i].stored_bytes = stored[i];
     std::ostringstream line;
     line << "vmerge: wrote " << tensors_->size() << " tensors (" << human_bytes(layout_.total_size) << ") into "
          << options_.target << "/" << kArchiveFileName << " (" << compression_name(options_.zstd_level) << ", "
-         << human_bytes(written.stored_size()) << " stored) with " << options_.ranks << " rank"
+         << human_bytes(archive_stored_size(written)) << " stored) with " << options_.ranks << " rank"
          << (options_.ranks > 1 ? "s" : "") << " in " << std::fixed << std::setprecision(2) << seconds
          << " s (writing " << copy_seconds << " s, "
          << human_rate(copy_seconds > 0 ? static_cast<double>(layout_.total_size) / copy_seconds : 0.0)
          << " of tensor bytes)";
     std::vector<std::string> lines{line.str()};
-    for (const auto& storage : archive_storage_lines(written.tensors())) lines.push_back("vmerge:   " + storage);
+    for (const auto& storage : archive_storage_lines(written)) lines.push_back("vmerge:   " + storage);
     return lines;
 }
 

@@ -4,7 +4,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor_mapping.h"
-#include "output/hdf5/hdf5_handle.h"
+#include "hdf5/hdf5_handle.h"
 
 namespace vmerge {
 

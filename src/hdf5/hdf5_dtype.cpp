@@ -1,4 +1,4 @@
-#include "output/hdf5/hdf5_dtype.h"
+#include "hdf5/hdf5_dtype.h"
 
 #include <string>
 

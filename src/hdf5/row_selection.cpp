@@ -1,4 +1,4 @@
-#include "output/hdf5/row_selection.h"
+#include "hdf5/row_selection.h"
 
 #include <vector>
 

@@ -1,4 +1,4 @@
-#include "output/hdf5/hdf5_handle.h"
+#include "hdf5/hdf5_handle.h"
 
 #include "core/error.h"
 

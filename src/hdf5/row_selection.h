@@ -2,7 +2,7 @@
 #include <cstdint>
 #include <string>
 
-#include "output/hdf5/hdf5_handle.h"
+#include "hdf5/hdf5_handle.h"
 #include "core/tensor_ref.h"
 
 namespace vmerge {

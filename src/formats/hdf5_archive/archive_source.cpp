@@ -1,4 +1,4 @@
-#include "output/hdf5/archive_source.h"
+#include "formats/hdf5_archive/archive_source.h"
 
 #include <string>
 

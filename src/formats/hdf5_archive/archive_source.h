@@ -1,9 +1,9 @@
 #pragma once
 #include <vector>
 
-#include "exec/source_reader.h"
+#include "core/source_reader.h"
 #include "core/tensor_mapping.h"
-#include "output/hdf5/archive_reader.h"
+#include "formats/hdf5_archive/archive_reader.h"
 
 namespace vmerge {
 

@@ -1,5 +1,5 @@
 #pragma once
-#include "output/hdf5/hdf5_handle.h"
+#include "hdf5/hdf5_handle.h"
 #include "core/dtype.h"
 
 namespace vmerge {

@@ -2,7 +2,7 @@
 // it through HDF5_PLUGIN_PATH (docs/hdf5.md) and read vmerge's compressed archives.
 #include <H5PLextern.h>
 
-#include "output/hdf5/h5z_zstd_filter.h"
+#include "hdf5/h5z_zstd_filter.h"
 
 extern "C" {
 

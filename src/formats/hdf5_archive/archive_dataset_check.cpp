@@ -1,10 +1,10 @@
-#include "output/hdf5/archive_dataset_check.h"
+#include "formats/hdf5_archive/archive_dataset_check.h"
 
 #include <vector>
 
 #include "core/error.h"
-#include "output/hdf5/h5z_zstd_filter.h"
-#include "output/hdf5/hdf5_dtype.h"
+#include "hdf5/h5z_zstd_filter.h"
+#include "hdf5/hdf5_dtype.h"
 
 namespace vmerge {
 namespace {

@@ -1,21 +1,17 @@
-#include "output/hdf5/archive_reader.h"
+#include "formats/hdf5_archive/archive_reader.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <iomanip>
-#include <map>
-#include <sstream>
 
 #include "core/error.h"
-#include "core/human_units.h"
 #include "io/input_file.h"
-#include "output/hdf5/archive_dataset_check.h"
-#include "output/hdf5/archive_layout.h"
-#include "output/hdf5/row_selection.h"
-#include "output/hdf5/zstd_codec.h"
-#include "output/output_folder.h"
+#include "formats/hdf5_archive/archive_dataset_check.h"
+#include "hdf5/archive_layout.h"
+#include "hdf5/row_selection.h"
+#include "hdf5/zstd_codec.h"
+#include "io/output_names.h"
 
 namespace vmerge {
 namespace {
@@ -236,12 +232,6 @@ void ArchiveReader::read_everything() {
     files();
 }
 
-uint64_t ArchiveReader::stored_size() const {
-    uint64_t stored = 0;
-    for (const auto& t : tensors_) stored += t.stored_bytes;
-    return stored;
-}
-
 std::vector<std::pair<std::string, std::string>> ArchiveReader::files() {
     std::vector<std::pair<std::string, std::string>> out;
     if (H5Lexists(file_, kArchiveFilesGroup, H5P_DEFAULT) <= 0) return out;
@@ -276,38 +266,6 @@ std::vector<std::pair<std::string, std::string>> ArchiveReader::files() {
         out.emplace_back(name, std::move(bytes));
     }
     return out;
-}
-
-std::vector<ArchiveDtypeStorage> archive_storage_by_dtype(const std::vector<ArchiveTensor>& tensors) {
-    std::map<DType, ArchiveDtypeStorage> by;
-    for (const auto& t : tensors) {
-        auto& s = by[t.dtype];
-        s.dtype = t.dtype;
-        s.tensors += 1;
-        s.bytes += t.nbytes();
-        s.stored_bytes += t.stored_bytes;
-    }
-    std::vector<ArchiveDtypeStorage> out;
-    for (auto& [_, s] : by) out.push_back(s);
-    return out;
-}
-
-std::string archive_ratio_text(uint64_t bytes, uint64_t stored) {
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(3) << (stored ? static_cast<double>(bytes) / static_cast<double>(stored) : 0.0);
-    return s.str();
-}
-
-std::vector<std::string> archive_storage_lines(const std::vector<ArchiveTensor>& tensors) {
-    std::vector<std::string> lines;
-    for (const auto& s : archive_storage_by_dtype(tensors)) {
-        std::ostringstream line;
-        line << std::left << std::setw(7) << safetensors_name(s.dtype) << std::right << " " << s.tensors << " tensors, "
-             << human_bytes(s.bytes) << " -> " << human_bytes(s.stored_bytes) << " stored (ratio "
-             << archive_ratio_text(s.bytes, s.stored_bytes) << ")";
-        lines.push_back(line.str());
-    }
-    return lines;
 }
 
 }  // namespace vmerge

@@ -1,4 +1,4 @@
-#include "output/hdf5/zstd_codec.h"
+#include "hdf5/zstd_codec.h"
 
 #include <string>
 

@@ -1,9 +1,9 @@
-#include "output/hdf5/h5z_zstd_filter.h"
+#include "hdf5/h5z_zstd_filter.h"
 
 #include <cstdlib>
 #include <cstring>
 
-#include "output/hdf5/zstd_codec.h"
+#include "hdf5/zstd_codec.h"
 
 namespace vmerge {
 namespace {
