@@ -22,6 +22,9 @@ public:
     // for hours before the next collective). The one-rank Comm returns and lets the error
     // propagate normally.
     virtual void abort(int code) = 0;
+    // The communicator itself, opaque, for the output formats that write collectively
+    // (OutputOptions::parallel: a `const MPI_Comm*`); null for the one-rank Comm (no MPI).
+    virtual const void* parallel_context() const { return nullptr; }
 };
 
 }  // namespace vmerge

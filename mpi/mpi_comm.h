@@ -15,6 +15,7 @@ public:
     std::vector<std::string> allgather(const std::string& mine) override;
     void broadcast(std::string& text, int root) override;
     void abort(int code) override;
+    const void* parallel_context() const override { return &comm_; }
 
 private:
     MPI_Comm comm_;

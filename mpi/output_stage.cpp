@@ -99,6 +99,7 @@ OutputOptions output_options(const Options& o, const Comm& comm, uint64_t max_me
     options.max_memory = max_memory;
     options.rank = comm.rank();
     options.ranks = comm.size();
+    options.parallel = comm.parallel_context();
     return options;
 }
 

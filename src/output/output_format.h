@@ -35,6 +35,10 @@ struct OutputOptions {
     PageCachePolicy page_cache = PageCachePolicy::Keep;  // for what is read and what is written
     int rank = 0;
     int ranks = 1;
+    // The job's communicator, opaque here: mpi/ fills it (Comm::parallel_context) and the formats
+    // that write collectively read it (the HDF5 archive: a `const MPI_Comm*`); null when the job
+    // runs as one process without MPI.
+    const void* parallel = nullptr;
     std::string hf_dir;                          // the HF folder whose non-weight files are kept ("" none)
     std::vector<std::string> hf_training_files;  // in hf_dir, not copied (plan_hf_file_copies)
     std::map<std::string, std::string> generated;  // files the merge writes itself (they replace copied ones)

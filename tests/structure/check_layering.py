@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""The include arrows between the stage folders of src/ (docs/design.md, "Layering").
+"""The include arrows between the stage folders of src/ (docs/design.md, "The tree"), and MPI.
 
 Each folder of src/ may include the folders listed for it in ALLOWED and nothing else; mpi/
 (the front door) may include any of them, and no file of src/ includes mpi/. Every #include
-"folder/..." of a .h or .cpp is checked, so an arrow that runs back up fails ctest.
+"folder/..." of a .h or .cpp is checked, so an arrow that runs back up fails the build (CMakeLists.txt
+runs this before compiling) and ctest.
 
-  check_layering.py REPO        check REPO's src/ and mpi/ (exit 1 with each bad arrow)
-  check_layering.py --selftest  show that an up-arrow and an unknown folder are caught
+MPI belongs to mpi/: in src/ only the HDF5 archive's writer (MPI_FOLDERS) includes <mpi.h> or names an
+MPI symbol, and it works on the communicator it is given (OutputOptions::parallel): no file of src/
+names MPI_COMM_WORLD or starts, asks about or ends MPI (MPI_Init, MPI_Initialized, MPI_Finalize, ...).
+
+  check_layering.py REPO        check REPO's src/ and mpi/ (exit 1 with each problem)
+  check_layering.py --selftest  show that an up-arrow, an unknown folder and stray MPI are caught
 """
 import os
 import re
@@ -34,6 +39,12 @@ ALLOWED = {
     "report": {"core", "io", "architecture", "formats", "mapping", "plan", "exec", "output"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# The folders of src/ that may call MPI (on the communicator they receive), and what no file may name.
+MPI_FOLDERS = ("src/output/hdf5/",)
+MPI_HEADER = re.compile(r'^\s*#\s*include\s*<mpi\.h>', re.M)
+MPI_SYMBOL = re.compile(r'\bMPI_[A-Za-z_]+')
+MPI_FORBIDDEN = re.compile(r'\b(MPI_COMM_WORLD|MPI_COMM_SELF|MPI_Init\w*|MPI_Finalize\w*|MPI_Abort)\b')
+COMMENT = re.compile(r'//[^\n]*|/\*.*?\*/', re.S)
 
 
 def arrows(root):
@@ -75,6 +86,33 @@ def problems(root):
     return found
 
 
+def mpi_problems(root):
+    """Each place src/ reaches MPI where it may not (see the module's text)."""
+    found = []
+    base = os.path.join(root, "src")
+    for dirpath, _, names in os.walk(base):
+        for name in sorted(names):
+            if not name.endswith((".h", ".cpp")):
+                continue
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            text = open(path, encoding="utf-8").read()
+            code = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+            allowed = rel.startswith(MPI_FOLDERS)
+            for m in MPI_HEADER.finditer(code):
+                if not allowed:
+                    line = code.count("\n", 0, m.start()) + 1
+                    found.append(f"{rel}:{line}: #include <mpi.h>: only {', '.join(MPI_FOLDERS)} may use MPI")
+            for m in MPI_SYMBOL.finditer(code):
+                line = code.count("\n", 0, m.start()) + 1
+                if MPI_FORBIDDEN.fullmatch(m.group(0)):
+                    found.append(f"{rel}:{line}: {m.group(0)}: src/ starts no MPI and knows no world communicator; "
+                                 "it works on the one mpi/ hands over (OutputOptions::parallel)")
+                elif not allowed:
+                    found.append(f"{rel}:{line}: {m.group(0)}: only {', '.join(MPI_FOLDERS)} may use MPI")
+    return found
+
+
 def selftest():
     with tempfile.TemporaryDirectory() as root:
         def write(rel, text):
@@ -91,7 +129,17 @@ def selftest():
         found = problems(root)
         assert len(found) == 3, found
         assert "src/core/a.h:2" in found[0] or any("src/core/a.h:2" in f for f in found), found
-    print("check_layering selftest: an up-arrow, a reach into mpi/ and an unplaced folder are caught")
+        # MPI: the HDF5 writer on the communicator it is given is fine; MPI elsewhere, or a world of its own, is not.
+        write("src/output/hdf5/w.cpp", '#include <mpi.h>\n// not MPI_COMM_WORLD\nvoid f(MPI_Comm c) { MPI_Barrier(c); }\n')
+        assert mpi_problems(root) == [], mpi_problems(root)
+        write("src/output/hdf5/v.cpp", '#include <mpi.h>\nint r() { int i; MPI_Initialized(&i); return i; }\n'
+                                       'MPI_Comm c() { return MPI_COMM_WORLD; }\n')
+        write("src/exec/x.cpp", '#include <mpi.h>\nvoid g(MPI_Comm c);\n')
+        found = sorted(mpi_problems(root))
+        assert [f.split(":")[0] + ":" + f.split(":")[1] for f in found] == [
+            "src/exec/x.cpp:1", "src/exec/x.cpp:2", "src/output/hdf5/v.cpp:2", "src/output/hdf5/v.cpp:3"], found
+    print("check_layering selftest: an up-arrow, a reach into mpi/, an unplaced folder, <mpi.h> outside the "
+          "HDF5 writer and a world communicator in src/ are caught")
 
 
 def main():
@@ -103,9 +151,16 @@ def main():
     for p in found:
         print(p)
     if found:
-        print(f"{len(found)} include arrow(s) break the layering (docs/design.md, Layering)")
+        print(f"{len(found)} include arrow(s) break the layering (docs/design.md, The tree)")
+    stray = mpi_problems(root)
+    for p in stray:
+        print(p)
+    if stray:
+        print(f"{len(stray)} use(s) of MPI outside what the HDF5 writer receives")
+    if found or stray:
         return 1
-    print(f"layering: {sum(1 for _ in arrows(root))} includes, every arrow points down")
+    print(f"layering: {sum(1 for _ in arrows(root))} includes, every arrow points down; MPI only in "
+          f"{', '.join(MPI_FOLDERS)}, on the communicator it is given")
     return 0
 
 

@@ -108,7 +108,7 @@ TEST(ChunkCompressor, RawChunksAreWhatTheFilterStores) {
     std::vector<std::vector<unsigned char>> data;
     for (size_t t = 0; t < tensors.size(); ++t) data.push_back(bytes_of(tensors[t].nbytes(), 9 + t));
     const auto write = [&](const std::string& path, bool raw) {
-        ArchiveWriter writer(path, tensors, chunk_rows, 3, ArchiveDriver::Sec2);
+        ArchiveWriter writer(path, tensors, chunk_rows, 3);
         ChunkCompressor compressor(3);
         for (size_t t = tensors.size(); t-- > 0;) {  // the later tensor first: order does not matter
             const int64_t rows = row_count(tensors[t]);

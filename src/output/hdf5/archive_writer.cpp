@@ -1,7 +1,5 @@
 #include "output/hdf5/archive_writer.h"
 
-#include <mpi.h>
-
 #include "hdf5/archive_layout.h"
 #include "hdf5/row_selection.h"
 #include "hdf5/h5z_zstd_filter.h"
@@ -79,8 +77,8 @@ H5Handle creation_properties(const OutputTensor& t, int64_t chunk_rows, int zstd
 }  // namespace
 
 ArchiveWriter::ArchiveWriter(const std::string& path, const std::vector<OutputTensor>& tensors,
-                             const std::vector<int64_t>& chunk_rows, int zstd_level, ArchiveDriver driver)
-    : path_(path), tensors_(tensors), chunk_rows_(chunk_rows), parallel_(driver == ArchiveDriver::MpiIo) {
+                             const std::vector<int64_t>& chunk_rows, int zstd_level, const MPI_Comm* mpi_io)
+    : path_(path), tensors_(tensors), chunk_rows_(chunk_rows), parallel_(mpi_io != nullptr) {
     quiet_hdf5_errors();
     if (zstd_level > 0 && H5Zregister(zstd_filter_class()) < 0) throw Error(hdf5_error("registering the zstd filter"));
     H5Handle fapl = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "HDF5 file access properties");
@@ -88,10 +86,10 @@ ArchiveWriter::ArchiveWriter(const std::string& path, const std::vector<OutputTe
     checked(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST), "HDF5 format version bounds");
     independent_ = checked(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "HDF5 transfer properties");
     if (parallel_) {
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+        MPI_Comm_rank(*mpi_io, &rank_);
         for (const int64_t rows : chunk_rows_)
             if (rows > 0) throw Error("internal: compressed HDF5 datasets are written by one process (sec2)");
-        checked(H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL), "HDF5 MPI-IO driver");
+        checked(H5Pset_fapl_mpio(fapl, *mpi_io, MPI_INFO_NULL), "HDF5 MPI-IO driver");
         checked(H5Pset_all_coll_metadata_ops(fapl, 1), "HDF5 collective metadata reads");
         checked(H5Pset_coll_metadata_write(fapl, 1), "HDF5 collective metadata writes");
         checked(H5Pset_dxpl_mpio(independent_, H5FD_MPIO_INDEPENDENT), "HDF5 independent transfer");

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "output/hdf5/mpi_c.h"  // first: the C API only
 #include "hdf5/hdf5_handle.h"
 #include "core/tensor_mapping.h"
 
@@ -15,22 +16,18 @@ struct ArchiveIndex {
     std::string compression = "none";       // "none" or "zstd:LEVEL"
 };
 
-// How the archive's file is opened: by this process alone (the sec2 driver), or by every rank
-// of MPI_COMM_WORLD together (the MPI-IO driver: uncompressed archives under MPI).
-enum class ArchiveDriver { Sec2, MpiIo };
-
-// Writes model.h5 (docs/hdf5.md). With ArchiveDriver::MpiIo every rank must call the
-// constructor, add_file, write_index and close in the same order with the same arguments (HDF5
-// metadata operations are collective).
+// Writes model.h5 (docs/hdf5.md), opened by this process alone (the sec2 driver), or by every rank
+// of a communicator together (`mpi_io`: the MPI-IO driver, uncompressed archives under MPI). With
+// MPI-IO every rank must call the constructor, add_file, write_index and close in the same order
+// with the same arguments (HDF5 metadata operations are collective).
 class ArchiveWriter {
 public:
     // Creates every dataset (in tensor order): compressed and chunked by `chunk_rows[t]` rows
     // when that is > 0 (each chunk allocated when its frame is written), else contiguous (space
     // allocated at creation and never filled). The names must have passed check_archive_paths
-    // (collectively, before any rank opens). Compressed datasets need ArchiveDriver::Sec2.
+    // (collectively, before any rank opens). Compressed datasets need sec2 (no `mpi_io`).
     ArchiveWriter(const std::string& path, const std::vector<OutputTensor>& tensors,
-                  const std::vector<int64_t>& chunk_rows, int zstd_level,
-                  ArchiveDriver driver = ArchiveDriver::Sec2);
+                  const std::vector<int64_t>& chunk_rows, int zstd_level, const MPI_Comm* mpi_io = nullptr);
     ~ArchiveWriter();
     ArchiveWriter(const ArchiveWriter&) = delete;
     ArchiveWriter& operator=(const ArchiveWriter&) = delete;

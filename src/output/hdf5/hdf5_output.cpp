@@ -5,8 +5,6 @@
 #include <map>
 #include <sstream>
 
-#include <mpi.h>
-
 #include "core/error.h"
 #include "core/human_units.h"
 #include "hdf5/archive_layout.h"
@@ -145,16 +143,16 @@ std::vector<std::string> Hdf5Output::gather_files() {
 }
 
 void Hdf5Output::open() {
-    int mpi = 0;
-    MPI_Initialized(&mpi);
-    route_ = !mpi ? Route::OneProcess : options_.zstd_level > 0 ? Route::ToRankZero : Route::MpiIo;
+    // The job's communicator when it runs under MPI (OutputOptions::parallel), else one process.
+    const auto* comm = static_cast<const MPI_Comm*>(options_.parallel);
+    route_ = !comm ? Route::OneProcess : options_.zstd_level > 0 ? Route::ToRankZero : Route::MpiIo;
     const std::string path = staging_path(options_.target) + "/" + kArchiveFileName;
     if (route_ != Route::ToRankZero || options_.rank == 0)
         writer_ = std::make_unique<ArchiveWriter>(path, *tensors_, chunk_rows_, options_.zstd_level,
-                                                  route_ == Route::MpiIo ? ArchiveDriver::MpiIo : ArchiveDriver::Sec2);
+                                                  route_ == Route::MpiIo ? comm : nullptr);
     if (options_.zstd_level > 0) compressor_ = std::make_unique<ChunkCompressor>(options_.zstd_level);
     if (route_ == Route::ToRankZero) {
-        exchange_ = std::make_unique<ParcelExchange>(options_.rank, options_.ranks);
+        exchange_ = std::make_unique<ParcelExchange>(*comm, options_.rank, options_.ranks);
         if (options_.rank != 0) parcel_.bytes().reserve(parcel_reserve_);
     }
 }

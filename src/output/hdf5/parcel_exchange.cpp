@@ -37,7 +37,8 @@ void wait_politely(MPI_Request* requests, int count, const std::string& what) {
 
 }  // namespace
 
-ParcelExchange::ParcelExchange(int rank, int ranks) : rank_(rank), sending_(rank == 0 ? ranks - 1 : 0) {}
+ParcelExchange::ParcelExchange(MPI_Comm comm, int rank, int ranks)
+    : comm_(comm), rank_(rank), sending_(rank == 0 ? ranks - 1 : 0) {}
 
 ParcelExchange::~ParcelExchange() {
     // Only after a failure are sends still pending; the job is being aborted then (the archive is
@@ -57,7 +58,7 @@ std::vector<unsigned char> ParcelExchange::send(std::vector<unsigned char>&& par
     free_buffer.clear();
     in_flight_[next_] = std::move(parcel);
     check_mpi(MPI_Isend(in_flight_[next_].data(), static_cast<int>(in_flight_[next_].size()), MPI_BYTE, 0, kParcelTag,
-                        MPI_COMM_WORLD, &slot),
+                        comm_, &slot),
               "sending compressed chunks to rank 0");
     next_ = 1 - next_;
     return free_buffer;
@@ -73,7 +74,7 @@ void ParcelExchange::receive_one(const MPI_Status& probed, const Handle& handle)
     int count = 0;
     check_mpi(MPI_Get_count(&probed, MPI_BYTE, &count), "receiving compressed chunks");
     received_.resize(static_cast<size_t>(count));
-    check_mpi(MPI_Recv(received_.data(), count, MPI_BYTE, probed.MPI_SOURCE, kParcelTag, MPI_COMM_WORLD,
+    check_mpi(MPI_Recv(received_.data(), count, MPI_BYTE, probed.MPI_SOURCE, kParcelTag, comm_,
                        MPI_STATUS_IGNORE),
               "receiving compressed chunks from rank " + std::to_string(probed.MPI_SOURCE));
     if (count == 0) --sending_;
@@ -84,7 +85,7 @@ void ParcelExchange::receive(bool wait, const Handle& handle) {
     while (sending_ > 0) {
         MPI_Status status;
         int arrived = 0;
-        check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kParcelTag, MPI_COMM_WORLD, &arrived, &status), "receiving compressed chunks");
+        check_mpi(MPI_Iprobe(MPI_ANY_SOURCE, kParcelTag, comm_, &arrived, &status), "receiving compressed chunks");
         if (arrived) {
             receive_one(status, handle);
             continue;

@@ -4,14 +4,7 @@
 #include <functional>
 #include <vector>
 
-// The C API only, as HDF5's own headers include it (no C++ bindings to link).
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX
-#endif
-#include <mpi.h>
+#include "output/hdf5/mpi_c.h"
 
 namespace vmerge {
 
@@ -19,10 +12,10 @@ namespace vmerge {
 // open (docs/hdf5.md, "Writing in parallel"). Ranks send as soon as a parcel is full, with at
 // most two in flight, so they compress on while rank 0 writes, and end with an empty message;
 // rank 0 takes in what has arrived between its own pieces, and the rest at the end.
-// Point-to-point on MPI_COMM_WORLD, called only from the thread that initialised MPI.
+// Point-to-point on the job's communicator, called only from the thread that initialised MPI.
 class ParcelExchange {
 public:
-    ParcelExchange(int rank, int ranks);
+    ParcelExchange(MPI_Comm comm, int rank, int ranks);
     ~ParcelExchange();
     ParcelExchange(const ParcelExchange&) = delete;
     ParcelExchange& operator=(const ParcelExchange&) = delete;
@@ -41,6 +34,7 @@ public:
 private:
     void receive_one(const MPI_Status& probed, const Handle& handle);
 
+    MPI_Comm comm_;
     int rank_;
     int sending_ = 0;  // rank 0: ranks whose end message is still to come
     std::array<std::vector<unsigned char>, 2> in_flight_;
