@@ -65,7 +65,7 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint6
 
 namespace {
 
-// --format, --compress and the archive backend (docs/hdf5.md).
+// --format, --compress, and what the chosen backend refuses (docs/hdf5.md).
 void check_format(const Options& o);
 
 void parse_archive_options(Options& o, const std::string& compress, bool compress_given) {
@@ -95,17 +95,10 @@ void parse_archive_options(Options& o, const std::string& compress, bool compres
         if (o.output.resume) throw UsageError("--reuse and --resume exclude each other");
     }
     if (o.output.resume && o.output.restart) throw UsageError("--resume and --restart exclude each other");
-    const bool archive_input = is_archive_backend(o.backend);
-    const std::string& folder_format = output_formats().front().name;
-    if (archive_input && o.format != folder_format)
-        throw UsageError("--backend " + o.backend + " reads an archive; its output is a " + folder_format +
-                         " folder (drop --format " + o.format + ")");
-    if (archive_input && o.command != "merge" && o.command != "inspect")
-        throw UsageError("--backend " + o.backend + " works with merge (archive -> Hugging Face folder) and inspect");
-    // An archive converts back as stored: bit for bit what was merged into it.
-    if (archive_input && ((o.dtype != "auto" && o.dtype != "keep") || o.quantize))
-        throw UsageError("--backend " + o.backend + " writes the archive's tensors as stored; " +
-                         (o.quantize ? "--quantize" : "--dtype " + o.dtype) + " applies to checkpoints");
+    // What the chosen layouts refuse (an archive converts back as stored, into a folder).
+    const std::string refused =
+        refuse_request({o.backend, o.command, o.format, output_formats().front().name, o.dtype, o.quantize});
+    if (!refused.empty()) throw UsageError(refused);
 }
 
 // A whole-number flag within [lo, hi], or a usage error naming it.

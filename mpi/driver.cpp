@@ -20,7 +20,6 @@
 #include "core/resident_memory.h"
 #include "core/stopwatch.h"
 #include "exec/copy_executor.h"
-#include "hdf5_commands.h"
 #include "hf_upload.h"
 #include "io/json_file.h"
 #include "io/output_path_check.h"
@@ -77,6 +76,9 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     r.notes = in.mapped.notes;
     r.source_entries_written = in.mapped.account.written;
     r.dropped = dropped_json(in.mapped.account);
+    r.backend_lines = facts.lines;
+    r.backend_json_key = facts.json_key;
+    r.backend_json = facts.json;
     if (!facts.shardings.is_null()) {
         r.lists_shardings = true;
         for (auto it = facts.shardings.begin(); it != facts.shardings.end(); ++it)
@@ -102,7 +104,6 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
 }
 
 int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
-    if (is_archive_backend(o.backend)) return inspect_hdf5_archive(o, comm, out);
     const auto start = Clock::now();
     const MergeInputs in = o.simulate.empty() ? load_inputs(o, comm) : simulate_inputs(o, comm);
     if (comm.rank() != 0) return 0;
@@ -160,6 +161,7 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Out
     s.tensors = tensors.size();
     s.adapter_tensors = std::count_if(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return t.adapter; });
     s.archives = in.checkpoint.jobs.size();
+    if (written_as_stored(in.checkpoint)) s.converted_from = in.checkpoint.description;
     s.resumed = w.resumed;
     s.quantize = in.quantize;
     s.quantization = in.quantization;
@@ -169,14 +171,19 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Out
 }
 
 // What the merge gives its output format: the command line's options, the HF folder to copy
-// and the files the merge writes itself (config.json, adapter_config.json).
+// and the files the merge writes itself (config.json, adapter_config.json). A checkpoint written
+// as stored (an archive) brings its own HF files, and is converted whole again rather than resumed.
 OutputOptions merge_output_options(const Options& o, const Comm& comm, const MergeInputs& in, uint64_t budget) {
     OutputOptions options = output_options(o, comm, budget);
-    options.resumable = true;
     options.page_cache = page_cache_choice(o, comm, in.mapping()).policy;
+    options.generated = generated_files(in);
+    if (written_as_stored(in.checkpoint)) {
+        options.resume = false;
+        return options;
+    }
+    options.resumable = true;
     options.hf_dir = in.config.dir;
     if (in.config.dir == in.checkpoint.default_hf_dir) options.hf_training_files = in.checkpoint.training_files;
-    options.generated = generated_files(in);
     return options;
 }
 
@@ -197,12 +204,6 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                 upload_merged_folder(hf_cli, o.hf_upload_path, o.output.target, o.hf_upload_private, out);
         });
     };
-    if (is_archive_backend(o.backend)) {  // an archive back to a Hugging Face folder
-        guard_target(o, comm, {{o.local_dir, "the archive folder (--local_dir)"}}, lock);
-        const int converted = convert_hdf5_archive(o, comm, budget, out, err);
-        if (converted == 0) upload();
-        return converted;
-    }
     const auto start = Clock::now();
     MergeInputs in = load_inputs(o, comm);
     guard_target(o, comm, input_folders(o, in), lock);
@@ -216,6 +217,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     OutputRun run;
     run.quantize = in.quantize ? &*in.quantize : nullptr;
     run.threads = compute_threads(comm);
+    run.sources = source_opener(in.checkpoint);  // empty: the checkpoint's files, read with pread
     run.identity = [&](const OutputLayout& planned) { return merge_identity(in, planned, comm, budget); };
     run.inputs = input_folders(o, in);
     const OutputResult written = write_output(*output, in.mapped.mapping, run, o, comm, out, err);

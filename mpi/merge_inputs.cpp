@@ -126,9 +126,20 @@ std::vector<ScannedFile> scan(const DetectedCheckpoint& checkpoint, Comm& comm) 
     return gathered_scans(gathered, jobs.size());
 }
 
+// Map of a checkpoint that is a merge's output already (Backend::as_stored, an archive): its
+// tensors as stored, no config.json, rules, LoRA or quantization; a merge writes the HF files it
+// holds (rank 0 reads them).
+void map_as_stored(MergeInputs& in, const Options& o, Comm& comm) {
+    collective_step(comm, [&] {
+        in.mapped = map_checkpoint(in.checkpoint, in.scans, HfConfig{}, o.map);
+        if (comm.rank() == 0 && o.command == "merge") in.held_files = checkpoint_hf_files(in.checkpoint);
+    });
+}
+
 // Map: HF names, the LoRA adapter, the output rules and checks, quantization. The config and
 // the LoRA metadata are read by rank 0; every rank computes the same mapping from them.
 void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
+    if (written_as_stored(in.checkpoint)) return map_as_stored(in, o, comm);
     const std::string config_dir = o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config;
     const std::string config_text = shared_hf_config_text(comm, config_dir);
     // The architecture tables (shipped and --architecture_table): rank 0 reads them, the other
@@ -234,6 +245,7 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
 }
 
 std::map<std::string, std::string> generated_files(const MergeInputs& in) {
+    if (written_as_stored(in.checkpoint)) return in.held_files;
     std::map<std::string, std::string> files;
     if (in.output_config.text) files["config.json"] = *in.output_config.text;
     if (!in.lora.adapter_config.is_null())

@@ -33,6 +33,9 @@ struct MergeInputs {
     QuantizationPlan quantization;
     OutputConfig output_config;
     LoraResult lora;
+    // Rank 0, merging a checkpoint written as stored (an archive): the HF files it holds, written
+    // into the output as they are (Backend::hf_files).
+    std::map<std::string, std::string> held_files;
     // inspect --simulate: the scan all-gather of a merge over --np ranks, done in this process.
     std::optional<ScanExchangeFigures> exchange;
     const TensorMapping& mapping() const { return mapped.mapping; }
@@ -46,7 +49,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm);
 MergeInputs simulate_inputs(const Options& o, Comm& comm);
 
 // Files rank 0 writes at commit: config.json when the merge changed what it states, an
-// extracted adapter's adapter_config.json.
+// extracted adapter's adapter_config.json; or the HF files a checkpoint written as stored holds.
 std::map<std::string, std::string> generated_files(const MergeInputs& in);
 
 // The folders a merge reads: its target must be none of them, inside none and around none.

@@ -1,9 +1,12 @@
 #pragma once
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/source_reader.h"
 #include "formats/backend_flags.h"
 #include "formats/checkpoint.h"
 
@@ -30,6 +33,22 @@ struct Detection {
 struct InspectFacts {
     nlohmann::ordered_json shardings;  // sharding text -> keys ("sharding" lines); null: none
     bool parallelism_line = false;     // "parallelism  tp T, pp P, vpp V, ep E" from the facts
+    // Lines of the backend's own (label, text: "compression", "zstd:3"), and the same facts for
+    // --json under `json_key` (an archive's compression and storage).
+    std::vector<std::pair<std::string, std::string>> lines;
+    std::string json_key;
+    nlohmann::ordered_json json;
+};
+
+// What a command asks of the checkpoint it will read, as the command line has it: the checks a
+// layout makes before anything is read (Backend::refuse).
+struct CheckpointRequest {
+    std::string backend;         // the --backend value
+    std::string command;         // merge | test | inspect | verify | watch
+    std::string format;          // --format
+    std::string folder_format;   // the output format that writes a Hugging Face folder (the default)
+    std::string dtype;           // --dtype as given (auto, keep, bf16, ...)
+    bool quantize = false;       // --quantize
 };
 
 // One checkpoint layout: a folder under src/formats/ defines one of these and
@@ -61,6 +80,19 @@ public:
     virtual InspectFacts inspect_facts(const DetectedCheckpoint&, const std::vector<ScannedFile>&) const { return {}; }
     // Reads one of `d.jobs` (its data.pkl, not its tensor bytes); default: the torch.save state-dict scan.
     virtual ScannedFile scan(const ScanJob& job) const;
+    // How the copy executor reads the sources `map` made, when they are not files read with pread
+    // (the datasets of an HDF5 archive); empty: files. `d` must outlive what it opens.
+    virtual SourceOpener source_opener(const DetectedCheckpoint& /*d*/) const { return {}; }
+    // True when the checkpoint is a merge's output already (a vmerge archive): its tensors are the
+    // output as `map` gives them, written as stored, with its own HF files (`hf_files`); no
+    // config.json is read, no output rule, LoRA or quantization applies, and nothing is resumed.
+    virtual bool as_stored() const { return false; }
+    // The HF files (config, tokenizer, ...) the checkpoint holds itself, by relative path, written
+    // into the output as they are (an as_stored checkpoint's). Read by rank 0 for the commit.
+    virtual std::map<std::string, std::string> hf_files(const DetectedCheckpoint& /*d*/) const { return {}; }
+    // Why this layout cannot serve `request` ("" when it can): the command line's usage error
+    // before anything is read (an archive converts back into a Hugging Face folder only).
+    virtual std::string refuse(const CheckpointRequest& /*request*/) const { return ""; }
 };
 
 }  // namespace vmerge

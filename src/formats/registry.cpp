@@ -21,15 +21,16 @@ const Backend& megatron_legacy_backend();
 const Backend& hf_safetensors_backend();
 const Backend& dcp_backend();
 const Backend& torchtitan_backend();
-const Backend& hdf5_archive_backend();
 const Backend& deepspeed_backend();
 
-const std::vector<BackendChoice>& backend_choices() {
+namespace {
+
+std::vector<BackendChoice>& choice_list() {
     // The order is the auto-detection order, and within "megatron" the order its layouts
     // are tried: verl's layout v2 (ckpt_contents.json, model/) first, as its model/ subfolder
     // decides what is read; an adapter_checkpoint/ next (it sits beside the model files), torch_dist
     // before legacy files, and HF safetensors only when no Megatron weights are there.
-    static const std::vector<BackendChoice> choices{
+    static std::vector<BackendChoice> choices{
         {"fsdp", "", ": no model_world_size_*_rank_*.pt files (--backend fsdp)", {&fsdp_backend()}},
         {"megatron", "",
          ": no Megatron checkpoint (no mp_rank_* folders, no dist_ckpt/ or metadata.json, "
@@ -41,10 +42,18 @@ const std::vector<BackendChoice>& backend_choices() {
         {"dcp", "", "/.metadata: missing (--backend dcp needs a torch.distributed.checkpoint folder)", {&dcp_backend()}},
         {"deepspeed", "DeepSpeed ZeRO 1/2/3: a folder with latest, or its tag folder",
          ": no DeepSpeed checkpoint (no latest file, no *_optim_states.pt)", {&deepspeed_backend()}},
-        {"hdf5", "a model.h5 archive: merge it back, inspect it", "/model.h5: missing (--backend hdf5 reads a vmerge archive)",
-         {&hdf5_archive_backend()}, false, true},
     };
     return choices;
+}
+
+}  // namespace
+
+const std::vector<BackendChoice>& backend_choices() { return choice_list(); }
+
+void add_backend_choice(BackendChoice choice) {
+    if (choice.name == kAutoBackend || is_backend_value(choice.name))
+        throw Error("internal: two --backend choices named " + choice.name);
+    choice_list().push_back(std::move(choice));
 }
 
 const Backend* find_layout(const std::string& name) {
@@ -81,10 +90,13 @@ std::string backend_help() {
     return text;
 }
 
-bool is_archive_backend(const std::string& value) {
-    for (const auto& choice : backend_choices())
-        if (choice.name == value) return choice.archive;
-    return false;
+std::string refuse_request(const CheckpointRequest& request) {
+    for (const auto& choice : backend_choices()) {
+        if (choice.name != request.backend) continue;
+        for (const Backend* layout : choice.layouts)
+            if (std::string why = layout->refuse(request); !why.empty()) return why;
+    }
+    return "";
 }
 
 namespace {
@@ -200,6 +212,16 @@ ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job) {
 
 InspectFacts inspect_facts(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans) {
     return ckpt.source ? ckpt.source->inspect_facts(ckpt, scans) : InspectFacts{};
+}
+
+SourceOpener source_opener(const DetectedCheckpoint& ckpt) {
+    return ckpt.source ? ckpt.source->source_opener(ckpt) : SourceOpener{};
+}
+
+bool written_as_stored(const DetectedCheckpoint& ckpt) { return ckpt.source && ckpt.source->as_stored(); }
+
+std::map<std::string, std::string> checkpoint_hf_files(const DetectedCheckpoint& ckpt) {
+    return ckpt.source ? ckpt.source->hf_files(ckpt) : std::map<std::string, std::string>{};
 }
 
 }  // namespace vmerge

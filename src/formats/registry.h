@@ -1,4 +1,5 @@
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,13 +21,16 @@ struct BackendChoice {
     std::string missing;  // the Error text after <local_dir> when this choice is forced and no layout matches
     std::vector<const Backend*> layouts;
     bool auto_detected = true;  // tried by --backend auto
-    // A vmerge model.h5 archive: merged back and inspected by the archive commands, which
-    // read it themselves (no detect, scan or map through this registry).
-    bool archive = false;
 };
 
-// Every --backend value but auto, in auto-detection order (src/formats/registry.cpp).
+// Every --backend value but auto, in auto-detection order: src/formats/registry.cpp's list, then
+// the choices added at start-up (add_backend_choice).
 const std::vector<BackendChoice>& backend_choices();
+
+// Adds a --backend choice after the others, at start-up (a static initialiser, before main): a
+// layout whose library vmerge_core does not link registers itself from that library, as the
+// HDF5 target registers hdf5_archive. Error for a name already taken.
+void add_backend_choice(BackendChoice choice);
 
 // The layout entry named `name` (Backend::name: fsdp, torch_dist, ...); nullptr when none.
 const Backend* find_layout(const std::string& name);
@@ -38,8 +42,9 @@ bool is_backend_value(const std::string& value);
 std::string backend_values_text();
 // The --backend help: "auto | fsdp | ... | hdf5 (a model.h5 archive: ...)".
 std::string backend_help();
-// True when `value` names an archive choice (BackendChoice::archive).
-bool is_archive_backend(const std::string& value);
+// The usage error for `request` of the layouts of the choice it names (Backend::refuse), "" when
+// none refuses; auto and unknown values: "".
+std::string refuse_request(const CheckpointRequest& request);
 
 // Decides the layout of `local_dir` and discovers it (its files, what to scan): `backend`
 // is auto (every auto-detected layout in list order) or a choice's name (its layouts in
@@ -66,5 +71,12 @@ ScannedFile scan_job(const DetectedCheckpoint& ckpt, const ScanJob& job);
 
 // The detecting backend's extra inspect facts (none for --simulate, which has no backend).
 InspectFacts inspect_facts(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans);
+
+// The detecting backend's reader of its mapped sources (Backend::source_opener); empty: files.
+SourceOpener source_opener(const DetectedCheckpoint& ckpt);
+
+// Whether the checkpoint is written as stored (Backend::as_stored), and the HF files it holds.
+bool written_as_stored(const DetectedCheckpoint& ckpt);
+std::map<std::string, std::string> checkpoint_hf_files(const DetectedCheckpoint& ckpt);
 
 }  // namespace vmerge

@@ -48,6 +48,7 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
         for (const auto& [key, names] : r.shardings) meshes[key] = names;
         j["shardings"] = meshes;
     }
+    if (!r.backend_json_key.empty()) j[r.backend_json_key] = r.backend_json;
     nlohmann::ordered_json tensor_list = nlohmann::ordered_json::array();
     for (const auto& t : r.tensors)
         tensor_list.push_back({{"name", t.name}, {"shape", t.shape}, {"stored_dtype", t.stored_dtype}, {"dtype", t.dtype},
@@ -98,13 +99,18 @@ void print_model_lines(const InspectReport& r, std::ostream& out) {
     out << "backend      " << r.backend << ": " << r.description << "\n";
     if (!r.local_dir.empty()) out << "local_dir    " << r.local_dir << "\n";
     for (const auto& step : r.resolved) out << "resolved     " << step << "\n";
-    out << "hf_config    " << r.hf_config << "\n"
-        << "architecture " << (r.architecture.empty() ? "?" : r.architecture) << "\n";
+    if (!r.hf_config.empty())
+        out << "hf_config    " << r.hf_config << "\n"
+            << "architecture " << (r.architecture.empty() ? "?" : r.architecture) << "\n";
     if (r.states_parallelism)
         out << "parallelism  tp " << fact(r, "tp") << ", pp " << fact(r, "pp") << ", vpp " << fact(r, "vpp") << ", ep "
             << fact(r, "ep") << "\n";
     for (const auto& note : r.notes) out << "note         " << note << "\n";
     for (const auto& [key, names] : r.shardings) out << "sharding     " << key << ": " << names.size() << " tensors\n";
+    for (const auto& [label, text] : r.backend_lines) {
+        const std::string padded = label + std::string(label.size() < 12 ? 12 - label.size() : 0, ' ');
+        out << padded << " " << text << "\n";
+    }
     out << "tensors      " << r.tensors.size() << ", " << human_bytes(r.total_bytes) << "\n";
     for (const auto& f : r.files)
         out << "output       " << f.name << "  " << human_bytes(f.bytes) << ", " << f.tensors << " tensors\n";

@@ -21,7 +21,7 @@ namespace vmerge {
 struct InspectReport {
     nlohmann::ordered_json facts;  // the mapping's facts (backend, layout, tp, pp, architecture, ...)
     std::string backend, description;
-    std::string local_dir, hf_config;
+    std::string local_dir, hf_config;  // hf_config "": none read (a checkpoint written as stored)
     // How --local_dir led to the checkpoint folder (a verl run or step folder); empty: it is one.
     std::vector<std::string> resolved;
     std::string architecture;      // "" when config.json names none
@@ -33,6 +33,10 @@ struct InspectReport {
     // One example list per distinct DTensor sharding, in first-seen order (FSDP checkpoints).
     bool lists_shardings = false;
     std::vector<std::pair<std::string, std::vector<std::string>>> shardings;
+    // The backend's own lines and JSON facts (InspectFacts: an archive's compression and storage).
+    std::vector<std::pair<std::string, std::string>> backend_lines;
+    std::string backend_json_key;
+    nlohmann::ordered_json backend_json;
     struct Tensor {
         std::string name;
         Shape shape;

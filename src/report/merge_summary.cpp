@@ -67,9 +67,11 @@ void print_merge_summary(const MergeSummary& s, std::ostream& out) {
         out << "vmerge: resumed: " << human_bytes(t.resumed_bytes) << " written by the interrupted run were checked and kept, "
             << human_bytes(s.total_bytes - t.resumed_bytes) << " written now\n";
     const double seconds = s.wall_seconds;
-    out << "vmerge: merged " << s.tensors - s.adapter_tensors << " tensors"
+    const bool converted = !s.converted_from.empty();
+    out << "vmerge: " << (converted ? "converted " : "merged ") << s.tensors - s.adapter_tensors << " tensors"
         << (s.adapter_tensors ? " and " + std::to_string(s.adapter_tensors) + " adapter tensors" : std::string()) << " ("
-        << human_bytes(s.total_bytes) << ") from " << s.archives << " archives into " << s.target_dir << " ("
+        << human_bytes(s.total_bytes) << ") from "
+        << (converted ? s.converted_from : std::to_string(s.archives) + " archives") << " into " << s.target_dir << " ("
         << s.files << " file" << (s.files > 1 ? "s" : "") << ") with " << s.ranks << " rank" << (s.ranks > 1 ? "s" : "")
         << " in " << std::fixed << std::setprecision(2) << seconds << " s ("
         << human_rate(seconds > 0 ? static_cast<double>(s.total_bytes - t.resumed_bytes) / seconds : 0.0)

@@ -36,6 +36,9 @@ struct MergeSummary {
     uint64_t max_memory = 0;
     size_t tensors = 0, adapter_tensors = 0;
     size_t archives = 0;
+    // Set when the checkpoint was written as stored (an archive converted back): what it was,
+    // for "converted ... from <it>" in place of "merged ... from N archives".
+    std::string converted_from;
     bool resumed = false;
     std::vector<nlohmann::ordered_json> per_rank;  // rank_record_json of every rank, in rank order
     std::optional<QuantizeSpec> quantize;

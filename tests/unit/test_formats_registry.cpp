@@ -12,6 +12,8 @@
 #include "command_line.h"
 #include "core/error.h"
 #include "formats/registry.h"
+#include "hdf5/archive_layout.h"
+#include "output/hdf5/archive_writer.h"
 #include "test_support.h"
 
 namespace vmerge {
@@ -49,8 +51,31 @@ TEST(BackendRegistry, ValuesAndHelpComeFromTheList) {
               "hdf5 (a model.h5 archive: merge it back, inspect it)");
     for (const auto& value : backend_values()) EXPECT_TRUE(is_backend_value(value)) << value;
     EXPECT_FALSE(is_backend_value("torch_dist"));  // a layout, not a --backend value
-    EXPECT_TRUE(is_archive_backend("hdf5"));
-    for (const char* value : {"auto", "fsdp", "megatron", "dcp", "nonsense"}) EXPECT_FALSE(is_archive_backend(value));
+}
+
+// The HDF5 target adds --backend hdf5 at start-up (vmerge_core names no archive): the last choice,
+// never auto-detected, refusing what an archive cannot give; the others refuse nothing.
+TEST(BackendRegistry, TheHdf5TargetRegistersTheArchive) {
+    const BackendChoice& last = backend_choices().back();
+    EXPECT_EQ(last.name, "hdf5");
+    ASSERT_EQ(last.layouts.size(), 1u);
+    EXPECT_EQ(last.layouts[0]->name(), "hdf5_archive");
+    EXPECT_TRUE(last.layouts[0]->as_stored());
+    for (const auto& choice : backend_choices()) EXPECT_EQ(choice.auto_detected, &choice != &last) << choice.name;
+    EXPECT_THROW(add_backend_choice({"hdf5", "", "", {}}), Error);
+    const CheckpointRequest merge{"hdf5", "merge", "safetensors", "safetensors", "auto", false};
+    EXPECT_EQ(refuse_request(merge), "");
+    CheckpointRequest r = merge;
+    r.format = "hdf5";
+    EXPECT_EQ(refuse_request(r), "--backend hdf5 reads an archive; its output is a safetensors folder (drop --format hdf5)");
+    r = merge;
+    r.dtype = "bf16";
+    EXPECT_EQ(refuse_request(r), "--backend hdf5 writes the archive's tensors as stored; --dtype bf16 applies to checkpoints");
+    for (const auto& value : backend_values()) {
+        if (value == "hdf5") continue;
+        r.backend = value;
+        EXPECT_EQ(refuse_request(r), "") << value;
+    }
 }
 
 TEST(BackendRegistry, AutoDetectionOrderIsListOrder) {
@@ -61,14 +86,13 @@ TEST(BackendRegistry, AutoDetectionOrderIsListOrder) {
                                                  "megatron/torch_dist", "megatron/megatron_legacy",
                                                  "megatron/hf_safetensors", "torchtitan/torchtitan", "dcp/dcp", "deepspeed/deepspeed",
                                                  "hdf5/hdf5_archive"}));
-    for (const auto& choice : backend_choices()) EXPECT_EQ(choice.auto_detected, !choice.archive) << choice.name;
     EXPECT_EQ(find_layout("torch_dist"), backend_choices()[1].layouts[2]);
     EXPECT_EQ(find_layout("nonsense"), nullptr);
 }
 
 TEST(BackendRegistry, CommandLineTakesTheRegistryValues) {
     for (const auto& value : backend_values()) {
-        if (is_archive_backend(value)) continue;  // merge and inspect only, tested below
+        if (value == "hdf5") continue;  // an archive: merge and inspect only, tested below
         EXPECT_EQ(parse({"merge", "--local_dir", "c", "--target_dir", "o", "--backend", value})->backend, value);
     }
     EXPECT_EQ(parse({"inspect", "--local_dir", "c", "--backend", "hdf5"})->backend, "hdf5");
@@ -93,13 +117,25 @@ TEST(BackendRegistry, EachLayoutDetectsItsFixtures) {
     make_file(adapter.path(), "adapter_checkpoint/mp_rank_00_adapter.pt");
     make_file(adapter.path(), "model/mp_rank_00/model.pt");  // the adapter wins: it is tried first
     make_file(hf.path(), "huggingface/model.safetensors");
-    make_file(archive.path(), "model.h5");
+    {  // an archive of one tensor: detection opens it
+        const std::vector<OutputTensor> tensors = {testing::tensor("model.norm.weight", DType::F32, {2})};
+        const float values[2] = {1, 2};
+        ArchiveWriter writer(archive.path() + "/" + kArchiveFileName, tensors, {0}, 0);
+        writer.write_rows(0, 0, 2, values);
+        writer.write_index({8, {"model.norm.weight"}, "none"});
+        writer.close();
+    }
     EXPECT_EQ(layout_of(legacy.path()), "megatron_legacy");
     EXPECT_EQ(layout_of(legacy.path(), "megatron"), "megatron_legacy");
     EXPECT_EQ(layout_of(adapter.path()), "megatron_adapter");
     EXPECT_EQ(layout_of(hf.path()), "hf_safetensors");
     EXPECT_EQ(detect_checkpoint(hf.path(), "auto").backend, "megatron");
     EXPECT_EQ(layout_of(archive.path(), "hdf5"), "hdf5_archive");
+    const DetectedCheckpoint stored = detect_checkpoint(archive.path(), "hdf5");
+    EXPECT_TRUE(stored.jobs.empty());
+    EXPECT_TRUE(source_opener(stored));  // its datasets are read through the archive
+    EXPECT_EQ(checkpoint_hf_files(stored).size(), 0u);
+    EXPECT_FALSE(source_opener(fsdp));  // files, read with pread
 }
 
 // The layout flags given, as the command line hands them on.
