@@ -4,23 +4,20 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
 #include <iostream>
-#include <set>
+#include <map>
 #include <sstream>
-
-#include <boost/program_options.hpp>
 
 #include "core/bounded_number.h"
 #include "core/error.h"
-#include "mapping/output_rules.h"
-#include "mapping/quantization.h"
 #include "formats/registry.h"
 #include "hdf5/zstd_codec.h"
+#include "mapping/output_rules.h"
+#include "mapping/quantization.h"
+#include "option_table.h"
 #include "output/registry.h"
 
 namespace vmerge {
-namespace po = boost::program_options;
 
 uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint64_t max_bytes) {
     const std::string what = flag + " " + text;
@@ -65,11 +62,14 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint6
 
 namespace {
 
-// --format, --compress, and what the chosen backend refuses (docs/hdf5.md).
-void check_format(const Options& o);
+void check_backend(const Options& o) {
+    if (!is_backend_value(o.backend)) throw UsageError("--backend " + o.backend + ": expected " + backend_values_text());
+}
 
-void parse_archive_options(Options& o, const std::string& compress, bool compress_given) {
-    check_format(o);
+// --format (its values come from the output format registry), --compress, and what the chosen
+// backend refuses (docs/hdf5.md).
+void check_output_choices(Options& o, const std::string& compress, bool compress_given) {
+    if (!find_output_format(o.format)) throw UsageError("--format " + o.format + ": expected " + output_format_choices());
     if (compress != "none") {
         if (compress != "zstd" && !compress.starts_with("zstd:"))
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");
@@ -126,82 +126,6 @@ void check_number_flags(const Options& o) {
     tolerance_flag("--rtol", o.rtol);
 }
 
-}  // namespace
-
-namespace {
-
-// Flags whose text becomes a typed Options field once every flag is parsed.
-struct RawFlags {
-    std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
-    std::string quantize_ignore;
-    std::string quantize;  // the --quantize scheme ("int" when given alone)
-    int tp = 0, pp = 0, batch_size = 0, step = 0;
-    bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
-         use_rslora = false;
-    bool trust_remote_code = false, use_cpu_initialization = false;
-    bool skip_free_space_check = false, safe_serialization = false;
-    std::vector<std::string> folders;  // zero_to_fp32.py's form: merge CHECKPOINT_DIR OUTPUT_DIR
-    std::string hf_model_path;
-    double lora_alpha = 0;
-    // The layouts' own flags (formats/backend_flags.h) by name, each in the map of its kind.
-    std::map<std::string, bool> layout_switches;
-    std::map<std::string, int> layout_counts;
-    std::map<std::string, std::string> layout_texts;
-};
-
-// The option table: every flag once, in groups, so `vmerge-mpi COMMAND --help` shows what
-// that command uses.
-struct OptionTable {
-    po::options_description input{"Checkpoint and model"};
-    po::options_description output{"Output"};
-    po::options_description conversion{"Output tensors"};
-    po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_DYNAMIC; for vLLM)"};
-    po::options_description lora{"LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)"};
-    po::options_description run{"Running"};
-    po::options_description testing{"test"};
-    po::options_description inspecting{"inspect"};
-    po::options_description watching{"watch (every merge option applies to each step)"};
-};
-
-// --backend: which reader; its values, help and check come from the backend registry.
-void add_backend_option(po::options_description& group, Options& o) {
-    static const std::string help = backend_help();
-    group.add_options()("backend", po::value(&o.backend)->default_value(kAutoBackend), help.c_str());
-}
-
-void check_backend(const Options& o) {
-    if (!is_backend_value(o.backend)) throw UsageError("--backend " + o.backend + ": expected " + backend_values_text());
-}
-
-// --format: what merge writes (its names are checked in check_format).
-void add_format_option(po::options_description& group, Options& o) {
-    static const std::string help = output_format_help();
-    group.add_options()("format", po::value(&o.format)->default_value(output_formats().front().name), help.c_str());
-}
-
-// --format: its values come from the output format registry.
-void check_format(const Options& o) {
-    if (!find_output_format(o.format)) throw UsageError("--format " + o.format + ": expected " + output_format_choices());
-}
-
-// The layouts' own flags, from the registry (a new layout's flag appears here by itself).
-void add_layout_flag_options(po::options_description& group, RawFlags& raw) {
-    for (const BackendFlag* flag : backend_flags()) {
-        const std::string spelled = flag->name + (flag->short_name.empty() ? "" : "," + flag->short_name);
-        switch (flag->kind) {
-            case BackendFlag::Kind::Switch:
-                group.add_options()(spelled.c_str(), po::bool_switch(&raw.layout_switches[flag->name]), flag->help.c_str());
-                break;
-            case BackendFlag::Kind::Count:
-                group.add_options()(spelled.c_str(), po::value(&raw.layout_counts[flag->name]), flag->help.c_str());
-                break;
-            case BackendFlag::Kind::Text:
-            case BackendFlag::Kind::Folder:
-                group.add_options()(spelled.c_str(), po::value(&raw.layout_texts[flag->name]), flag->help.c_str());
-                break;
-        }
-    }
-}
 
 // The layout flags given, checked by kind, into o.backend_flags.
 void take_layout_flags(Options& o, const RawFlags& raw, const po::variables_map& vm) {
@@ -224,207 +148,6 @@ void take_layout_flags(Options& o, const RawFlags& raw, const po::variables_map&
                 break;
         }
     }
-}
-
-void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
-    add_backend_option(t.input, o);
-    add_layout_flag_options(t.input, raw);
-    t.input.add_options()
-        ("local_dir", po::value(&o.local_dir), "checkpoint folder (e.g. .../global_step_100/actor)")
-        ("hf_config", po::value(&o.hf_config),
-         "folder with config.json and tokenizer (default <local_dir>/huggingface or hf_config_and_tokenizer)")
-        ("role", po::value(&o.watch.rules.role)->default_value("actor"),
-         "verl: the role a step folder holding actor/ and critic/ is merged from (merge, test, inspect: default its "
-         "only role; watch: default actor)")
-        ("step", po::value(&raw.step),
-         "verl run folder (--local_dir with global_step_N/): merge step N instead of the one "
-         "latest_checkpointed_iteration.txt names")
-        ("hf_model_path", po::value(&raw.hf_model_path),
-         "verl's legacy merger spelling of --hf_config")
-        ("trust_remote_code", po::bool_switch(&raw.trust_remote_code),
-         "accepted for verl compatibility; changes nothing (vmerge runs no model code)")
-        ("use_cpu_initialization", po::bool_switch(&raw.use_cpu_initialization),
-         "accepted for verl compatibility; changes nothing (vmerge builds no model)")
-        ("safe_serialization", po::bool_switch(&raw.safe_serialization),
-         "accepted for zero_to_fp32.py compatibility; changes nothing (vmerge always writes safetensors)")
-        ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
-        ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
-        ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
-        ("pad_vocab", po::bool_switch(&o.map.pad_vocab),
-         "Megatron: write config.json's vocab_size rows where the checkpoint's embedding or head has fewer "
-         "(the missing rows as zeros; refused by default)")
-        ("drop_mtp", po::bool_switch(&o.map.drop_mtp),
-         "Megatron: leave the multi-token prediction layers (mtp.*) out of the output (recorded in the summary)")
-        ("no_mtp_shared_copies", po::bool_switch(&o.map.no_mtp_shared_copies),
-         "write no embed_tokens / shared_head.head copies in the multi-token prediction layers (written by default "
-         "for DeepSeek-V3, whose release holds them)")
-        ("architecture_table", po::value(&o.map.architecture_tables)->composing(),
-         "JSON name table to add or override (repeatable; docs/architecture-tables.md)")
-        ("tp_size", po::value(&raw.tp), "expected tensor-parallel size (checked against the checkpoint)")
-        ("pp_size", po::value(&raw.pp), "expected pipeline-parallel size (checked against the checkpoint)");
-}
-
-void add_output_options(OptionTable& t, Options& o, RawFlags& raw) {
-    t.conversion.add_options()
-        ("dtype", po::value(&o.dtype)->default_value("auto"), "auto (config.json) | keep | bf16 | fp16 | fp32")
-        ("max_shard_size", po::value(&raw.max_shard)->default_value("5GB"), "largest output file (5GB = 5*10^9 bytes)");
-    t.output.add_options()
-        ("target_dir", po::value(&o.output.target), "output folder (merge) or folder to check (verify)")
-        ("force", po::bool_switch(&o.output.force), "replace an existing target folder")
-        ("resume", po::bool_switch(&o.output.resume), "continue an interrupted merge from its staging folder")
-        ("restart", po::bool_switch(&o.output.restart),
-         "discard an interrupted merge's staging folder and merge from the start (a plain rerun refuses to)")
-        ("skip_free_space_check", po::bool_switch(&raw.skip_free_space_check),
-         "write even when the target's file system reports less free space than the merge writes")
-        ("reuse", po::value(&o.output.reuse),
-         "an earlier merge's output folder (the previous step's): files whose bytes come out the same are "
-         "hard-linked from it, unchanged blocks of the others copied from it, not cast and written again")
-        ("hf_upload_path", po::value(&o.hf_upload_path),
-         "after the merge is committed and verified, upload the target to this Hugging Face repo with `hf upload` "
-         "(or `huggingface-cli upload`) found on PATH; refused before merging when neither is there")
-        ("private", po::bool_switch(&o.hf_upload_private), "--hf_upload_path: create the repo as private");
-    add_format_option(t.output, o);
-    t.output.add_options()
-        ("compress", po::value(&raw.compress)->default_value("none"),
-         "--format hdf5: none | zstd[:LEVEL] (HDF5 filter 32015, LEVEL 1..22, default 3)")
-        ("hdf5_chunk_size", po::value(&raw.hdf5_chunk)->default_value("4MiB"),
-         "--compress: bytes per compressed chunk (whole rows; a rank's share starts on a chunk boundary)");
-}
-
-void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
-    t.quantizing.add_options()
-        ("quantize", po::value(&raw.quantize)->implicit_value("int"),
-         "write Linear weights quantized, weights only: int (alone: compressed-tensors pack-quantized, --bits), "
-         "fp8 (block FP8, DeepSeek/Qwen layout) or fp8-dynamic (compressed-tensors FP8_DYNAMIC); docs/quantization.md")
-        ("bits", po::value(&o.quantize_spec.bits)->default_value(4), "4 or 8")
-        ("group_size", po::value(&o.quantize_spec.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
-        ("symmetric", po::bool_switch(&raw.symmetric), "symmetric quantization, no zero point (the default)")
-        ("asymmetric", po::bool_switch(&raw.asymmetric), "asymmetric quantization with zero points")
-        ("allow_unsupported_quantization", po::bool_switch(&o.quantize_spec.allow_unsupported),
-         "write a --bits/--group_size combination no vLLM kernel runs (refused by default)")
-        ("quantize_ignore", po::value(&raw.quantize_ignore),
-         "comma-separated modules to leave unquantized (exact names or re:REGEX); lm_head, embeddings, norms and "
-         "router gates always are")
-        ("fp8_full_blocks_only", po::bool_switch(&o.quantize_spec.fp8_full_blocks_only),
-         "--quantize=fp8: leave Linears with a partial 128x128 block unquantized (listed in the config), so "
-         "transformers loads the folder without an FP8 GPU");
-    t.lora.add_options()
-        ("extract_lora", po::bool_switch(&raw.extract_lora),
-         "write the base model plus the adapter in PEFT format to <target_dir>/lora_adapter/ (the default)")
-        ("merge_lora", po::bool_switch(&raw.merge_lora), "fold the adapter into the weights: W + alpha/r * B@A in fp32")
-        ("lora_alpha", po::value(&raw.lora_alpha),
-         "the adapter's alpha (default: from lora_adapter/adapter_config.json or lora_train_meta.json beside the "
-         "checkpoint; never guessed)")
-        ("use_rslora", po::bool_switch(&raw.use_rslora), "rank-stabilised LoRA: scale alpha/sqrt(r)");
-}
-
-void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
-    t.run.add_options()
-        ("max_memory", po::value(&raw.max_memory)->default_value("auto"),
-         "tensor buffer memory per rank (auto: a quarter of the node's RAM shared by the node's ranks, "
-         "64 MiB to 4 GiB; inspect prints it)")
-        ("progress", po::value(&o.progress)->default_value(-1),
-         "progress line every N seconds (0: off; default: a live line on a terminal, else every 30 s)")
-        ("page_cache", po::value(&o.page_cache)->default_value("auto"),
-         "auto | keep | evict: keep what the merge reads and writes in the page cache (auto: when this node's "
-         "share fits in its available memory; inspect says which)")
-        ("log_json", po::value(&o.log_json), "write per-rank timings, bytes and peak memory to this JSON file")
-        ("quiet,q", po::bool_switch(&o.quiet), "print errors only")
-        ("low_cpu_mem_usage", po::bool_switch(&raw.low_cpu_mem_usage),
-         "verl's flag: caps the automatic --max_memory at 256MiB (memory is always bounded)")
-        ("batch_size", po::value(&raw.batch_size), "accepted for verl compatibility (see --max_memory)")
-        ("help,h", "print help (vmerge-mpi COMMAND --help for one command)")
-        ("version", "print the version");
-    t.testing.add_options()
-        ("test_hf_dir", po::value(&o.test_hf_dir), "reference Hugging Face folder")
-        ("atol", po::value(&o.atol)->default_value(0.0), "absolute tolerance (default: bit for bit)")
-        ("rtol", po::value(&o.rtol)->default_value(0.0), "relative tolerance");
-    t.inspecting.add_options()
-        ("np", po::value(&o.np)->default_value(0), "plan for this many ranks (default: the ranks running)")
-        ("json", po::bool_switch(&o.json), "print JSON")
-        ("simulate", po::value(&o.simulate),
-         "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
-}
-
-void add_watch_options(OptionTable& t, Options& o) {
-    t.watching.add_options()
-        ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps)")
-        ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/")
-        ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
-        ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
-        ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")
-        ("no_reuse", po::bool_switch(&o.watch.no_reuse),
-         "merge every step in full (default: --reuse the newest earlier merged step, so unchanged files are linked)")
-        ("settle", po::value(&o.watch.rules.settle_seconds)->default_value(60),
-         "FSDP steps without a completion marker: rank files unchanged this many seconds");
-}
-
-OptionTable option_table(Options& o, RawFlags& raw) {
-    OptionTable t;
-    add_input_options(t, o, raw);
-    add_output_options(t, o, raw);
-    add_quantize_and_lora_options(t, o, raw);
-    add_run_options(t, o, raw);
-    add_watch_options(t, o);
-    return t;
-}
-
-po::options_description visible_options(const OptionTable& t) {
-    po::options_description visible;
-    visible.add(t.input).add(t.conversion).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing)
-        .add(t.inspecting).add(t.watching);
-    return visible;
-}
-
-// The option groups each command takes, in the order its --help shows them: the one list that
-// both the help text and the check that refuses a flag the command would ignore read.
-std::vector<const po::options_description*> command_groups(const OptionTable& t, const std::string& command) {
-    if (command == "merge") return {&t.input, &t.conversion, &t.output, &t.lora, &t.quantizing, &t.run};
-    if (command == "test") return {&t.input, &t.conversion, &t.lora, &t.testing, &t.run};
-    if (command == "inspect") return {&t.input, &t.conversion, &t.inspecting, &t.lora, &t.quantizing, &t.run};
-    if (command == "verify") return {&t.run};
-    if (command == "watch") return {&t.watching, &t.input, &t.conversion, &t.output, &t.lora, &t.quantizing, &t.run};
-    return {};
-}
-
-// The commands whose groups hold a flag, for "applies to" messages.
-std::string commands_taking(const OptionTable& t, const std::string& flag) {
-    std::string names;
-    for (const char* command : {"merge", "test", "inspect", "verify", "watch"})
-        for (const auto* group : command_groups(t, command))
-            if (group->find_nothrow(flag, false)) {
-                names += (names.empty() ? "" : ", ") + std::string(command);
-                break;
-            }
-    return names;
-}
-
-// A flag that the command does not use is refused, never ignored (`merge --np 4`).
-void refuse_flags_not_taken(const OptionTable& t, const std::string& command, const po::variables_map& vm) {
-    const auto groups = command_groups(t, command);
-    for (const auto& [flag, value] : vm) {
-        if (value.defaulted() || flag == "command" || flag == "folders" || flag == "help" || flag == "version") continue;
-        if (command == "verify" && flag == "target_dir") continue;
-        bool taken = false;
-        for (const auto* group : groups) taken = taken || group->find_nothrow(flag, false) != nullptr;
-        if (!taken) throw UsageError("--" + flag + " applies to " + commands_taking(t, flag) + ", not " + command);
-    }
-}
-
-void print_help(const OptionTable& t, const std::string& command) {
-    std::cout << "vmerge-mpi COMMAND [options]   (every --long-option also works with dashes)\n"
-                 "  merge    checkpoint -> Hugging Face folder (--local_dir CKPT --target_dir OUT, or zero_to_fp32.py's merge CKPT OUT)\n"
-                 "  test     merge without writing and compare with --test_hf_dir\n"
-                 "  inspect  print what was detected and the plan for --np N ranks\n"
-                 "  verify   check an output folder (--target_dir): safetensors rules, index, recorded checksums;\n"
-                 "           or an HDF5 archive (model.h5): stored as vmerge stores it, every chunk decoded\n"
-                 "  watch    merge every finished checkpoint of a training run (--root) into --target_root, as it appears\n"
-              << "\n";
-    const auto groups = command_groups(t, command);
-    if (command == "verify") std::cout << "verify: --target_dir DIR\n";
-    for (const auto* group : groups) std::cout << *group;
-    if (groups.empty()) std::cout << visible_options(t);
-    std::cout << "\n";
 }
 
 // One spelling internally: --foo-bar and --foo_bar both become --foo_bar.
@@ -592,18 +315,16 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     if (vm.count("help") || o.command.empty()) {
         if (print_help_text) print_help(table, o.command);
         if (vm.count("help")) return std::nullopt;
-        throw UsageError("no command given (merge, test, inspect, verify or watch)");
+        throw UsageError("no command given (" + command_names() + ")");
     }
-    if (o.command != "merge" && o.command != "test" && o.command != "inspect" && o.command != "verify" &&
-        o.command != "watch")
-        throw UsageError("unknown command '" + o.command + "' (merge, test, inspect, verify or watch)");
+    if (!find_command(o.command)) throw UsageError("unknown command '" + o.command + "' (" + command_names() + ")");
     refuse_flags_not_taken(table, o.command, vm);
     check_value_flags(o, raw, vm);
     check_sizes_and_needs(o, raw, vm);
     check_backend(o);
     if (o.page_cache != "auto" && o.page_cache != "keep" && o.page_cache != "evict")
         throw UsageError("--page_cache " + o.page_cache + ": expected auto, keep or evict");
-    parse_archive_options(o, raw.compress, !vm["compress"].defaulted());
+    check_output_choices(o, raw.compress, !vm["compress"].defaulted());
     if (!o.hf_upload_path.empty() && o.format != "safetensors")
         throw UsageError("--hf_upload_path uploads a Hugging Face folder: it combines with --format safetensors only");
     // HDF5's chunk limit is 4 GiB.
