@@ -375,7 +375,7 @@ std::vector<std::string> architecture_table_files(const std::vector<std::string>
     return files;
 }
 
-std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files) {
+ArchitectureTables load_architecture_tables(const std::vector<std::string>& extra_files) {
     std::vector<ArchitectureTable> tables;
     for (const auto& file : architecture_table_files(extra_files)) {
         ArchitectureTable table = read_architecture_table(file);

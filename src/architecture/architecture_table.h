@@ -96,9 +96,13 @@ std::string table_folders_text();
 // One table file's text (a built-in one from the binary) (read_small_file, so through read_once: rank 0 reads, the others replay).
 std::string read_architecture_table_text(const std::string& file);
 
+// The tables of one merge: loaded once (load_architecture_tables) and shared by every stage
+// that names, checks or keeps tensors by them.
+using ArchitectureTables = std::vector<ArchitectureTable>;
+
 // The tables of architecture_table_files in order; a later table replaces an earlier one for
 // each (source, architecture) it lists.
-std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files);
+ArchitectureTables load_architecture_tables(const std::vector<std::string>& extra_files);
 
 // The table for HF `architecture` read from `source` checkpoints; nullptr when none.
 const ArchitectureTable* find_architecture_table(const std::vector<ArchitectureTable>& tables,

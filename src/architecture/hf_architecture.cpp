@@ -98,34 +98,20 @@ std::optional<ConfigTensors> config_tensors_of(const ArchitectureTable& table, c
     return known->config_tensors;
 }
 
-NameRule name_rule(const TableRule& r) {
-    NameRule rule;
-    rule.megatron = r.from;
-    rule.hf = r.to;
-    rule.split = r.split;
-    rule.tp = r.tp;
-    rule.tied_head = r.tied_head;
-    rule.drop = r.drop;
-    rule.index = r.index;
-    return rule;
-}
-
 }  // namespace
 
-bool has_tensor_table(const HfConfig& config, const std::vector<std::string>& table_files) {
+bool has_tensor_table(const HfConfig& config, const ArchitectureTables& tables) {
     if (config.architectures.empty()) return false;
-    const auto tables = load_architecture_tables(table_files);
     const ArchitectureTable* table = megatron_table(tables, config.architectures[0]);
     return table && config_tensors_of(*table, tables).has_value();
 }
 
 ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp,
-                                  const std::vector<std::string>& table_files) {
+                                  const ArchitectureTables& tables) {
     if (config.architectures.empty())
         throw Error(config.dir + "/config.json: no 'architectures'; cannot choose a name table");
     ArchitectureInfo arch;
     arch.name = config.architectures[0];
-    const auto tables = load_architecture_tables(table_files);
     const ArchitectureTable* table = megatron_table(tables, arch.name);
     if (!table) {
         throw Error(config.dir + "/config.json: unknown architecture " + arch.name +
@@ -152,23 +138,23 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
     // A value model's head rules come first: they take output_layer from the causal LM's.
     if (arch.value_model)
         for (const TableRule& r : table->rules)
-            if (r.value_head) arch.rules.push_back(name_rule(r));
+            if (r.value_head) arch.rules.push_back(r);
     for (const TableRule& r : table->rules)
-        if (!r.value_head) arch.rules.push_back(name_rule(r));
+        if (!r.value_head) arch.rules.push_back(r);
     if (!arch.family.empty()) arch.expected = expected_hf_tensors(config, arch);
     return arch;
 }
 
 nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const std::map<size_t, size_t>& used) {
     nlohmann::ordered_json rules = nlohmann::ordered_json::array();
-    std::vector<const NameRule*> ordered;
-    for (const NameRule& rule : arch.rules) ordered.push_back(&rule);
-    std::sort(ordered.begin(), ordered.end(), [](const NameRule* a, const NameRule* b) { return a->index < b->index; });
-    for (const NameRule* rule : ordered) {
+    std::vector<const TableRule*> ordered;
+    for (const TableRule& rule : arch.rules) ordered.push_back(&rule);
+    std::sort(ordered.begin(), ordered.end(), [](const TableRule* a, const TableRule* b) { return a->index < b->index; });
+    for (const TableRule* rule : ordered) {
         auto it = used.find(rule->index);
         if (it == used.end()) continue;
-        nlohmann::ordered_json j{{"rule", rule->index}, {"from", rule->megatron}};
-        if (rule->drop.empty()) j["to"] = split_names(rule->hf);
+        nlohmann::ordered_json j{{"rule", rule->index}, {"from", rule->from}};
+        if (rule->drop.empty()) j["to"] = split_names(rule->to);
         else j["drop"] = rule->drop;
         if (rule->split != NameSplit::None) j["split"] = name_split_name(rule->split);
         j["tp"] = tp_rule_name(rule->tp);
@@ -209,11 +195,11 @@ std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::str
         expert_index = m[2];
         pattern = std::string(m[1]) + "{e}" + std::string(m[3]);
     }
-    for (const NameRule& rule : arch.rules) {
-        if (rule.megatron != pattern) continue;
+    for (const TableRule& rule : arch.rules) {
+        if (rule.from != pattern) continue;
         RuleMatch match;
         match.rule = &rule;
-        match.hf_names = split_names(substitute_rule(rule.hf, layer_index, expert_index));
+        match.hf_names = split_names(substitute_rule(rule.to, layer_index, expert_index));
         return match;
     }
     return std::nullopt;

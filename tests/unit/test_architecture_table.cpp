@@ -181,7 +181,7 @@ TEST(ArchitectureTable, ShippedMegatronTablesGiveTheTensorParallelRules) {
         "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
         "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
         "num_nextn_predict_layers": 1})");
-    const ArchitectureInfo arch = architecture_for(config, false);
+    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
     EXPECT_TRUE(arch.table_file.ends_with("megatron_moe_deepseek_v3.json")) << arch.table_file;
     const std::vector<std::pair<std::string, TpRule>> expected{
         {"embedding.word_embeddings.weight", TpRule::Concat0},
