@@ -19,6 +19,7 @@
 #include "io/record_crc.h"
 #include "architecture/architecture_table.h"
 #include "mapping/map_recipe.h"
+#include "output/peft_adapter_config.h"
 #include "rank_resources.h"
 #include "read_on_rank_zero.h"
 #include "torch/scan_serialization.h"
@@ -215,8 +216,8 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
 std::map<std::string, std::string> generated_files(const MergeInputs& in) {
     std::map<std::string, std::string> files;
     if (in.output_config.text) files["config.json"] = *in.output_config.text;
-    if (!in.lora.adapter_config.is_null())
-        files[std::string(kAdapterFolder) + "/adapter_config.json"] = in.lora.adapter_config.dump(2) + "\n";
+    if (in.lora.extracted)
+        files[std::string(kAdapterFolder) + "/adapter_config.json"] = peft_adapter_config(*in.lora.extracted).dump(2) + "\n";
     return files;
 }
 
