@@ -22,7 +22,7 @@ struct ArchitectureInfo {
     // The config.json-implied tensor set (config_tensors of the table, or of the table its
     // config_check names): family "" when the table gives none (the output is not checked).
     std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3 | ""
-    bool qkv_bias = false, qk_norm = false;
+    ConfigTensors tensors;   // the pieces the tensor set is built from (expected_tensors.h)
     std::string table_file, table_name;  // the source 'megatron' table the rules come from
     bool value_model = false;
     int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
@@ -38,7 +38,7 @@ struct ArchitectureInfo {
     bool pad_vocab = false;
     // The source 'megatron' table's rules, a value model's score-head rules first.
     std::vector<TableRule> rules;
-    ExpectedTensors expected;  // what config.json implies, see expected_hf_tensors
+    ExpectedTensors expected;  // what config.json implies (expected_tensors.h)
 };
 
 // Chooses the name table from config.json `architectures`: the source 'megatron' table of the
@@ -71,9 +71,5 @@ struct RuleMatch {
     std::vector<std::string> hf_names;
 };
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& megatron_key);
-
-// The tensors a Hugging Face model of this config holds, with their shapes, derived from
-// config.json alone, independently of any checkpoint.
-ExpectedTensors expected_hf_tensors(const HfConfig& config, const ArchitectureInfo& arch);
 
 }  // namespace vmerge
