@@ -113,6 +113,12 @@ std::string shared_table_texts(Comm& comm, const Options& o) {
     });
 }
 
+// The tables, loaded once from rank 0's texts (every rank parses the same).
+std::shared_ptr<const ArchitectureTables> load_shared_tables(const std::string& table_texts, const Options& o) {
+    const ReplayedReads tables(deserialize_small_files(table_texts));
+    return std::make_shared<const ArchitectureTables>(load_architecture_tables(o.map.architecture_tables));
+}
+
 void take_model(MergeInputs& in, MappedModel model) {
     in.mapped = std::move(model.mapped);
     in.lora = std::move(model.lora);
@@ -145,10 +151,7 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     };
     collective_step(comm, [&] {
         in.config = parse_hf_config(config_dir, config_text);
-        {
-            const ReplayedReads tables(deserialize_small_files(table_texts));
-            recipe.map.tables = std::make_shared<const ArchitectureTables>(load_architecture_tables(o.map.architecture_tables));
-        }
+        recipe.map.tables = load_shared_tables(table_texts, o);
         take_model(in, map_model(map_checkpoint(in.checkpoint, in.scans, in.config, recipe.map), in.checkpoint, in.config,
                                  recipe, checks));
     });
@@ -189,10 +192,7 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
         in.checkpoint.backend = "simulated";
         in.checkpoint.description = o.simulate + " (no files read)";
         MapRecipe recipe = map_recipe(o);
-        {
-            const ReplayedReads tables(deserialize_small_files(table_texts));
-            recipe.map.tables = std::make_shared<const ArchitectureTables>(load_architecture_tables(o.map.architecture_tables));
-        }
+        recipe.map.tables = load_shared_tables(table_texts, o);
         ScanExchangeFigures figures;
         Clock::time_point decoded = Clock::now();
         const int ranks = o.np > 0 ? o.np : comm.size();

@@ -17,6 +17,17 @@ rm -rf "$work"
 mkdir -p "$work"
 same=0 differ=0
 
+# A compressed archive's chunks land in the file in the order the compressor threads finish, so
+# two runs of one binary differ in chunk addresses (and the checksums of those bytes): such a
+# pair is the same output when every other file is identical and h5diff (with the zstd filter
+# plugin the build made) finds the datasets and attributes equal.
+same_archive_content() {
+    local a=$1 b=$2
+    [[ -f $a/model.h5 && -f $b/model.h5 ]] || return 1
+    diff -r -x model.h5 -x vmerge.checksums.json "$a" "$b" >/dev/null 2>&1 || return 1
+    HDF5_PLUGIN_PATH="$(dirname "$new")/hdf5-plugins" h5diff "$a/model.h5" "$b/model.h5" >/dev/null 2>&1
+}
+
 # run_both NAME ARGS...: the merge with each binary into $work/{old,new}/NAME, then cmp -r.
 run_both() {
     local name=$1
@@ -38,6 +49,9 @@ run_both() {
     fi
     if diff -r "$work/old/$name" "$work/new/$name" >"$work/$name.diff" 2>&1; then
         echo "same   $name: $(find "$work/new/$name" -type f | wc -l) files identical"; same=$((same + 1))
+    elif same_archive_content "$work/old/$name" "$work/new/$name"; then
+        echo "same   $name: model.h5 datasets identical (h5diff; a compressed archive's chunk order varies run to run)"
+        same=$((same + 1))
     else
         echo "DIFFER $name:"; head -5 "$work/$name.diff"; differ=$((differ + 1))
     fi
