@@ -25,6 +25,7 @@ struct Options {
     LevelChoice level;             // verl run/step folders: --step, --role
     BackendFlags backend_flags;    // the layouts' own flags (--iteration, --tag, --lora_base, ...)
     std::string dtype = "auto";
+    bool tie_word_embedding = false;  // --tie_word_embedding: no lm_head.weight is written
     MapOptions map;
     // Quantize (--quantize) and LoRA.
     bool quantize = false;

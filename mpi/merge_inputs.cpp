@@ -18,7 +18,8 @@
 #include "io/small_file.h"
 #include "io/record_crc.h"
 #include "architecture/architecture_table.h"
-#include "mapping/output_rules.h"
+#include "mapping/map_recipe.h"
+#include "output/peft_adapter_config.h"
 #include "rank_resources.h"
 #include "read_on_rank_zero.h"
 #include "torch/scan_serialization.h"
@@ -27,37 +28,6 @@
 namespace vmerge {
 namespace {
 
-// Quantization, then the config.json that states what was written (output_config.h).
-void plan_quantized_output(MergeInputs& in, const Options& o) {
-    if (o.quantize) in.quantize = o.quantize_spec;
-    if (in.quantize) in.quantization = plan_quantization(in.mapped.mapping, *in.quantize);
-    for (const auto& note : in.quantization.notes) in.mapped.notes.push_back(note);
-    // Printed once by merge and inspect (rank 0), each naming the loader rule.
-    for (const auto& warning : in.quantization.shape_warnings) in.mapped.notes.push_back(warning);
-    in.output_config = plan_output_config(
-        in.config, in.mapped.mapping, o.map.tie_word_embedding,
-        in.quantize ? quantization_config(*in.quantize, in.quantization.ignored_modules) : nlohmann::ordered_json());
-    for (const auto& note : in.output_config.notes) in.mapped.notes.push_back(note);
-}
-
-// The embedding / output head copies of the MTP layers (mtp_shared_copies.h): written from
-// their originals (after LoRA, so a merged update is in them too, and before the tied head is
-// dropped) unless --no_mtp_shared_copies.
-void write_mtp_copies(MappedCheckpoint& mapped, const Options& o, bool tied) {
-    if (mapped.mtp_shared_copies.empty()) return;
-    const auto read = std::count_if(mapped.mtp_shared_copies.begin(), mapped.mtp_shared_copies.end(),
-                                    [](const MtpSharedCopy& c) { return c.read.has_value(); });
-    if (read)
-        mapped.notes.push_back("the checkpoint's " + std::to_string(read) + " embed_tokens / shared_head.head copies of "
-                               "its MTP layers equal their originals (compared byte for byte; written once)");
-    if (o.map.no_mtp_shared_copies) {
-        mapped.notes.push_back("--no_mtp_shared_copies: the " + std::to_string(mapped.mtp_shared_copies.size()) +
-                               " embed_tokens / shared_head.head copies of the MTP layers not written");
-        return;
-    }
-    for (auto& note : add_mtp_shared_copies(mapped.mapping, mapped.mtp_shared_copies, tied)) mapped.notes.push_back(note);
-}
-
 // A LoRA merge with another alpha writes other bytes into the same layout: --resume must
 // not mix the two.
 std::string lora_fingerprint(const TensorMapping& mapping) {
@@ -65,18 +35,6 @@ std::string lora_fingerprint(const TensorMapping& mapping) {
     out << std::hexfloat;
     for (const auto& d : mapping.lora_deltas) out << d.scale << ";";
     return out.str();
-}
-
-void apply_lora_choice(MergeInputs& in, const Options& o, std::optional<LoraMetadataFiles> metadata) {
-    LoraOptions lora = o.lora;
-    lora.checkpoint_dir = in.checkpoint.dir;
-    lora.metadata = std::move(metadata);
-    lora.alpha_unrecorded = in.mapped.lora_alpha_unrecorded;
-    lora.task_type = o.map.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
-    // The extracted adapter sits inside the folder that holds its base model.
-    if (!o.output.target.empty()) lora.base_model_name_or_path = std::filesystem::absolute(o.output.target).lexically_normal().string();
-    in.lora = apply_lora(in.mapped.mapping, lora, in.checkpoint.dir);
-    for (const auto& note : in.lora.notes) in.mapped.notes.push_back(note);
 }
 
 // The text of config.json, read by rank 0 for every rank (each parses it).
@@ -126,9 +84,52 @@ std::vector<ScannedFile> scan(const DetectedCheckpoint& checkpoint, Comm& comm) 
     return gathered_scans(gathered, jobs.size());
 }
 
+// What the command line chose for the map stage (mapping/map_recipe.h).
+MapRecipe map_recipe(const Options& o) {
+    MapRecipe recipe;
+    recipe.map = o.map;
+    recipe.tie_word_embedding = o.tie_word_embedding;
+    recipe.dtype = o.dtype;
+    if (o.quantize) recipe.quantize = o.quantize_spec;
+    recipe.lora = o.lora;
+    // The extracted adapter sits inside the folder that holds its base model.
+    if (!o.output.target.empty())
+        recipe.lora.base_model_name_or_path = std::filesystem::absolute(o.output.target).lexically_normal().string();
+    return recipe;
+}
+
+// The architecture tables (shipped and --architecture_table) as rank 0 read them, for every
+// rank to load from (or to meet rank 0's read errors).
+std::string shared_table_texts(Comm& comm, const Options& o) {
+    return read_on_rank_zero(comm, [&] {
+        start_recording_reads();
+        for (const auto& file : architecture_table_files(o.map.architecture_tables)) {
+            try {
+                read_architecture_table_text(file);
+            } catch (const Error&) {  // recorded: every rank meets it when loading
+            }
+        }
+        return serialize_small_files(stop_recording_reads());
+    });
+}
+
+// The tables, loaded once from rank 0's texts (every rank parses the same).
+std::shared_ptr<const ArchitectureTables> load_shared_tables(const std::string& table_texts, const Options& o) {
+    const ReplayedReads tables(deserialize_small_files(table_texts));
+    return std::make_shared<const ArchitectureTables>(load_architecture_tables(o.map.architecture_tables));
+}
+
+void take_model(MergeInputs& in, MappedModel model) {
+    in.mapped = std::move(model.mapped);
+    in.lora = std::move(model.lora);
+    in.quantize = std::move(model.quantize);
+    in.quantization = std::move(model.quantization);
+    in.output_config = std::move(model.output_config);
+}
+
 // Map of a checkpoint that is a merge's output already (Backend::as_stored, an archive): its
-// tensors as stored, no config.json, rules, LoRA or quantization; a merge writes the HF files it
-// holds (rank 0 reads them).
+// tensors as stored, no config.json, tables, rules, LoRA or quantization; a merge writes the HF
+// files it holds (rank 0 reads them).
 void map_as_stored(MergeInputs& in, const Options& o, Comm& comm) {
     collective_step(comm, [&] {
         in.mapped = map_checkpoint(in.checkpoint, in.scans, HfConfig{}, o.map);
@@ -136,58 +137,34 @@ void map_as_stored(MergeInputs& in, const Options& o, Comm& comm) {
     });
 }
 
-// Map: HF names, the LoRA adapter, the output rules and checks, quantization. The config and
-// the LoRA metadata are read by rank 0; every rank computes the same mapping from them.
+// Map: the config, the tables and the LoRA metadata are read by rank 0; every rank then runs
+// the same recipe on them (the byte checks split over the ranks), and all agree on the result.
 void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     if (written_as_stored(in.checkpoint)) return map_as_stored(in, o, comm);
     const std::string config_dir = o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config;
     const std::string config_text = shared_hf_config_text(comm, config_dir);
-    // The architecture tables (shipped and --architecture_table): rank 0 reads them, the other
-    // ranks map from its texts (or meet its read errors).
-    const std::string table_texts = read_on_rank_zero(comm, [&] {
-        start_recording_reads();
-        for (const auto& file : architecture_table_files(o.map.architecture_tables)) {
-            try {
-                read_architecture_table_text(file);
-            } catch (const Error&) {  // recorded: every rank meets it when mapping
-            }
-        }
-        return serialize_small_files(stop_recording_reads());
-    });
-    const ReplayedReads tables(deserialize_small_files(table_texts));
-    MapOptions options = o.map;
-    // --tie_word_embedding acts after mapping (check_tied_head, then apply_output_rules), so a
-    // Megatron output_layer becomes lm_head.weight and is compared before it may be dropped.
-    options.tie_word_embedding = false;
-    // The word embeddings are tied by config.json or --tie_word_embedding (for the MTP copies'
-    // original: the embedding when there is no lm_head.weight).
-    bool tied = false;
+    const std::string table_texts = shared_table_texts(comm, o);
+    // Read whether or not the mapping holds an adapter: the read records what it cannot read
+    // instead of throwing, and apply_lora parses it only for an adapter.
+    const std::string adapter_config =
+        in.checkpoint.lora_adapter_dir.empty() ? "" : in.checkpoint.lora_adapter_dir + "/adapter_config.json";
+    const std::string lora_metadata = read_on_rank_zero(
+        comm, [&] { return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir, adapter_config)); });
+    MapRecipe recipe = map_recipe(o);
+    recipe.lora.metadata = deserialize_lora_metadata(lora_metadata);
+    const uint64_t budget = max_memory(o, comm);
+    SourceByteChecks checks;
+    checks.mtp_copies = [&](const TensorMapping& mapping, const std::vector<MtpSharedCopy>& copies, bool tied) {
+        check_mtp_shared_copies(mapping, copies, tied, budget, comm.rank(), comm.size());
+    };
+    checks.tied_head = [&](const TensorMapping& mapping, const HfConfig& config, bool tie_flag) {
+        check_tied_head(mapping, config, tie_flag, budget, comm.rank(), comm.size());
+    };
     collective_step(comm, [&] {
         in.config = parse_hf_config(config_dir, config_text);
-        in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, options);
-        tied = o.map.tie_word_embedding || in.config.tie_word_embeddings;
-        // The checkpoint's own MTP copies against the bytes they copy, before a LoRA update is attached.
-        check_mtp_shared_copies(in.mapped.mapping, in.mapped.mtp_shared_copies, tied, max_memory(o, comm), comm.rank(),
-                                comm.size());
-    });
-    std::optional<LoraMetadataFiles> lora_metadata;
-    const auto& tensors = in.mapped.mapping.tensors;
-    if (std::any_of(tensors.begin(), tensors.end(), [](const OutputTensor& t) { return is_peft_name(t.name); }))
-        lora_metadata = deserialize_lora_metadata(
-            read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir, in.checkpoint.lora_adapter_dir.empty()
-                                                       ? ""
-                                                       : in.checkpoint.lora_adapter_dir + "/adapter_config.json")); }));
-    collective_step(comm, [&] {
-        apply_lora_choice(in, o, std::move(lora_metadata));
-        check_tied_head(in.mapped.mapping, in.config, o.map.tie_word_embedding, max_memory(o, comm), comm.rank(), comm.size());
-        write_mtp_copies(in.mapped, o, tied);
-        for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype),
-                                             o.map.tie_word_embedding))
-            in.mapped.notes.push_back(note);
-        MapOptions checked = options;
-        checked.tie_word_embedding = o.map.tie_word_embedding;  // the rules above dropped lm_head
-        check_output_against_config(in.mapped, in.checkpoint, in.config, checked);
-        plan_quantized_output(in, o);
+        recipe.map.tables = load_shared_tables(table_texts, o);
+        take_model(in, map_model(map_checkpoint(in.checkpoint, in.scans, in.config, recipe.map), in.checkpoint, in.config,
+                                 recipe, checks));
     });
 }
 
@@ -220,26 +197,29 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
 MergeInputs simulate_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
     const std::string config_text = shared_hf_config_text(comm, o.hf_config);
+    const std::string table_texts = shared_table_texts(comm, o);
     collective_step(comm, [&] {
         in.config = parse_hf_config(o.hf_config, config_text);
         in.checkpoint.backend = "simulated";
         in.checkpoint.description = o.simulate + " (no files read)";
+        MapRecipe recipe = map_recipe(o);
+        recipe.map.tables = load_shared_tables(table_texts, o);
         ScanExchangeFigures figures;
         Clock::time_point decoded = Clock::now();
         const int ranks = o.np > 0 ? o.np : comm.size();
-        in.mapped.mapping = simulate_checkpoint(in.config, o.simulate, in.mapped.notes, [&](std::vector<ScannedFile> scans) {
-            auto received = exchange_scans_as_ranks(std::move(scans), ranks, figures);
-            decoded = Clock::now();
-            return received;
-        });
+        MappedCheckpoint simulated;
+        simulated.mapping = simulate_checkpoint(in.config, o.simulate, recipe.map.loaded_tables(), simulated.notes,
+                                                [&](std::vector<ScannedFile> scans) {
+                                                    auto received = exchange_scans_as_ranks(std::move(scans), ranks, figures);
+                                                    decoded = Clock::now();
+                                                    return received;
+                                                });
         figures.map_seconds = seconds_since(decoded);
         in.exchange = figures;
-        in.mapped.facts["backend"] = "simulated";
-        in.mapped.facts["layout"] = o.simulate;
-        in.mapped.facts["architecture"] = in.config.architectures.empty() ? "" : in.config.architectures[0];
-        for (auto& note : apply_output_rules(in.mapped.mapping, in.config, parse_dtype_choice(o.dtype), o.map.tie_word_embedding))
-            in.mapped.notes.push_back(note);
-        plan_quantized_output(in, o);
+        simulated.facts["backend"] = "simulated";
+        simulated.facts["layout"] = o.simulate;
+        simulated.facts["architecture"] = in.config.architectures.empty() ? "" : in.config.architectures[0];
+        take_model(in, map_model(std::move(simulated), in.checkpoint, in.config, recipe));
     });
     return in;
 }
@@ -248,8 +228,8 @@ std::map<std::string, std::string> generated_files(const MergeInputs& in) {
     if (written_as_stored(in.checkpoint)) return in.held_files;
     std::map<std::string, std::string> files;
     if (in.output_config.text) files["config.json"] = *in.output_config.text;
-    if (!in.lora.adapter_config.is_null())
-        files[std::string(kAdapterFolder) + "/adapter_config.json"] = in.lora.adapter_config.dump(2) + "\n";
+    if (in.lora.extracted)
+        files[std::string(kAdapterFolder) + "/adapter_config.json"] = peft_adapter_config(*in.lora.extracted).dump(2) + "\n";
     return files;
 }
 

@@ -63,7 +63,7 @@ void add_input_options(OptionTable& t, Options& o, RawFlags& raw) {
          "accepted for verl compatibility; changes nothing (vmerge builds no model)")
         ("safe_serialization", po::bool_switch(&raw.safe_serialization),
          "accepted for zero_to_fp32.py compatibility; changes nothing (vmerge always writes safetensors)")
-        ("tie_word_embedding", po::bool_switch(&o.map.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
+        ("tie_word_embedding", po::bool_switch(&o.tie_word_embedding), "treat embeddings as tied (no lm_head.weight)")
         ("is_value_model", po::bool_switch(&o.map.is_value_model), "value/reward model: output_layer -> score.*")
         ("allow_unmapped", po::bool_switch(&o.map.allow_unmapped), "drop checkpoint tensors with no HF name instead of failing")
         ("pad_vocab", po::bool_switch(&o.map.pad_vocab),

@@ -25,8 +25,11 @@ const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "sou
                                        "config_check", "config_tensors", "keep_fp32", "mtp_shared_copies", "rules",
                                        "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "split", "tp", "value_head", "note"};
-const std::set<std::string> kConfigTensorKeys{"family", "qkv_bias", "qk_norm"};
-const std::set<std::string> kFamilies{"dense", "qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3"};
+const std::set<std::string> kConfigTensorKeys{"family",    "qkv_bias",       "qk_norm",    "attention",
+                                              "experts",   "expert_count",   "moe_layers", "shared_experts",
+                                              "router_bias"};
+// The pieces a table may set itself (beside family, qkv_bias, qk_norm).
+const std::set<std::string> kPieceKeys{"attention", "experts", "expert_count", "moe_layers", "shared_experts", "router_bias"};
 // torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
 // (global layer and expert numbers); hf: facts of the HF architecture itself (keep_fp32,
 // mtp_shared_copies; no rules), applied whatever the checkpoint layout.
@@ -213,20 +216,88 @@ fs::path running_binary_dir() {
     return ec ? fs::path() : exe.parent_path();
 }
 
+// One of a piece's names ("gqa", "mla", ...) as its value; an Error listing the names otherwise.
+template <class E>
+E piece_field(const nlohmann::json& j, const char* key, const std::string& where,
+              const std::vector<std::pair<const char*, E>>& names, E fallback) {
+    const std::string text = string_field(j, key, where, false);
+    if (text.empty()) return fallback;
+    std::string expected;
+    for (const auto& [name, value] : names) {
+        if (text == name) return value;
+        expected += (expected.empty() ? "" : ", ") + std::string(name);
+    }
+    throw Error(where + ": " + key + " '" + text + "': expected " + expected);
+}
+
+// A family's preset, then each piece the table sets; an unknown family must set its pieces.
 ConfigTensors parse_config_tensors(const nlohmann::json& j, const std::string& file) {
     const std::string where = file + ": config_tensors";
     if (!j.is_object()) throw Error(where + ": expected an object {\"family\": ..., \"qkv_bias\": ..., \"qk_norm\": ...}");
     check_keys(j, kConfigTensorKeys, where);
-    ConfigTensors c;
-    c.family = string_field(j, "family", where, true);
-    if (!kFamilies.count(c.family))
-        throw Error(where + ": unknown family '" + c.family + "' (expected dense, qwen2_moe, qwen3_moe, mixtral or deepseek_v3)");
+    const std::string family = string_field(j, "family", where, true);
+    const bool sets_pieces = std::any_of(kPieceKeys.begin(), kPieceKeys.end(), [&](const std::string& k) { return j.contains(k); });
+    std::optional<ConfigTensors> preset = family_tensor_pieces(family);
+    if (!preset && !sets_pieces)
+        throw Error(where + ": unknown family '" + family + "' (expected dense, qwen2_moe, qwen3_moe, mixtral or "
+                    "deepseek_v3, or a new family's pieces: attention, experts, expert_count, moe_layers, "
+                    "shared_experts, router_bias)");
+    ConfigTensors c = preset.value_or(ConfigTensors{});
+    c.family = family;
     c.qkv_bias = bool_field(j, "qkv_bias", where);
     c.qk_norm = bool_field(j, "qk_norm", where);
+    using C = ConfigTensors;
+    c.attention = piece_field<C::Attention>(j, "attention", where, {{"gqa", C::Attention::Gqa}, {"mla", C::Attention::Mla}},
+                                            c.attention);
+    c.experts = piece_field<C::Experts>(
+        j, "experts", where,
+        {{"none", C::Experts::None}, {"routed", C::Experts::Routed}, {"mixtral", C::Experts::Mixtral}}, c.experts);
+    if (j.contains("expert_count")) c.expert_count = string_field(j, "expert_count", where, true);
+    c.moe_layers = piece_field<C::MoeLayers>(
+        j, "moe_layers", where,
+        {{"every", C::MoeLayers::Every}, {"sparse_step", C::MoeLayers::SparseStep}, {"first_k_dense", C::MoeLayers::FirstKDense}},
+        c.moe_layers);
+    c.shared_experts = piece_field<C::SharedExperts>(
+        j, "shared_experts", where,
+        {{"none", C::SharedExperts::None}, {"gated", C::SharedExperts::Gated}, {"summed", C::SharedExperts::Summed}},
+        c.shared_experts);
+    if (j.contains("router_bias")) c.router_bias = bool_field(j, "router_bias", where);
+    if (c.experts != C::Experts::None && c.expert_count.empty())
+        throw Error(where + ": experts '" + string_field(j, "experts", where, false) +
+                    "' needs expert_count (the config.json key giving the number of routed experts)");
     return c;
 }
 
 }  // namespace
+
+std::optional<ConfigTensors> family_tensor_pieces(const std::string& family) {
+    using C = ConfigTensors;
+    C c;
+    c.family = family;
+    if (family == "dense") return c;
+    if (family == "mixtral") {
+        c.experts = C::Experts::Mixtral;
+        c.expert_count = "num_local_experts";
+        return c;
+    }
+    if (family == "qwen2_moe" || family == "qwen3_moe") {
+        c.experts = C::Experts::Routed;
+        c.expert_count = "num_experts";  // transformers 5 writes num_local_experts: both are read
+        c.moe_layers = C::MoeLayers::SparseStep;
+        if (family == "qwen2_moe") c.shared_experts = C::SharedExperts::Gated;
+        return c;
+    }
+    if (family == "deepseek_v3") {
+        c.attention = C::Attention::Mla;
+        c.experts = C::Experts::Routed;
+        c.expert_count = "n_routed_experts";
+        c.moe_layers = C::MoeLayers::FirstKDense;
+        c.shared_experts = C::SharedExperts::Summed;
+        c.router_bias = true;
+        return c;
+    }
+    return std::nullopt;
+}
 
 const char* name_split_name(NameSplit s) {
     switch (s) {
@@ -375,7 +446,7 @@ std::vector<std::string> architecture_table_files(const std::vector<std::string>
     return files;
 }
 
-std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files) {
+ArchitectureTables load_architecture_tables(const std::vector<std::string>& extra_files) {
     std::vector<ArchitectureTable> tables;
     for (const auto& file : architecture_table_files(extra_files)) {
         ArchitectureTable table = read_architecture_table(file);

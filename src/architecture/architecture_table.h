@@ -47,13 +47,34 @@ struct TableRule {
     bool value_head = false;
 };
 
-// The HF tensor set config.json implies, as the C++ derives it (expected_hf_tensors): the
-// model family and the facts that vary inside one (source 'megatron' tables).
+// The HF tensor set config.json implies (expected_hf_tensors, source 'megatron' tables): the
+// pieces each decoder layer is built from. A family names a preset of them
+// (family_tensor_pieces); a table may set any piece itself, so a new family that combines known
+// pieces is a JSON file (docs/architecture-tables.md).
 struct ConfigTensors {
-    std::string family;     // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3
+    std::string family;     // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3 (the preset)
     bool qkv_bias = false;  // q/k/v biases whatever config.json's attention_bias says
     bool qk_norm = false;   // per-head q_norm / k_norm
+    // self_attn: q/k/v/o_proj with kv heads (gqa), or DeepSeek's latent attention (mla:
+    // q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj and their norms).
+    enum class Attention { Gqa, Mla } attention = Attention::Gqa;
+    // The routed experts of a MoE layer: none (dense MLP everywhere), mlp.experts.{e}.
+    // gate/up/down_proj with mlp.gate (routed), or block_sparse_moe.experts.{e}.w1/w3/w2 with
+    // block_sparse_moe.gate (mixtral).
+    enum class Experts { None, Routed, Mixtral } experts = Experts::None;
+    std::string expert_count;  // the config.json key giving the number of routed experts
+    // Which layers are MoE layers: every one, every decoder_sparse_step-th (and not in
+    // mlp_only_layers), or those from first_k_dense_replace on, every moe_layer_freq-th.
+    enum class MoeLayers { Every, SparseStep, FirstKDense } moe_layers = MoeLayers::Every;
+    // Beside the routed experts: none, Qwen2-MoE's gated mlp.shared_expert (its size
+    // shared_expert_intermediate_size), or DeepSeek's mlp.shared_experts (n_shared_experts x
+    // moe_intermediate_size).
+    enum class SharedExperts { None, Gated, Summed } shared_experts = SharedExperts::None;
+    bool router_bias = false;  // mlp.gate.e_score_correction_bias [experts]
 };
+
+// The pieces a family's preset sets; nullopt for an unknown family.
+std::optional<ConfigTensors> family_tensor_pieces(const std::string& family);
 
 // An architecture table (share/vmerge/architectures/*.json, docs/architecture-tables.md): the
 // name rules of one checkpoint layout (`source`, e.g. "torchtitan") for the HF architectures
@@ -96,9 +117,13 @@ std::string table_folders_text();
 // One table file's text (a built-in one from the binary) (read_small_file, so through read_once: rank 0 reads, the others replay).
 std::string read_architecture_table_text(const std::string& file);
 
+// The tables of one merge: loaded once (load_architecture_tables) and shared by every stage
+// that names, checks or keeps tensors by them.
+using ArchitectureTables = std::vector<ArchitectureTable>;
+
 // The tables of architecture_table_files in order; a later table replaces an earlier one for
 // each (source, architecture) it lists.
-std::vector<ArchitectureTable> load_architecture_tables(const std::vector<std::string>& extra_files);
+ArchitectureTables load_architecture_tables(const std::vector<std::string>& extra_files);
 
 // The table for HF `architecture` read from `source` checkpoints; nullptr when none.
 const ArchitectureTable* find_architecture_table(const std::vector<ArchitectureTable>& tables,

@@ -11,18 +11,6 @@
 
 namespace vmerge {
 
-// How one Megatron tensor becomes one or more Hugging Face tensors: a rule of the
-// architecture's source 'megatron' table (share/vmerge/architectures/megatron_*.json).
-struct NameRule {
-    std::string megatron;  // "decoder.layers.{i}.self_attention.linear_qkv.weight"
-    std::string hf;        // "model.layers.{i}.self_attn.q_proj.weight|...k_proj...|..."
-    NameSplit split = NameSplit::None;
-    TpRule tp = TpRule::Replicated;
-    bool tied_head = false;  // not written when the embeddings are tied
-    std::string drop;        // why the tensor is not written ("" when mapped)
-    size_t index = 0;        // the rule's position in its table, for messages and inspect
-};
-
 struct ExpectedTensors {
     std::map<std::string, Shape> required;
     std::map<std::string, Shape> optional;
@@ -34,7 +22,7 @@ struct ArchitectureInfo {
     // The config.json-implied tensor set (config_tensors of the table, or of the table its
     // config_check names): family "" when the table gives none (the output is not checked).
     std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3 | ""
-    bool qkv_bias = false, qk_norm = false;
+    ConfigTensors tensors;   // the pieces the tensor set is built from (expected_tensors.h)
     std::string table_file, table_name;  // the source 'megatron' table the rules come from
     bool value_model = false;
     int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
@@ -48,15 +36,16 @@ struct ArchitectureInfo {
     // --pad_vocab: an embedding or head with fewer rows than vocab_size is padded with zero rows
     // (otherwise the config contradicts the checkpoint: an Error naming both sizes).
     bool pad_vocab = false;
-    std::vector<NameRule> rules;
-    ExpectedTensors expected;  // what config.json implies, see expected_hf_tensors
+    // The source 'megatron' table's rules, a value model's score-head rules first.
+    std::vector<TableRule> rules;
+    ExpectedTensors expected;  // what config.json implies (expected_tensors.h)
 };
 
 // Chooses the name table from config.json `architectures`: the source 'megatron' table of the
 // shipped ones and `table_files` (--architecture_table) that lists it (Error naming the
 // architecture and the supported ones when none). `value_model` forces the score head.
-ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp = false,
-                                  const std::vector<std::string>& table_files = {});
+ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp,
+                                  const ArchitectureTables& tables);
 
 // A Megatron MTP key (mtp.layers.{k}.transformer_layer.<rest>, also the runtime name
 // mtp_model_layer, and the MTP block's own enorm/hnorm/eh_proj/final_layernorm) as the
@@ -65,26 +54,22 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
 std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth);
 // Whether architecture_for knows config.json's architectures[0] and the tensor set its
 // config.json implies.
-bool has_tensor_table(const HfConfig& config, const std::vector<std::string>& table_files = {});
+bool has_tensor_table(const HfConfig& config, const ArchitectureTables& tables);
 
 // The rules of `arch` that took tensors, as inspect --json prints them.
 nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const std::map<size_t, size_t>& used);
 
 // A rule's name pattern with {i} (layer) and {e} (expert) replaced.
 std::string substitute_rule(std::string_view pattern, const std::string& layer, const std::string& expert);
-// The parts of a '|'-separated list of names (NameRule::hf).
+// The parts of a '|'-separated list of names (a split rule's TableRule::to).
 std::vector<std::string> split_names(std::string_view names);
 
 // Finds the rule for a canonical Megatron key with global layer/expert numbers and returns
 // the HF names it produces (one, or several for a split); nullopt when unmapped.
 struct RuleMatch {
-    const NameRule* rule = nullptr;
+    const TableRule* rule = nullptr;
     std::vector<std::string> hf_names;
 };
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& megatron_key);
-
-// The tensors a Hugging Face model of this config holds, with their shapes, derived from
-// config.json alone, independently of any checkpoint.
-ExpectedTensors expected_hf_tensors(const HfConfig& config, const ArchitectureInfo& arch);
 
 }  // namespace vmerge

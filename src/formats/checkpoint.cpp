@@ -42,8 +42,7 @@ void drop_non_weight_buffers(TensorMapping& mapping, SourceLedger& ledger, std::
 // model dtype): marked for the output rules.
 static void mark_float32_tensors(MappedCheckpoint& m, const HfConfig& config, const MapOptions& options) {
     if (config.architectures.empty()) return;
-    const auto tables = load_architecture_tables(options.architecture_tables);
-    const ArchitectureTable* table = find_architecture_table(tables, "hf", config.architectures[0]);
+    const ArchitectureTable* table = find_architecture_table(options.loaded_tables(), "hf", config.architectures[0]);
     if (!table) return;
     for (OutputTensor& t : m.mapping.tensors) t.keep_float32 = t.keep_float32 || table_keeps_fp32(*table, t.name);
 }
@@ -54,8 +53,7 @@ static void mark_float32_tensors(MappedCheckpoint& m, const HfConfig& config, co
 static void set_aside_mtp_copies(MappedCheckpoint& m, const HfConfig& config, const MapOptions& options,
                                  SourceLedger& ledger) {
     if (config.architectures.empty()) return;
-    const auto tables = load_architecture_tables(options.architecture_tables);
-    const ArchitectureTable* table = find_architecture_table(tables, "hf", config.architectures[0]);
+    const ArchitectureTable* table = find_architecture_table(options.loaded_tables(), "hf", config.architectures[0]);
     if (!table || !table->mtp_shared_copies) return;
     m.mtp_shared_copies = set_aside_mtp_shared_copies(m.mapping);
     for (const MtpSharedCopy& copy : m.mtp_shared_copies)
@@ -91,9 +89,9 @@ MappedCheckpoint map_checkpoint(const DetectedCheckpoint& ckpt, const std::vecto
 }
 
 void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config,
-                                 const MapOptions& options) {
+                                 const MapOptions& options, bool tie_word_embedding) {
     if (!ckpt.source || !(ckpt.source->names_own_tensors() || ckpt.hf_named)) return;  // Megatron: in megatron_to_hf
-    if (!has_tensor_table(config, options.architecture_tables)) {
+    if (!has_tensor_table(config, options.loaded_tables())) {
         m.notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: no tensor table for " +
                           (config.architectures.empty() ? std::string("a config without 'architectures'")
                                                         : "architecture " + config.architectures[0]));
@@ -112,8 +110,8 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
     for (const OutputTensor& t : m.mapping.tensors) mtp = mtp || t.name.ends_with(".enorm.weight");
     ArchitectureInfo arch =
         architecture_for(config, options.is_value_model || (score_head && !lm_head), options.drop_mtp || !mtp,
-                         options.architecture_tables);
-    if (options.tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
+                         options.loaded_tables());
+    if (tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
     for (const auto& name : m.left_out) arch.expected.required.erase(name);
     // Names and shapes are all the check reads; an extracted adapter is not part of the model.
     TensorMapping model;

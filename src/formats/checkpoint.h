@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "architecture/architecture_table.h"
 #include "architecture/hf_config.h"
 #include "architecture/mtp_shared_copies.h"
 #include "core/error.h"
@@ -92,11 +93,17 @@ struct DetectedCheckpoint {
 
 struct MapOptions {
     bool is_value_model = false;
-    bool tie_word_embedding = false;
     bool allow_unmapped = false;
     std::optional<int> tp_size;
     std::optional<int> pp_size;
     std::vector<std::string> architecture_tables;  // --architecture_table files (add or override)
+    // The shipped tables and those files, loaded once per merge (load_architecture_tables) by
+    // whoever runs the mapping; every stage reads them through loaded_tables().
+    std::shared_ptr<const ArchitectureTables> tables;
+    const ArchitectureTables& loaded_tables() const {
+        if (!tables) throw Error("internal: the architecture tables were not loaded before mapping");
+        return *tables;
+    }
     bool drop_mtp = false;  // --drop_mtp: leave multi-token prediction layers out (recorded)
     // --no_mtp_shared_copies: write no embed_tokens / shared_head.head copies in MTP layers
     // (mtp_shared_copies.h); an architecture whose release holds them gets them by default.
@@ -140,8 +147,9 @@ void add_dcp_jobs(DetectedCheckpoint& d, const DcpMetadata& meta);
 // checked against what config.json implies, as megatron_to_hf does for Megatron (Error
 // naming the missing, unexpected and misshapen tensors). An architecture vmerge has no
 // table for is not checked, with a note saying so.
+// `tie_word_embedding` (--tie_word_embedding): the output rules dropped lm_head.weight.
 void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config,
-                                 const MapOptions& options);
+                                 const MapOptions& options, bool tie_word_embedding);
 
 // The merge summary / inspect line for `account` ("dropped 12 source entries: ..."); "" when none.
 std::string dropped_summary(const SourceAccount& account);

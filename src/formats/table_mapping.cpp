@@ -147,7 +147,7 @@ TableApplication apply_architecture_table(const TensorMapping& model, const Arch
 }
 
 void check_table_output(const TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
-                        const std::vector<std::string>& table_files, std::vector<std::string>& notes) {
+                        const ArchitectureTables& tables, std::vector<std::string>& notes) {
     if (table.config_check.empty()) {
         notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: " + table.file +
                         " names no config_check architecture");
@@ -155,9 +155,9 @@ void check_table_output(const TensorMapping& mapping, const ArchitectureTable& t
     }
     HfConfig as_known = config;
     as_known.architectures = {table.config_check};
-    if (!has_tensor_table(as_known, table_files))
+    if (!has_tensor_table(as_known, tables))
         throw Error(table.file + ": config_check '" + table.config_check + "' is not an architecture vmerge knows");
-    check_against_config(mapping, config, architecture_for(as_known, false, false, table_files));
+    check_against_config(mapping, config, architecture_for(as_known, false, false, tables));
 }
 
 }  // namespace vmerge

@@ -42,6 +42,6 @@ TableApplication apply_architecture_table(const TensorMapping& model, const Arch
 // The HF tensors config.json implies, checked as for Megatron (check_against_config) with the
 // table's config_check architecture; a table without one gives a note instead.
 void check_table_output(const TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
-                        const std::vector<std::string>& table_files, std::vector<std::string>& notes);
+                        const ArchitectureTables& tables, std::vector<std::string>& notes);
 
 }  // namespace vmerge

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/small_file.h"
 #include "core/tensor_mapping.h"
+#include "mapping/lora_hyperparameters.h"
 
 namespace vmerge {
 
@@ -14,60 +14,21 @@ namespace vmerge {
 // adapter_model.safetensors), beside the merged base model.
 inline constexpr const char* kAdapterFolder = "lora_adapter";
 
-// What to do with a LoRA adapter found in a checkpoint: write the base model plus a PEFT
-// adapter folder, or fold the adapter into the base weights.
-enum class LoraMode { Extract, Merge };
-
-// The training-time adapter facts found beside a checkpoint (read once, by rank 0):
-// <dir>/lora_adapter/adapter_config.json and the first of <dir>/lora_train_meta.json and
-// <dir>/../lora_train_meta.json that exists (verl >= 2026-02).
-struct LoraMetadataFiles {
-    SmallFile adapter_config;
-    SmallFile train_meta;
-};
-// `adapter_config`, when given, is read instead of <dir>/lora_adapter/adapter_config.json (an
-// adapter export elsewhere in the checkpoint).
-LoraMetadataFiles read_lora_metadata(const std::string& checkpoint_dir, const std::string& adapter_config = "");
-std::string serialize_lora_metadata(const LoraMetadataFiles& files);
-LoraMetadataFiles deserialize_lora_metadata(const std::string& text);
-
-struct LoraOptions {
-    LoraMode mode = LoraMode::Extract;
-    std::optional<double> alpha;        // --lora_alpha: wins over what is found on disk
-    std::optional<bool> use_rslora;     // --use_rslora: scale alpha/sqrt(r) instead of alpha/r
-    // Searched for the training-time adapter facts: <dir>/lora_adapter/adapter_config.json
-    // (verl's PPO worker), <dir>/lora_train_meta.json and <dir>/../lora_train_meta.json (verl
-    // >= 2026-02).
-    std::string checkpoint_dir;
-    // The files above as read by another rank; without them apply_lora reads them itself.
-    std::optional<LoraMetadataFiles> metadata;
-    // Why the checkpoint records no alpha (Megatron-Bridge shards): the missing-alpha error says it.
-    std::string alpha_unrecorded;
-    std::string task_type = "CAUSAL_LM";
-    std::string base_model_name_or_path;  // used when no found adapter config names one
-};
-
-// The alpha, rsLoRA switch and patterns an adapter was trained with, and where they came from.
-struct LoraHyperparameters {
+// What an extracted adapter's adapter_config.json states (written by
+// output/peft_adapter_config.h): the modules, the hyper-parameters, and the adapter_config.json
+// found beside the checkpoint, whose base_model_name_or_path, lora_dropout and task_type win.
+struct ExtractedAdapter {
+    std::vector<std::string> target_modules;
+    std::vector<std::string> modules_to_save;
     double alpha = 0;
-    bool use_rslora = false;
-    std::optional<int64_t> r;  // the configured rank, when a file records it
+    int64_t r = 0;
     nlohmann::json rank_pattern = nlohmann::json::object();
     nlohmann::json alpha_pattern = nlohmann::json::object();
-    nlohmann::json found_config;  // the adapter_config.json found beside the checkpoint, if any
-    std::string source;           // for people: "--lora_alpha", a file path
-    std::vector<std::string> notes;
+    bool use_rslora = false;
+    nlohmann::json found_config;
+    std::string base_model_name_or_path;
+    std::string task_type;
 };
-
-// Reads the sources above in the order --lora_alpha, adapter_config.json, lora_train_meta.json;
-// two files that disagree, a missing alpha, alpha <= 0 or an adapter kind this tool cannot
-// merge (DoRA, ...) are errors that say how to pass the value. `adapter_summary` describes the
-// tensors found, for the message.
-LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, const std::string& adapter_summary);
-
-// The alpha of one module: the first alpha_pattern key matching its path as PEFT matches
-// them (`(.*\.)?(KEY)$`), else the global alpha.
-double module_alpha(const LoraHyperparameters& h, const std::string& module);
 
 struct LoraResult {
     bool found = false;
@@ -75,7 +36,7 @@ struct LoraResult {
     std::vector<int64_t> ranks;     // distinct r values
     double alpha = 0;
     std::string alpha_source;
-    nlohmann::json adapter_config;  // Extract: adapter_config.json
+    std::optional<ExtractedAdapter> extracted;  // Extract: what its adapter_config.json states
     std::vector<std::string> notes;
 };
 
@@ -87,15 +48,5 @@ struct LoraResult {
 // every adapted weight and the trained modules_to_save copies in place of the originals
 // (Merge). `where` names the checkpoint in errors. Without LoRA names nothing changes.
 LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const std::string& where);
-
-// adapter_config.json's target_modules for adapters on `adapted` (module paths such as
-// model.layers.0.self_attn.q_proj) in a model whose modules are `base`. PEFT matches an entry
-// against every module path that equals it or ends with "." + it, so a leaf name (q_proj) is
-// written only when every base module with that leaf has an adapter; otherwise the adapted
-// modules' full paths are, and PEFT creates no adapter where none was trained. Sorted.
-std::vector<std::string> peft_target_modules(const std::vector<std::string>& adapted, const std::vector<std::string>& base);
-
-// Whether a tensor name belongs to a PEFT-wrapped state dict.
-bool is_peft_name(const std::string& name);
 
 }  // namespace vmerge

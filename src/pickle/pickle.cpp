@@ -98,6 +98,12 @@ public:
     ValuePtr run();
 
 private:
+    // Each runs the current opcode when it belongs to its group; false when it does not.
+    bool scalar_opcode();
+    bool container_opcode();
+    bool object_opcode();
+    bool memo_opcode();
+
     [[noreturn]] void fail(const std::string& what) const {
         char opcode[8];
         std::snprintf(opcode, sizeof opcode, "0x%02x", opcode_);
@@ -588,224 +594,253 @@ ValuePtr Interpreter::run() {
             case kPopMark: pop_to_mark(); break;
             case kDup: push(top("a value to DUP")); break;
 
-            case kNone: push(make(Kind::None)); break;
-            case kNewTrue: push(make_bool(true)); break;
-            case kNewFalse: push(make_bool(false)); break;
-            case kBinInt1: push(make_int(static_cast<int64_t>(read_le(1, "BININT1")))); break;
-            case kBinInt2: push(make_int(static_cast<int64_t>(read_le(2, "BININT2")))); break;
-            case kBinInt:
-                push(make_int(static_cast<int32_t>(static_cast<uint32_t>(read_le(4, "BININT")))));
-                break;
-            case kLong1: push(make_integer_from_le(read_counted(1, "LONG1 bytes"))); break;
-            case kLong4: push(make_integer_from_le(read_signed_counted("LONG4 bytes"))); break;
-            case kInt: {
-                const std::string_view line = read_line("INT");
-                // Protocol 0 writes booleans as INT 00 / 01.
-                if (line == "00" || line == "01") {
-                    push(make_bool(line == "01"));
-                } else {
-                    push(make_integer_from_decimal(line));
-                }
-                break;
-            }
-            case kLong: {
-                std::string_view line = read_line("LONG");
-                if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
-                push(make_integer_from_decimal(line));
-                break;
-            }
-            case kBinFloat: {
-                uint64_t bits = 0;  // big-endian, unlike every other binary field
-                for (const char byte : take(8, "BINFLOAT"))
-                    bits = (bits << 8) | static_cast<uint8_t>(byte);
-                push(make_float(std::bit_cast<double>(bits)));
-                break;
-            }
-            case kFloat: {
-                const std::string_view line = read_line("FLOAT");
-                double real = 0.0;
-                const auto [end, error] =
-                    std::from_chars(line.data(), line.data() + line.size(), real);
-                if (error != std::errc() || end != line.data() + line.size()) {
-                    fail("FLOAT '" + std::string(line.substr(0, 40)) + "' is not a number");
-                }
-                push(make_float(real));
-                break;
-            }
-
-            case kShortBinUnicode:
-                push(make_text(Kind::String, read_counted(1, "SHORT_BINUNICODE text")));
-                break;
-            case kBinUnicode:
-                push(make_text(Kind::String, read_counted(4, "BINUNICODE text")));
-                break;
-            case kBinUnicode8:
-                push(make_text(Kind::String, read_counted(8, "BINUNICODE8 text")));
-                break;
-            case kUnicode:
-                push(make_text(Kind::String, decode_raw_unicode_escape(read_line("UNICODE"))));
-                break;
-            // Python 2 str; torch.load decodes it as UTF-8 text.
-            case kShortBinString:
-                push(make_text(Kind::String, read_counted(1, "SHORT_BINSTRING text")));
-                break;
-            case kBinString:
-                push(make_text(Kind::String, read_signed_counted("BINSTRING text")));
-                break;
-            case kString:
-                push(make_text(Kind::String, decode_string_literal(read_line("STRING"))));
-                break;
-            case kShortBinBytes:
-                push(make_text(Kind::Bytes, read_counted(1, "SHORT_BINBYTES data")));
-                break;
-            case kBinBytes: push(make_text(Kind::Bytes, read_counted(4, "BINBYTES data"))); break;
-            case kBinBytes8: push(make_text(Kind::Bytes, read_counted(8, "BINBYTES8 data"))); break;
-            case kByteArray8:
-                push(make_text(Kind::Bytes, read_counted(8, "BYTEARRAY8 data")));
-                break;
-            case kNextBuffer:
-            case kReadOnlyBuffer: fail("out-of-band buffers (pickle protocol 5) are not supported");
-
-            case kEmptyTuple: push(make(Kind::Tuple)); break;
-            case kTuple1:
-            case kTuple2:
-            case kTuple3: {
-                std::vector<ValuePtr> items(opcode_ - kTuple1 + 1);
-                for (size_t i = items.size(); i-- > 0;) items[i] = pop("a tuple item");
-                push(make_sequence(Kind::Tuple, std::move(items)));
-                break;
-            }
-            case kTuple: push(make_sequence(Kind::Tuple, pop_to_mark())); break;
-            case kEmptyList: push(make(Kind::List)); break;
-            case kList: push(make_sequence(Kind::List, pop_to_mark())); break;
-            // Sets become lists: nothing torch saves depends on set semantics.
-            case kEmptySet: push(make(Kind::List)); break;
-            case kFrozenSet: push(make_sequence(Kind::List, pop_to_mark())); break;
-            case kEmptyDict: push(make(Kind::Dict)); break;
-            case kDict: push(make_dict(pop_to_mark())); break;
-
-            case kAppend: {
-                ValuePtr item = pop("an item to APPEND");
-                append_items(top("a list to APPEND to"), {std::move(item)}, "APPEND");
-                break;
-            }
-            case kAppends: {
-                std::vector<ValuePtr> items = pop_to_mark();
-                append_items(top("a list to APPENDS to"), std::move(items), "APPENDS");
-                break;
-            }
-            case kAddItems: {
-                std::vector<ValuePtr> items = pop_to_mark();
-                append_items(top("a set to ADDITEMS to"), std::move(items), "ADDITEMS");
-                break;
-            }
-            case kSetItem: {
-                ValuePtr value = pop("a value for SETITEM");
-                ValuePtr key = pop("a key for SETITEM");
-                set_items(top("a dict for SETITEM"), {std::move(key), std::move(value)}, "SETITEM");
-                break;
-            }
-            case kSetItems: {
-                std::vector<ValuePtr> pairs = pop_to_mark();
-                set_items(top("a dict for SETITEMS"), std::move(pairs), "SETITEMS");
-                break;
-            }
-
-            case kGlobal: {
-                const std::string_view module = read_line("GLOBAL module");
-                const std::string_view name = read_line("GLOBAL name");
-                // Python decodes both as UTF-8; they end up in messages and the scan's JSON.
-                check_utf8(module);
-                check_utf8(name);
-                push(make_global(module, name));
-                break;
-            }
-            case kStackGlobal: {
-                const ValuePtr name = pop("a STACK_GLOBAL name");
-                const ValuePtr module = pop("a STACK_GLOBAL module");
-                if (module->kind != Kind::String || name->kind != Kind::String) {
-                    fail("STACK_GLOBAL needs two strings, got " + describe(*module) + " and " +
-                         describe(*name));
-                }
-                push(make_global(module->text, name->text));
-                break;
-            }
-            case kReduce: {
-                const ValuePtr args = pop("REDUCE arguments");
-                const ValuePtr callable = pop("a callable for REDUCE");
-                push(reduce(callable, args));
-                break;
-            }
-            case kNewObj: {
-                const ValuePtr args = pop("NEWOBJ arguments");
-                const ValuePtr cls = pop("a class for NEWOBJ");
-                push(make_object(cls, args, true));
-                break;
-            }
-            case kNewObjEx: {
-                const ValuePtr kwargs = pop("NEWOBJ_EX keyword arguments");
-                const ValuePtr args = pop("NEWOBJ_EX arguments");
-                const ValuePtr cls = pop("a class for NEWOBJ_EX");
-                if (kwargs->kind != Kind::Dict) {
-                    fail("NEWOBJ_EX keyword arguments must be a dict, got " + describe(*kwargs));
-                }
-                ValuePtr object = make_object(cls, args, true);
-                // Keyword arguments go to the Object's entries, its only keyed slot.
-                std::vector<ValuePtr> flat_pairs;
-                for (const auto& [key, value] : kwargs->entries) {
-                    flat_pairs.push_back(key);
-                    flat_pairs.push_back(value);
-                }
-                set_items(object, std::move(flat_pairs), "NEWOBJ_EX");
-                push(std::move(object));
-                break;
-            }
-            case kInst: {
-                const std::string_view module = read_line("INST module");
-                const std::string_view name = read_line("INST name");
-                ValuePtr args = make_sequence(Kind::Tuple, pop_to_mark());
-                push(make_object(make_global(module, name), args, false));
-                break;
-            }
-            case kObj: {
-                std::vector<ValuePtr> items = pop_to_mark();
-                if (items.empty()) fail("OBJ needs a class after its MARK");
-                const ValuePtr cls = std::move(items.front());
-                items.erase(items.begin());
-                push(make_object(cls, make_sequence(Kind::Tuple, std::move(items)), false));
-                break;
-            }
-            case kBuild: {
-                ValuePtr state = pop("a state for BUILD");
-                const ValuePtr& target = top("a value for BUILD");
-                if (target->kind != Kind::Object && target->kind != Kind::Dict) {
-                    fail("BUILD needs an object below its state, got " + describe(*target));
-                }
-                check_changeable(target, "BUILD");
-                if (target->state) fail("BUILD on a " + describe(*target) + " that has a state");
-                attach(*target, state);
-                target->state = std::move(state);
-                break;
-            }
-            case kBinPersId: push(make_persistent_id(pop("a persistent id"))); break;
-            case kPersId:
-                push(make_persistent_id(make_text(Kind::String, read_line("PERSID"))));
-                break;
-            case kExt1:
-            case kExt2:
-            case kExt4: fail("extension registry codes (EXT1/EXT2/EXT4) are not supported");
-
-            case kPut: memo_put(read_decimal_index("PUT index")); break;
-            case kBinPut: memo_put(read_le(1, "BINPUT index")); break;
-            case kLongBinPut: memo_put(read_le(4, "LONG_BINPUT index")); break;
-            case kMemoize: memo_put(memo_.size()); break;
-            case kGet: memo_get(read_decimal_index("GET index")); break;
-            case kBinGet: memo_get(read_le(1, "BINGET index")); break;
-            case kLongBinGet: memo_get(read_le(4, "LONG_BINGET index")); break;
-
-            default: fail("unknown opcode");
+            default:
+                if (!scalar_opcode() && !container_opcode() && !object_opcode() && !memo_opcode()) fail("unknown opcode");
         }
     }
+}
+
+// None, booleans, integers, floats, text and bytes: pushed as values.
+bool Interpreter::scalar_opcode() {
+    switch (opcode_) {
+        case kNone: push(make(Kind::None)); break;
+        case kNewTrue: push(make_bool(true)); break;
+        case kNewFalse: push(make_bool(false)); break;
+        case kBinInt1: push(make_int(static_cast<int64_t>(read_le(1, "BININT1")))); break;
+        case kBinInt2: push(make_int(static_cast<int64_t>(read_le(2, "BININT2")))); break;
+        case kBinInt:
+            push(make_int(static_cast<int32_t>(static_cast<uint32_t>(read_le(4, "BININT")))));
+            break;
+        case kLong1: push(make_integer_from_le(read_counted(1, "LONG1 bytes"))); break;
+        case kLong4: push(make_integer_from_le(read_signed_counted("LONG4 bytes"))); break;
+        case kInt: {
+            const std::string_view line = read_line("INT");
+            // Protocol 0 writes booleans as INT 00 / 01.
+            if (line == "00" || line == "01") {
+                push(make_bool(line == "01"));
+            } else {
+                push(make_integer_from_decimal(line));
+            }
+            break;
+        }
+        case kLong: {
+            std::string_view line = read_line("LONG");
+            if (!line.empty() && line.back() == 'L') line.remove_suffix(1);
+            push(make_integer_from_decimal(line));
+            break;
+        }
+        case kBinFloat: {
+            uint64_t bits = 0;  // big-endian, unlike every other binary field
+            for (const char byte : take(8, "BINFLOAT"))
+                bits = (bits << 8) | static_cast<uint8_t>(byte);
+            push(make_float(std::bit_cast<double>(bits)));
+            break;
+        }
+        case kFloat: {
+            const std::string_view line = read_line("FLOAT");
+            double real = 0.0;
+            const auto [end, error] =
+                std::from_chars(line.data(), line.data() + line.size(), real);
+            if (error != std::errc() || end != line.data() + line.size()) {
+                fail("FLOAT '" + std::string(line.substr(0, 40)) + "' is not a number");
+            }
+            push(make_float(real));
+            break;
+        }
+
+        case kShortBinUnicode:
+            push(make_text(Kind::String, read_counted(1, "SHORT_BINUNICODE text")));
+            break;
+        case kBinUnicode:
+            push(make_text(Kind::String, read_counted(4, "BINUNICODE text")));
+            break;
+        case kBinUnicode8:
+            push(make_text(Kind::String, read_counted(8, "BINUNICODE8 text")));
+            break;
+        case kUnicode:
+            push(make_text(Kind::String, decode_raw_unicode_escape(read_line("UNICODE"))));
+            break;
+        // Python 2 str; torch.load decodes it as UTF-8 text.
+        case kShortBinString:
+            push(make_text(Kind::String, read_counted(1, "SHORT_BINSTRING text")));
+            break;
+        case kBinString:
+            push(make_text(Kind::String, read_signed_counted("BINSTRING text")));
+            break;
+        case kString:
+            push(make_text(Kind::String, decode_string_literal(read_line("STRING"))));
+            break;
+        case kShortBinBytes:
+            push(make_text(Kind::Bytes, read_counted(1, "SHORT_BINBYTES data")));
+            break;
+        case kBinBytes: push(make_text(Kind::Bytes, read_counted(4, "BINBYTES data"))); break;
+        case kBinBytes8: push(make_text(Kind::Bytes, read_counted(8, "BINBYTES8 data"))); break;
+        case kByteArray8:
+            push(make_text(Kind::Bytes, read_counted(8, "BYTEARRAY8 data")));
+            break;
+        case kNextBuffer:
+        case kReadOnlyBuffer: fail("out-of-band buffers (pickle protocol 5) are not supported");
+        default: return false;
+    }
+    return true;
+}
+
+// Tuples, lists, sets (as lists) and dicts: built, or filled from the stack.
+bool Interpreter::container_opcode() {
+    switch (opcode_) {
+        case kEmptyTuple: push(make(Kind::Tuple)); break;
+        case kTuple1:
+        case kTuple2:
+        case kTuple3: {
+            std::vector<ValuePtr> items(opcode_ - kTuple1 + 1);
+            for (size_t i = items.size(); i-- > 0;) items[i] = pop("a tuple item");
+            push(make_sequence(Kind::Tuple, std::move(items)));
+            break;
+        }
+        case kTuple: push(make_sequence(Kind::Tuple, pop_to_mark())); break;
+        case kEmptyList: push(make(Kind::List)); break;
+        case kList: push(make_sequence(Kind::List, pop_to_mark())); break;
+        // Sets become lists: nothing torch saves depends on set semantics.
+        case kEmptySet: push(make(Kind::List)); break;
+        case kFrozenSet: push(make_sequence(Kind::List, pop_to_mark())); break;
+        case kEmptyDict: push(make(Kind::Dict)); break;
+        case kDict: push(make_dict(pop_to_mark())); break;
+
+        case kAppend: {
+            ValuePtr item = pop("an item to APPEND");
+            append_items(top("a list to APPEND to"), {std::move(item)}, "APPEND");
+            break;
+        }
+        case kAppends: {
+            std::vector<ValuePtr> items = pop_to_mark();
+            append_items(top("a list to APPENDS to"), std::move(items), "APPENDS");
+            break;
+        }
+        case kAddItems: {
+            std::vector<ValuePtr> items = pop_to_mark();
+            append_items(top("a set to ADDITEMS to"), std::move(items), "ADDITEMS");
+            break;
+        }
+        case kSetItem: {
+            ValuePtr value = pop("a value for SETITEM");
+            ValuePtr key = pop("a key for SETITEM");
+            set_items(top("a dict for SETITEM"), {std::move(key), std::move(value)}, "SETITEM");
+            break;
+        }
+        case kSetItems: {
+            std::vector<ValuePtr> pairs = pop_to_mark();
+            set_items(top("a dict for SETITEMS"), std::move(pairs), "SETITEMS");
+            break;
+        }
+        default: return false;
+    }
+    return true;
+}
+
+// Globals, calls (recorded, never made), BUILD state, persistent ids.
+bool Interpreter::object_opcode() {
+    switch (opcode_) {
+        case kGlobal: {
+            const std::string_view module = read_line("GLOBAL module");
+            const std::string_view name = read_line("GLOBAL name");
+            // Python decodes both as UTF-8; they end up in messages and the scan's JSON.
+            check_utf8(module);
+            check_utf8(name);
+            push(make_global(module, name));
+            break;
+        }
+        case kStackGlobal: {
+            const ValuePtr name = pop("a STACK_GLOBAL name");
+            const ValuePtr module = pop("a STACK_GLOBAL module");
+            if (module->kind != Kind::String || name->kind != Kind::String) {
+                fail("STACK_GLOBAL needs two strings, got " + describe(*module) + " and " +
+                     describe(*name));
+            }
+            push(make_global(module->text, name->text));
+            break;
+        }
+        case kReduce: {
+            const ValuePtr args = pop("REDUCE arguments");
+            const ValuePtr callable = pop("a callable for REDUCE");
+            push(reduce(callable, args));
+            break;
+        }
+        case kNewObj: {
+            const ValuePtr args = pop("NEWOBJ arguments");
+            const ValuePtr cls = pop("a class for NEWOBJ");
+            push(make_object(cls, args, true));
+            break;
+        }
+        case kNewObjEx: {
+            const ValuePtr kwargs = pop("NEWOBJ_EX keyword arguments");
+            const ValuePtr args = pop("NEWOBJ_EX arguments");
+            const ValuePtr cls = pop("a class for NEWOBJ_EX");
+            if (kwargs->kind != Kind::Dict) {
+                fail("NEWOBJ_EX keyword arguments must be a dict, got " + describe(*kwargs));
+            }
+            ValuePtr object = make_object(cls, args, true);
+            // Keyword arguments go to the Object's entries, its only keyed slot.
+            std::vector<ValuePtr> flat_pairs;
+            for (const auto& [key, value] : kwargs->entries) {
+                flat_pairs.push_back(key);
+                flat_pairs.push_back(value);
+            }
+            set_items(object, std::move(flat_pairs), "NEWOBJ_EX");
+            push(std::move(object));
+            break;
+        }
+        case kInst: {
+            const std::string_view module = read_line("INST module");
+            const std::string_view name = read_line("INST name");
+            ValuePtr args = make_sequence(Kind::Tuple, pop_to_mark());
+            push(make_object(make_global(module, name), args, false));
+            break;
+        }
+        case kObj: {
+            std::vector<ValuePtr> items = pop_to_mark();
+            if (items.empty()) fail("OBJ needs a class after its MARK");
+            const ValuePtr cls = std::move(items.front());
+            items.erase(items.begin());
+            push(make_object(cls, make_sequence(Kind::Tuple, std::move(items)), false));
+            break;
+        }
+        case kBuild: {
+            ValuePtr state = pop("a state for BUILD");
+            const ValuePtr& target = top("a value for BUILD");
+            if (target->kind != Kind::Object && target->kind != Kind::Dict) {
+                fail("BUILD needs an object below its state, got " + describe(*target));
+            }
+            check_changeable(target, "BUILD");
+            if (target->state) fail("BUILD on a " + describe(*target) + " that has a state");
+            attach(*target, state);
+            target->state = std::move(state);
+            break;
+        }
+        case kBinPersId: push(make_persistent_id(pop("a persistent id"))); break;
+        case kPersId:
+            push(make_persistent_id(make_text(Kind::String, read_line("PERSID"))));
+            break;
+        case kExt1:
+        case kExt2:
+        case kExt4: fail("extension registry codes (EXT1/EXT2/EXT4) are not supported");
+        default: return false;
+    }
+    return true;
+}
+
+// The memo: PUT and GET by index.
+bool Interpreter::memo_opcode() {
+    switch (opcode_) {
+        case kPut: memo_put(read_decimal_index("PUT index")); break;
+        case kBinPut: memo_put(read_le(1, "BINPUT index")); break;
+        case kLongBinPut: memo_put(read_le(4, "LONG_BINPUT index")); break;
+        case kMemoize: memo_put(memo_.size()); break;
+        case kGet: memo_get(read_decimal_index("GET index")); break;
+        case kBinGet: memo_get(read_le(1, "BINGET index")); break;
+        case kLongBinGet: memo_get(read_le(4, "LONG_BINGET index")); break;
+        default: return false;
+    }
+    return true;
 }
 
 }  // namespace

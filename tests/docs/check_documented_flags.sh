@@ -30,6 +30,8 @@ foreign=(
     # project helper scripts: tests/corpus/make_bad_inputs.py, run_corpus.py, scripts/bench/make_bench_checkpoint.py,
     # scripts/install-deps.sh
     fsdp megatron size_gb world small tests module
+    # tests/structure/check_layering.py (docs/design.md)
+    selftest
     # placeholders in quoted error messages ("unrecognised option '--bogus'", "option '--Y'")
     X Y bogus
     # the Hugging Face CLI (hf upload, --hf_upload_path)

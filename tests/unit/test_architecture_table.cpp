@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include "core/error.h"
 #include "formats/megatron/megatron_backend.h"
@@ -167,7 +168,13 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(megatron_error(R"({"from": "o", "to": "score", "value_head": true}, {"from": "o", "to": "lm_head"})"), "");
     EXPECT_EQ(megatron_error(R"({"from": "o", "to": "s"}, {"from": "o", "to": "lm_head"})"), "t.json: rule 1 (from 'o'): same 'from' as rule 0");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "moe"},)"),
-              "t.json: config_tensors: unknown family 'moe' (expected dense, qwen2_moe, qwen3_moe, mixtral or deepseek_v3)");
+              "t.json: config_tensors: unknown family 'moe' (expected dense, qwen2_moe, qwen3_moe, mixtral or deepseek_v3, "
+              "or a new family's pieces: attention, experts, expert_count, moe_layers, shared_experts, router_bias)");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "x", "attention": "mha"},)"),
+              "t.json: config_tensors: attention 'mha': expected gqa, mla");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "x", "experts": "routed"},)"),
+              "t.json: config_tensors: experts 'routed' needs expert_count (the config.json key giving the number of "
+              "routed experts)");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "dense"}, "config_check": "X",)"),
               "t.json: give 'config_tensors' or 'config_check', not both");
 }
@@ -181,7 +188,7 @@ TEST(ArchitectureTable, ShippedMegatronTablesGiveTheTensorParallelRules) {
         "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
         "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
         "num_nextn_predict_layers": 1})");
-    const ArchitectureInfo arch = architecture_for(config, false);
+    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
     EXPECT_TRUE(arch.table_file.ends_with("megatron_moe_deepseek_v3.json")) << arch.table_file;
     const std::vector<std::pair<std::string, TpRule>> expected{
         {"embedding.word_embeddings.weight", TpRule::Concat0},
@@ -208,6 +215,64 @@ TEST(ArchitectureTable, ShippedMegatronTablesGiveTheTensorParallelRules) {
     const auto qkv = match_rule(arch, "decoder.layers.1.self_attention.linear_q_down_proj.weight");
     ASSERT_TRUE(qkv);
     EXPECT_EQ(qkv->hf_names, std::vector<std::string>{"model.layers.1.self_attn.q_a_proj.weight"});
+}
+
+// A family vmerge has no preset for, written as pieces in a table: its tensor set is the one
+// listed here by hand from the pieces' meaning (GQA with biases, a dense first layer, then routed
+// experts with a router bias and summed shared experts), for a config of two layers.
+TEST(ArchitectureTable, ANewFamilyIsItsPiecesInJson) {
+    testing::TempDir dir;
+    const std::string file = dir.path() + "/glm_like.json";
+    std::ofstream(file) << R"({"vmerge_architecture_table": 1, "name": "glm_like", "source": "megatron",
+        "architectures": ["GlmLikeForCausalLM"], "config_tensors": {"family": "glm_like", "qkv_bias": true,
+        "experts": "routed", "expert_count": "n_routed_experts", "moe_layers": "first_k_dense",
+        "shared_experts": "summed", "router_bias": true}, "rules": [{"from": "a", "to": "b"}]})";
+    const HfConfig config = parse_hf_config("/hf", R"({"architectures": ["GlmLikeForCausalLM"], "hidden_size": 8,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2, "vocab_size": 16,
+        "intermediate_size": 12, "moe_intermediate_size": 4, "n_routed_experts": 2, "n_shared_experts": 1,
+        "first_k_dense_replace": 1})");
+    const ArchitectureInfo arch = architecture_for(config, false, false, load_architecture_tables({file}));
+    EXPECT_EQ(arch.family, "glm_like");
+    std::map<std::string, Shape> expected{{"model.embed_tokens.weight", {16, 8}}, {"model.norm.weight", {8}},
+                                          {"lm_head.weight", {16, 8}}};
+    for (int i = 0; i < 2; ++i) {
+        const std::string l = "model.layers." + std::to_string(i) + ".";
+        for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight"}) expected[l + norm] = {8};
+        expected[l + "self_attn.q_proj.weight"] = {8, 8};
+        expected[l + "self_attn.k_proj.weight"] = {4, 8};
+        expected[l + "self_attn.v_proj.weight"] = {4, 8};
+        expected[l + "self_attn.o_proj.weight"] = {8, 8};
+        expected[l + "self_attn.q_proj.bias"] = {8};
+        expected[l + "self_attn.k_proj.bias"] = {4};
+        expected[l + "self_attn.v_proj.bias"] = {4};
+    }
+    expected["model.layers.0.mlp.gate_proj.weight"] = {12, 8};  // first_k_dense_replace 1: layer 0 is dense
+    expected["model.layers.0.mlp.up_proj.weight"] = {12, 8};
+    expected["model.layers.0.mlp.down_proj.weight"] = {8, 12};
+    expected["model.layers.1.mlp.gate.weight"] = {2, 8};
+    expected["model.layers.1.mlp.gate.e_score_correction_bias"] = {2};
+    for (const std::string prefix : {"model.layers.1.mlp.experts.0.", "model.layers.1.mlp.experts.1.",
+                                     "model.layers.1.mlp.shared_experts."}) {
+        expected[prefix + "gate_proj.weight"] = {4, 8};
+        expected[prefix + "up_proj.weight"] = {4, 8};
+        expected[prefix + "down_proj.weight"] = {8, 4};
+    }
+    EXPECT_EQ(arch.expected.required, expected);
+    EXPECT_TRUE(arch.expected.optional.empty());
+}
+
+// Each shipped family's preset, as the tables name it.
+TEST(ArchitectureTable, FamilyPresetsNameTheirPieces) {
+    using C = ConfigTensors;
+    EXPECT_EQ(family_tensor_pieces("dense")->experts, C::Experts::None);
+    EXPECT_EQ(family_tensor_pieces("mixtral")->experts, C::Experts::Mixtral);
+    EXPECT_EQ(family_tensor_pieces("qwen2_moe")->shared_experts, C::SharedExperts::Gated);
+    EXPECT_EQ(family_tensor_pieces("qwen3_moe")->moe_layers, C::MoeLayers::SparseStep);
+    const auto deepseek = family_tensor_pieces("deepseek_v3");
+    EXPECT_EQ(deepseek->attention, C::Attention::Mla);
+    EXPECT_TRUE(deepseek->router_bias);
+    EXPECT_EQ(deepseek->expert_count, "n_routed_experts");
+    EXPECT_FALSE(family_tensor_pieces("glm4_moe"));
 }
 
 TEST(ArchitectureTable, ShippedTablesParse) {

@@ -9,6 +9,8 @@
 #include "test_support.h"
 #include "core/error.h"
 #include "mapping/lora_adapter.h"
+#include "mapping/peft_names.h"
+#include "output/peft_adapter_config.h"
 #include "exec/lora_kernel.h"
 #include "formats/megatron/megatron_lora.h"
 
@@ -85,7 +87,8 @@ TEST(LoraAdapter, ExtractGivesCleanBaseNamesAndPeftAdapterNames) {
     EXPECT_EQ(m.tensors[5].copies[0].source, 11u);
     EXPECT_EQ(m.tensors.back().copies[0].source, 12u);
     EXPECT_TRUE(m.lora_deltas.empty());
-    const auto& c = r.adapter_config;
+    ASSERT_TRUE(r.extracted);
+    const nlohmann::json c = peft_adapter_config(*r.extracted);
     EXPECT_EQ(c["peft_type"], "LORA");
     EXPECT_EQ(c["lora_alpha"], 16);
     EXPECT_EQ(c["r"], 3);  // the largest r; q_proj and embed_tokens (r = 2) go to rank_pattern

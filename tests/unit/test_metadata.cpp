@@ -8,6 +8,7 @@
 #include "test_support.h"
 #include "core/error.h"
 #include "mapping/lora_adapter.h"
+#include "mapping/peft_names.h"
 #include "mapping/output_config.h"
 #include "mapping/quantization.h"
 #include "exec/reference_compare.h"

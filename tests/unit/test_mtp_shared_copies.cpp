@@ -144,15 +144,15 @@ const char* kDeepseekConfig = R"({"architectures": ["DeepseekV3ForCausalLM"], "h
     "num_nextn_predict_layers": 1})";
 
 TEST(MtpSharedCopies, DeepseekV3ConfigAllowsTheCopiesWithTheOriginalsShape) {
-    const ArchitectureInfo arch = architecture_for(parse_hf_config("/hf", kDeepseekConfig), false);
+    const ArchitectureInfo arch = architecture_for(parse_hf_config("/hf", kDeepseekConfig), false, false, testing::shipped_tables());
     EXPECT_TRUE(arch.mtp_shared_copies);
     EXPECT_EQ(arch.expected.optional.at("model.layers.2.embed_tokens.weight"), (Shape{64, 32}));
     EXPECT_EQ(arch.expected.optional.at("model.layers.2.shared_head.head.weight"), (Shape{64, 32}));
     EXPECT_FALSE(arch.expected.required.count("model.layers.2.embed_tokens.weight"));
     EXPECT_FALSE(arch.expected.optional.count("model.layers.1.embed_tokens.weight"));
-    const ArchitectureInfo dropped = architecture_for(parse_hf_config("/hf", kDeepseekConfig), false, true);
+    const ArchitectureInfo dropped = architecture_for(parse_hf_config("/hf", kDeepseekConfig), false, true, testing::shipped_tables());
     EXPECT_FALSE(dropped.expected.optional.count("model.layers.2.embed_tokens.weight"));
-    const ArchitectureInfo value = architecture_for(parse_hf_config("/hf", kDeepseekConfig), true);
+    const ArchitectureInfo value = architecture_for(parse_hf_config("/hf", kDeepseekConfig), true, false, testing::shipped_tables());
     EXPECT_TRUE(value.expected.optional.count("model.layers.2.embed_tokens.weight"));
     EXPECT_FALSE(value.expected.optional.count("model.layers.2.shared_head.head.weight"));
 }
@@ -161,7 +161,7 @@ TEST(MtpSharedCopies, OnlyAnHfTableSaysAReleaseHoldsThem) {
     const ArchitectureInfo qwen = architecture_for(parse_hf_config("/hf", R"({"architectures": ["Qwen3ForCausalLM"],
         "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1, "vocab_size": 16, "intermediate_size": 8,
         "num_nextn_predict_layers": 1})"),
-                                                   false);
+                                                   false, false, testing::shipped_tables());
     EXPECT_FALSE(qwen.mtp_shared_copies);
     EXPECT_FALSE(qwen.expected.optional.count("model.layers.1.embed_tokens.weight"));
     auto parse = [](const std::string& body) {

@@ -22,6 +22,7 @@
 #include "plan/output_layout.h"
 #include "mapping/output_rules.h"
 #include "plan/rank_work.h"
+#include "test_support.h"
 #include "formats/simulated/simulated_checkpoint.h"
 
 namespace vmerge {
@@ -59,9 +60,9 @@ const char* kTinyQwen2MoeTied = R"({
 // expected_hf_tensors: same names, same shapes, bf16, every element written once.
 TensorMapping simulate_and_check(const HfConfig& config, const std::string& spec) {
     std::vector<std::string> notes;
-    TensorMapping mapping = simulate_checkpoint(config, spec, notes);
+    TensorMapping mapping = simulate_checkpoint(config, spec, testing::shipped_tables(), notes);
     apply_output_rules(mapping, config, DTypeChoice::Auto, false);
-    const ArchitectureInfo arch = architecture_for(config, false);
+    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
     std::map<std::string, Shape> got;
     for (const auto& t : mapping.tensors) {
         EXPECT_TRUE(got.emplace(t.name, t.shape).second) << spec << ": " << t.name << " twice";
@@ -121,14 +122,14 @@ TEST(SimulatedCheckpoint, RejectsBadSpecs) {
     std::vector<std::string> notes;
     for (const char* spec : {"fsdp", "fsdp:0", "fsdp:x", "dcp:4", "megatron:tp2,tp2", "megatron:xp2", "megatron:ep2",
                              "megatron:tp3"})
-        EXPECT_THROW(simulate_checkpoint(config, spec, notes), Error) << spec;
+        EXPECT_THROW(simulate_checkpoint(config, spec, testing::shipped_tables(), notes), Error) << spec;
 }
 
 TEST(SimulatedCheckpoint, FsdpMetadataTooLargeIsAnErrorNotAnOutOfMemoryKill) {
     const HfConfig config = config_from("deepseek", kTinyDeepseek);  // 167 tensors
     std::vector<std::string> notes;
     try {
-        simulate_checkpoint(config, "fsdp:40000", notes);
+        simulate_checkpoint(config, "fsdp:40000", testing::shipped_tables(), notes);
         ADD_FAILURE() << "no Error";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("6680000 DTensor shards"), std::string::npos) << e.what();
@@ -174,7 +175,7 @@ PlanNumbers plan_numbers(const HfConfig& config, const std::string& spec, const 
     PlanNumbers n;
     const auto t0 = clock::now();
     std::vector<std::string> notes;
-    TensorMapping mapping = simulate_checkpoint(config, spec, notes);
+    TensorMapping mapping = simulate_checkpoint(config, spec, testing::shipped_tables(), notes);
     apply_output_rules(mapping, config, DTypeChoice::Auto, false);
     const auto t1 = clock::now();
     n.simulate_s = std::chrono::duration<double>(t1 - t0).count();

@@ -225,6 +225,13 @@ MappedCheckpoint tiny_llama(bool with_head) {
     return m;
 }
 
+// Map options with the shipped architecture tables loaded, as a merge loads them.
+MapOptions shipped() {
+    MapOptions options;
+    options.tables = std::make_shared<const ArchitectureTables>(testing::shipped_tables());
+    return options;
+}
+
 DetectedCheckpoint fsdp_layout() {
     DetectedCheckpoint d;
     d.source = find_layout("fsdp");
@@ -233,14 +240,14 @@ DetectedCheckpoint fsdp_layout() {
 
 TEST(FsdpConfigCheck, CompleteModelPassesAndTiedNeedsNoHead) {
     MappedCheckpoint untied = tiny_llama(true);
-    EXPECT_NO_THROW(check_output_against_config(untied, fsdp_layout(), tiny_config(false), {}));
+    EXPECT_NO_THROW(check_output_against_config(untied, fsdp_layout(), tiny_config(false), shipped(), false));
     MappedCheckpoint tied = tiny_llama(false);
-    EXPECT_NO_THROW(check_output_against_config(tied, fsdp_layout(), tiny_config(true), {}));
+    EXPECT_NO_THROW(check_output_against_config(tied, fsdp_layout(), tiny_config(true), shipped(), false));
 }
 
 TEST(FsdpConfigCheck, MissingHeadOfAnUntiedModelIsNamed) {
     MappedCheckpoint m = tiny_llama(false);
-    const std::string msg = error_of([&] { check_output_against_config(m, fsdp_layout(), tiny_config(false), {}); });
+    const std::string msg = error_of([&] { check_output_against_config(m, fsdp_layout(), tiny_config(false), shipped(), false); });
     EXPECT_TRUE(contains(msg, "/hf/config.json (LlamaForCausalLM) implies:")) << msg;
     EXPECT_TRUE(contains(msg, "missing: lm_head.weight")) << msg;
 }
@@ -249,7 +256,7 @@ TEST(FsdpConfigCheck, ExtraAndMisshapenTensorsAreNamed) {
     MappedCheckpoint m = tiny_llama(true);
     m.mapping.tensors.push_back(testing::tensor("model.layers.0.mlp.extra.weight", DType::F32, {2}));
     m.mapping.tensors[5].shape = {7, 4};  // gate_proj
-    const std::string msg = error_of([&] { check_output_against_config(m, fsdp_layout(), tiny_config(false), {}); });
+    const std::string msg = error_of([&] { check_output_against_config(m, fsdp_layout(), tiny_config(false), shipped(), false); });
     EXPECT_TRUE(contains(msg, "not part of LlamaForCausalLM: model.layers.0.mlp.extra.weight")) << msg;
     EXPECT_TRUE(contains(msg, "wrong shape: model.layers.0.mlp.gate_proj.weight [7, 4] (config.json implies [6, 4])")) << msg;
 }
@@ -257,9 +264,9 @@ TEST(FsdpConfigCheck, ExtraAndMisshapenTensorsAreNamed) {
 TEST(FsdpConfigCheck, ACriticWithTheActorsCausalLmConfigIsCheckedAsAValueModel) {
     MappedCheckpoint m = tiny_llama(false);
     m.mapping.tensors.push_back(testing::tensor("score.weight", DType::F32, {1, 4}));
-    EXPECT_NO_THROW(check_output_against_config(m, fsdp_layout(), tiny_config(false), {}));
+    EXPECT_NO_THROW(check_output_against_config(m, fsdp_layout(), tiny_config(false), shipped(), false));
     m.mapping.tensors.back().shape = {1, 5};
-    EXPECT_TRUE(contains(error_of([&] { check_output_against_config(m, fsdp_layout(), tiny_config(false), {}); }),
+    EXPECT_TRUE(contains(error_of([&] { check_output_against_config(m, fsdp_layout(), tiny_config(false), shipped(), false); }),
                          "wrong shape: score.weight [1, 5] (config.json implies [1, 4])"));
 }
 
@@ -268,12 +275,12 @@ TEST(FsdpConfigCheck, AdapterTensorsAreNotPartOfTheModel) {
     OutputTensor adapter = testing::tensor("base_model.model.lora_A.weight", DType::F32, {2, 4});
     adapter.adapter = true;
     m.mapping.tensors.push_back(adapter);
-    EXPECT_NO_THROW(check_output_against_config(m, fsdp_layout(), tiny_config(false), {}));
+    EXPECT_NO_THROW(check_output_against_config(m, fsdp_layout(), tiny_config(false), shipped(), false));
 }
 
 TEST(FsdpConfigCheck, UnknownArchitectureIsNotCheckedAndSaysSo) {
     MappedCheckpoint m = tiny_llama(false);
-    EXPECT_NO_THROW(check_output_against_config(m, fsdp_layout(), tiny_config(false, "FooForCausalLM"), {}));
+    EXPECT_NO_THROW(check_output_against_config(m, fsdp_layout(), tiny_config(false, "FooForCausalLM"), shipped(), false));
     ASSERT_EQ(m.notes.size(), 1u);
     EXPECT_TRUE(contains(m.notes[0], "not checked against /hf/config.json: no tensor table for architecture FooForCausalLM"));
 }
@@ -291,7 +298,7 @@ TEST(MapCheckpoint, FsdpBuffersAndNonTensorsAreDroppedAndCounted) {
                                                   {"model.layers.0.self_attn.rotary_emb.inv_freq", stored({2}, path, 128), 0},
                                                   {"model.layers.0.mlp.fc._extra_state", stored({8}, path, 192), 0}},
                                                  {{"model.version", "int"}})};
-    const MappedCheckpoint m = map_checkpoint(ckpt, scans, tiny_config(false), {});
+    const MappedCheckpoint m = map_checkpoint(ckpt, scans, tiny_config(false), shipped());
     ASSERT_EQ(m.mapping.tensors.size(), 1u);
     EXPECT_EQ(m.mapping.tensors[0].name, "model.w");
     EXPECT_EQ(m.account.written, 1u);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "architecture/architecture_table.h"
 #include "core/tensor_mapping.h"
 
 namespace vmerge::testing {
@@ -26,6 +27,12 @@ std::string error_of(F&& f) {
 }
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The shipped architecture tables, loaded once for the tests (a merge loads its own once).
+inline const ArchitectureTables& shipped_tables() {
+    static const ArchitectureTables tables = load_architecture_tables({});
+    return tables;
+}
 
 // A fresh directory under the system temp folder, removed with everything in it.
 class TempDir {

@@ -34,7 +34,7 @@ public:
             throw Error(d.weights_dir + ": a Megatron LoRA adapter checkpoint without its base weights (verl does not save "
                         "the frozen base with LoRA); pass --lora_base with the Hugging Face model it was trained on "
                         "(actor_rollout_ref.model.path)");
-        ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
+        ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.loaded_tables());
         arch.pad_vocab = options.pad_vocab;
         const TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);
         const TensorMapping adapters = megatron_adapters_to_peft(canonical, arch, config, m.notes);

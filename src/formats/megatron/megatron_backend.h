@@ -85,7 +85,7 @@ TensorMapping assemble_megatron_legacy(const MegatronLegacyCheckpoint& ckpt, con
 // `canonical` is taken by value: a caller that moves it in lends its sources to the result
 // instead of holding them twice (every rank maps every source, docs/scaling.md).
 TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& arch, const HfConfig& config,
-                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
+                             bool allow_unmapped, std::vector<std::string>& notes,
                              SourceLedger* ledger = nullptr, nlohmann::ordered_json* applied = nullptr);
 
 // One canonical Megatron tensor as the HF tensors `match` names (the splits above).

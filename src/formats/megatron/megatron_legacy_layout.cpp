@@ -35,10 +35,10 @@ public:
 
     void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
-        ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
+        ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.loaded_tables());
         arch.pad_vocab = options.pad_vocab;
         TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);
-        m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes,
+        m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.allow_unmapped, m.notes,
                                    &ledger, &m.facts["architecture_table"]);
     }
 

@@ -133,13 +133,13 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
 }
 
 TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& arch, const HfConfig& config,
-                             bool tie_word_embeddings, bool allow_unmapped, std::vector<std::string>& notes,
+                             bool allow_unmapped, std::vector<std::string>& notes,
                              SourceLedger* ledger, nlohmann::ordered_json* applied) {
     TensorMapping out;
     out.sources = std::move(canonical.sources);
     std::vector<std::string> unmapped;
     OutputNames produced("the Megatron checkpoint");
-    const bool tied = (tie_word_embeddings || config.tie_word_embeddings) && !arch.value_model;
+    const bool tied = config.tie_word_embeddings && !arch.value_model;
     bool dropped_tied_head = false;
     size_t dropped_mtp = 0, dropped_by_table = 0;
     std::map<size_t, size_t> used;  // rule index -> tensors it took

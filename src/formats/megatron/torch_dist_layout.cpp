@@ -38,7 +38,7 @@ TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping
     }
     if (!lora_base.empty())
         m.notes.push_back("LoRA: --lora_base " + lora_base + " is not read: the frozen base is in " + d.weights_dir);
-    return megatron_to_hf(canonical, arch, config, options.tie_word_embedding, options.allow_unmapped, m.notes, &ledger,
+    return megatron_to_hf(canonical, arch, config, options.allow_unmapped, m.notes, &ledger,
                           &m.facts["architecture_table"]);
 }
 
@@ -59,12 +59,12 @@ public:
     void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
         ArchitectureInfo arch =
-            architecture_for(config, options.is_value_model, options.drop_mtp, options.architecture_tables);
+            architecture_for(config, options.is_value_model, options.drop_mtp, options.loaded_tables());
         arch.pad_vocab = options.pad_vocab;
         TensorMapping canonical = assemble_dcp_tensors(d.kept<DcpMetadata>(), scans, true, &ledger);
         const TensorMapping adapters = take_megatron_adapters(canonical);
         if (adapters.tensors.empty()) {
-            m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.tie_word_embedding, options.allow_unmapped,
+            m.mapping = megatron_to_hf(std::move(canonical), arch, config, options.allow_unmapped,
                                        m.notes, &ledger, &m.facts["architecture_table"]);
             return;
         }

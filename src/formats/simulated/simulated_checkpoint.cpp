@@ -104,9 +104,8 @@ int parse_count(const std::string& spec, const std::string& text, const char* wh
 
 // ---------------------------------------------------------------- FSDP
 
-TensorMapping simulate_fsdp(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes,
-                            const ScanExchange& exchange) {
-    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
+TensorMapping simulate_fsdp(const HfConfig& config, const ArchitectureInfo& arch, const SimulationSpec& s,
+                            std::vector<std::string>& notes, const ScanExchange& exchange) {
     std::vector<std::pair<std::string, Shape>> tensors(arch.expected.required.begin(), arch.expected.required.end());
     // A tied model's state_dict() still lists lm_head.weight (the same Parameter): verl saves it.
     if (config.tie_word_embeddings && !arch.value_model) tensors.emplace_back("lm_head.weight", Shape{arch.vocab, arch.hidden});
@@ -176,7 +175,7 @@ struct Canonical {
 // exists only when its linear `X.weight` does (dense MLP, linear_qkv, MLA up-projections);
 // otherwise the separate norm (MoE pre_mlp_layernorm, MLA input_layernorm).
 struct CanonicalGroup {
-    const NameRule* rule = nullptr;
+    const TableRule* rule = nullptr;
     std::vector<std::optional<Shape>> parts;
     int64_t layer = -1, expert = -1;
 };
@@ -184,12 +183,12 @@ struct CanonicalGroup {
 // Every tensor config.json implies, placed as a part of the Megatron key that produces it.
 std::map<std::string, CanonicalGroup> megatron_groups_for_hf(const ArchitectureInfo& arch) {
     struct Candidate {
-        const NameRule* rule;
+        const TableRule* rule;
         size_t part;
     };
     std::map<std::string, std::vector<Candidate>, std::less<>> by_hf_pattern;
-    for (const NameRule& rule : arch.rules) {
-        const auto parts = split_names(rule.hf);
+    for (const TableRule& rule : arch.rules) {
+        const auto parts = split_names(rule.to);
         for (size_t k = 0; k < parts.size(); ++k) by_hf_pattern[parts[k]].push_back({&rule, k});
     }
     std::map<std::string, CanonicalGroup> groups;  // by Megatron key
@@ -198,7 +197,7 @@ std::map<std::string, CanonicalGroup> megatron_groups_for_hf(const ArchitectureI
         auto it = by_hf_pattern.find(p.pattern);
         if (it == by_hf_pattern.end()) return false;
         for (const Candidate& c : it->second) {
-            const std::string key = substitute_rule(c.rule->megatron, std::to_string(p.layer), std::to_string(p.expert));
+            const std::string key = substitute_rule(c.rule->from, std::to_string(p.layer), std::to_string(p.expert));
             if (key.ends_with(".layer_norm_weight")) {
                 const std::string linear = key.substr(0, key.size() - std::string(".layer_norm_weight").size()) + ".weight";
                 if (!allow_fused || !groups.count(linear)) continue;
@@ -221,7 +220,7 @@ std::map<std::string, CanonicalGroup> megatron_groups_for_hf(const ArchitectureI
         const HfPattern p = hf_pattern(name);
         bool has_fused = false;
         if (auto it = by_hf_pattern.find(p.pattern); it != by_hf_pattern.end())
-            for (const Candidate& c : it->second) has_fused = has_fused || c.rule->megatron.ends_with(".layer_norm_weight");
+            for (const Candidate& c : it->second) has_fused = has_fused || c.rule->from.ends_with(".layer_norm_weight");
         if (has_fused) {
             deferred.emplace_back(name, p);
             continue;
@@ -407,9 +406,8 @@ void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const S
                 builders[(static_cast<size_t>(t) * s.pp + stage) * s.ep + e].add(key, c.dtype, local, bytes, chunk);
 }
 
-TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s, std::vector<std::string>& notes,
-                                const ScanExchange& exchange) {
-    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true);  // simulations hold no MTP layers
+TensorMapping simulate_megatron(const HfConfig& config, const ArchitectureInfo& arch, const SimulationSpec& s,
+                                std::vector<std::string>& notes, const ScanExchange& exchange) {
     const std::vector<Canonical> canonical = canonical_from_hf(config, arch, s, notes);
     const LayerPlacement layers = place_layers(arch.layers, s, notes);
     int64_t experts = 0;
@@ -437,7 +435,7 @@ TensorMapping simulate_megatron(const HfConfig& config, const SimulationSpec& s,
     if (found.tp != s.tp || found.pp != s.pp || found.ep != s.ep || found.vpp != s.vpp)
         throw Error("internal: the simulated folders read back as tp " + std::to_string(found.tp) + " pp " +
                     std::to_string(found.pp) + " ep " + std::to_string(found.ep) + " vpp " + std::to_string(found.vpp));
-    TensorMapping mapping = megatron_to_hf(std::move(merged), arch, config, false, false, notes);
+    TensorMapping mapping = megatron_to_hf(std::move(merged), arch, config, false, notes);
     notes.push_back("simulated Megatron-LM legacy checkpoint: " + std::to_string(scans.size()) + " rank files " + ckpt.dir +
                     "/mp_rank_*/model_optim_rng.pt (tp " + std::to_string(s.tp) + ", pp " + std::to_string(s.pp) +
                     ", ep " + std::to_string(s.ep) + ", vpp " + std::to_string(s.vpp) + "; TE spec, grouped experts, " +
@@ -478,10 +476,13 @@ SimulationSpec parse_simulation_spec(const std::string& spec) {
     return s;
 }
 
-TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, std::vector<std::string>& notes,
-                                  const ScanExchange& exchange) {
+TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, const ArchitectureTables& tables,
+                                  std::vector<std::string>& notes, const ScanExchange& exchange) {
     const SimulationSpec s = parse_simulation_spec(spec);
-    return s.backend == "fsdp" ? simulate_fsdp(config, s, notes, exchange) : simulate_megatron(config, s, notes, exchange);
+    // Simulations hold no MTP layers.
+    const ArchitectureInfo arch = architecture_for(config, false, /*drop_mtp=*/true, tables);
+    return s.backend == "fsdp" ? simulate_fsdp(config, arch, s, notes, exchange)
+                               : simulate_megatron(config, arch, s, notes, exchange);
 }
 
 uint64_t mapping_read_bytes(const TensorMapping& mapping) {

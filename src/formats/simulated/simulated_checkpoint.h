@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "architecture/architecture_table.h"
 #include "architecture/hf_config.h"
 #include "core/tensor_mapping.h"
 
@@ -31,8 +32,9 @@ SimulationSpec parse_simulation_spec(const std::string& spec);
 // `exchange`, when given, gets the synthetic scans before the backend does and returns the
 // scans to map (inspect --simulate: the all-gather a merge does, scan_exchange_model.h).
 using ScanExchange = std::function<std::vector<ScannedFile>(std::vector<ScannedFile>)>;
-TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, std::vector<std::string>& notes,
-                                  const ScanExchange& exchange = {});
+// `tables`: the merge's architecture tables (the Megatron names and the tensor set come from them).
+TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, const ArchitectureTables& tables,
+                                  std::vector<std::string>& notes, const ScanExchange& exchange = {});
 
 // What a merge reads: the source bytes every box copy of `mapping` covers (each byte once;
 // padding, replicas and dropped vocabulary rows are not read).

@@ -111,7 +111,7 @@ public:
             m.notes.push_back("full training checkpoint: " + std::to_string(training_state) +
                               " optimizer / lr_scheduler / dataloader / train_state tensors not written");
         if (model.tensors.empty()) throw Error(meta.dir + "/.metadata: no model tensors (only training state)");
-        const auto tables = load_architecture_tables(options.architecture_tables);
+        const ArchitectureTables& tables = options.loaded_tables();
         const std::string arch = config.architectures.empty() ? "" : config.architectures[0];
         const ArchitectureTable* table = find_architecture_table(tables, "torchtitan", arch);
         if (!table)
@@ -119,7 +119,7 @@ public:
                         table_architectures(tables, "torchtitan") + "); pass --architecture_table FILE");
         TableApplication applied =
             apply_architecture_table(model, *table, config, options.allow_unmapped, m.notes, ledger);
-        check_table_output(applied.mapping, *table, config, options.architecture_tables, m.notes);
+        check_table_output(applied.mapping, *table, config, tables, m.notes);
         m.mapping = std::move(applied.mapping);
         m.facts["architecture_table"] = std::move(applied.applied);
     }
