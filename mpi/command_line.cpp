@@ -68,7 +68,8 @@ void check_backend(const Options& o) {
 
 // --format (its values come from the output format registry), --compress, and what the chosen
 // backend refuses (docs/hdf5.md).
-void check_output_choices(Options& o, const std::string& compress, bool compress_given) {
+void check_output_choices(Options& o, const std::string& compress, bool compress_given,
+                          const po::variables_map& vm) {
     if (!find_output_format(o.format)) throw UsageError("--format " + o.format + ": expected " + output_format_choices());
     if (compress != "none") {
         if (compress != "zstd" && !compress.starts_with("zstd:"))
@@ -96,8 +97,10 @@ void check_output_choices(Options& o, const std::string& compress, bool compress
     }
     if (o.output.resume && o.output.restart) throw UsageError("--resume and --restart exclude each other");
     // What the chosen layouts refuse (an archive converts back as stored, into a folder).
-    const std::string refused =
-        refuse_request({o.backend, o.command, o.format, output_formats().front().name, o.dtype, o.quantize});
+    CheckpointRequest request{o.backend, o.command, o.format, output_formats().front().name, o.dtype, o.quantize, {}};
+    for (const auto& [flag, value] : vm)
+        if (!value.defaulted() && flag != "command" && flag != "folders") request.given.push_back(flag);
+    const std::string refused = refuse_request(request);
     if (!refused.empty()) throw UsageError(refused);
 }
 
@@ -324,7 +327,7 @@ std::optional<Options> parse_command_line(int argc, const char* const* argv, boo
     check_backend(o);
     if (o.page_cache != "auto" && o.page_cache != "keep" && o.page_cache != "evict")
         throw UsageError("--page_cache " + o.page_cache + ": expected auto, keep or evict");
-    check_output_choices(o, raw.compress, !vm["compress"].defaulted());
+    check_output_choices(o, raw.compress, !vm["compress"].defaulted(), vm);
     if (!o.hf_upload_path.empty() && o.format != "safetensors")
         throw UsageError("--hf_upload_path uploads a Hugging Face folder: it combines with --format safetensors only");
     // HDF5's chunk limit is 4 GiB.

@@ -49,6 +49,7 @@ struct CheckpointRequest {
     std::string folder_format;   // the output format that writes a Hugging Face folder (the default)
     std::string dtype;           // --dtype as given (auto, keep, bf16, ...)
     bool quantize = false;       // --quantize
+    std::vector<std::string> given;  // every flag given on the command line, without dashes
 };
 
 // One checkpoint layout: a folder under src/formats/ defines one of these and

@@ -39,6 +39,8 @@ expect 2 "--format parquet: expected safetensors or hdf5" "$work/out" -- \
     "$vmerge" merge --local_dir "$ckpt" --target_dir "$work/out" --format parquet
 expect 2 "--backend hdf5 writes the archive's tensors as stored; --dtype fp16" "$work/out" -- \
     "$vmerge" merge --backend hdf5 --local_dir "$work" --target_dir "$work/out" --dtype fp16
+expect 2 "--backend hdf5 writes the archive's tensors and files as stored, in one pass; --hf_config applies" "$work/out" -- \
+    "$vmerge" merge --backend hdf5 --local_dir "$work" --target_dir "$work/out" --hf_config "$work"
 
 # --backend hdf5 on a folder without model.h5, and on a model.h5 that is not HDF5.
 mkdir -p "$work/no-archive" "$work/not-hdf5"

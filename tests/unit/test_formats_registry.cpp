@@ -63,7 +63,7 @@ TEST(BackendRegistry, TheHdf5TargetRegistersTheArchive) {
     EXPECT_TRUE(last.layouts[0]->as_stored());
     for (const auto& choice : backend_choices()) EXPECT_EQ(choice.auto_detected, &choice != &last) << choice.name;
     EXPECT_THROW(add_backend_choice({"hdf5", "", "", {}}), Error);
-    const CheckpointRequest merge{"hdf5", "merge", "safetensors", "safetensors", "auto", false};
+    const CheckpointRequest merge{"hdf5", "merge", "safetensors", "safetensors", "auto", false, {"local_dir"}};
     EXPECT_EQ(refuse_request(merge), "");
     CheckpointRequest r = merge;
     r.format = "hdf5";
@@ -71,6 +71,13 @@ TEST(BackendRegistry, TheHdf5TargetRegistersTheArchive) {
     r = merge;
     r.dtype = "bf16";
     EXPECT_EQ(refuse_request(r), "--backend hdf5 writes the archive's tensors as stored; --dtype bf16 applies to checkpoints");
+    // A flag that would change a checkpoint's tensors or config.json, or resume, is never ignored.
+    for (const char* flag : {"hf_config", "resume", "merge_lora", "tie_word_embedding"}) {
+        r = merge;
+        r.given.push_back(flag);
+        EXPECT_EQ(refuse_request(r), "--backend hdf5 writes the archive's tensors and files as stored, in one pass; --" +
+                                         std::string(flag) + " applies to checkpoints");
+    }
     for (const auto& value : backend_values()) {
         if (value == "hdf5") continue;
         r.backend = value;

@@ -4,6 +4,7 @@
 // stored (Backend::as_stored) and read through the archive (source_opener), and its own HF files
 // go into the output. Part of the HDF5 target, which registers the choice at start-up: the core
 // library links no HDF5 and names no archive.
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
@@ -74,6 +75,14 @@ public:
         if ((r.dtype != "auto" && r.dtype != "keep") || r.quantize)
             return flag + " writes the archive's tensors as stored; " + (r.quantize ? "--quantize" : "--dtype " + r.dtype) +
                    " applies to checkpoints";
+        // What would change a checkpoint's tensors or config.json, or resume a merge: an archive
+        // has its own (written as stored) and converts in one pass.
+        for (const char* other : {"hf_config", "hf_model_path", "tie_word_embedding", "is_value_model", "allow_unmapped",
+                                  "pad_vocab", "drop_mtp", "no_mtp_shared_copies", "architecture_table", "tp_size",
+                                  "pp_size", "merge_lora", "lora_alpha", "use_rslora", "resume"})
+            if (std::find(r.given.begin(), r.given.end(), other) != r.given.end())
+                return flag + " writes the archive's tensors and files as stored, in one pass; --" + other +
+                       " applies to checkpoints";
         return "";
     }
 
