@@ -1,44 +1,19 @@
-// Architecture tables (share/vmerge/architectures/*.json): schema errors name file and rule; the
-// RoPE permutation and the expert split are box copies whose rows are checked here against the
-// formulas of docs/reference/torchtitan-formats.md §3, written independently of the code under
-// test.
+// Architecture tables (share/vmerge/architectures/*.json, architecture/architecture_table.h): rules
+// match layer numbers, schema errors name file and rule, the shipped tables parse, a later table
+// takes its architectures from earlier ones.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <map>
 
 #include "core/error.h"
-#include "formats/megatron/megatron_backend.h"
-#include "formats/table_mapping.h"
+#include "architecture/architecture_table.h"
 #include "architecture/hf_architecture.h"
+#include "architecture/hf_config.h"
 #include "test_support.h"
 
 namespace vmerge {
 namespace {
-
-using testing::tensor;
-
-TensorRef source(Shape shape, int64_t offset_elems = 0) {
-    TensorRef r;
-    r.dtype = DType::F32;
-    r.shape = shape;
-    r.stride = contiguous_strides(shape);
-    r.storage.file = "f";
-    r.storage.byte_offset = static_cast<uint64_t>(offset_elems) * 4;
-    r.storage.byte_size = static_cast<uint64_t>(numel(shape)) * 4;
-    return r;
-}
-
-// A tensor [rows, cols] assembled from two row chunks (FSDP2 Shard(0) over two ranks).
-TensorMapping two_chunk_tensor(int64_t rows, int64_t cols, int64_t split) {
-    TensorMapping m;
-    m.sources = {source({split, cols}), source({rows - split, cols}, 1000)};
-    OutputTensor t = tensor("w", DType::F32, {rows, cols});
-    t.copies.push_back({0, {0, 0}, {0, 0}, {split, cols}});
-    t.copies.push_back({1, {0, 0}, {split, 0}, {rows - split, cols}});
-    m.tensors.push_back(t);
-    return m;
-}
 
 std::string error_of(const std::string& text) {
     try {
@@ -56,54 +31,6 @@ std::string with_rules(const std::string& rules) {
     std::string text = kMinimal;
     text.replace(text.find("RULES"), 5, rules);
     return text;
-}
-
-TEST(RopePermutation, EveryHfRowTakesTheInterleavedRowOfItsHead) {
-    const int64_t heads = 3, d = 8, cols = 5, rows = heads * d;
-    const TensorMapping m = two_chunk_tensor(rows, cols, 10);
-    const OutputTensor out = rope_permuted(m.tensors[0], heads, "q");
-    EXPECT_EQ(out.shape, (Shape{rows, cols}));
-    check_copies_tile_output(out, m.sources);
-    // Torchtitan row h*d + q holds the pair element (p = q / 2, j = q % 2); HF puts it at
-    // h*d + j*(d/2) + p.
-    std::vector<int64_t> titan_row_of(rows, -1);
-    for (const BoxCopy& c : out.copies) {
-        ASSERT_EQ(c.extent[0], 1);
-        const int64_t global = c.src_start[0] + (c.source == 0 ? 0 : 10);
-        titan_row_of[c.dst_start[0]] = global;
-    }
-    for (int64_t s = 0; s < rows; ++s) {
-        const int64_t h = s / d, q = s % d;
-        EXPECT_EQ(titan_row_of[h * d + (q % 2) * (d / 2) + q / 2], s) << "torchtitan row " << s;
-    }
-}
-
-TEST(RopePermutation, RowsThatAreNotHeadsOfAnEvenDimAreAnError) {
-    const TensorMapping m = two_chunk_tensor(12, 2, 6);
-    EXPECT_THROW(rope_permuted(m.tensors[0], 4, "q"), Error);  // d = 3
-    EXPECT_THROW(rope_permuted(m.tensors[0], 5, "q"), Error);
-}
-
-TEST(ExpertSplit, EachExpertIsAViewOfItsChunk) {
-    TensorMapping m;
-    m.sources = {source({2, 3, 4}), source({2, 3, 4}, 500)};
-    OutputTensor grouped = tensor("w1_EFD", DType::F32, {4, 3, 4});
-    grouped.copies.push_back({0, {0, 0, 0}, {0, 0, 0}, {2, 3, 4}});
-    grouped.copies.push_back({1, {0, 0, 0}, {2, 0, 0}, {2, 3, 4}});
-    const auto experts = split_experts(grouped, "model.layers.7.mlp.experts.{e}.gate_proj.weight", "7", m.sources);
-    ASSERT_EQ(experts.size(), 4u);
-    for (int64_t e = 0; e < 4; ++e) {
-        const OutputTensor& t = experts[e];
-        EXPECT_EQ(t.name, "model.layers.7.mlp.experts." + std::to_string(e) + ".gate_proj.weight");
-        EXPECT_EQ(t.shape, (Shape{3, 4}));
-        ASSERT_EQ(t.copies.size(), 1u);
-        const TensorRef& view = m.sources[t.copies[0].source];
-        EXPECT_EQ(view.shape, (Shape{3, 4}));
-        // Expert e lives in chunk e / 2 at index e % 2: 12 elements per expert.
-        EXPECT_EQ(view.storage.byte_offset, (e < 2 ? 0u : 2000u));
-        EXPECT_EQ(view.storage_offset, (e % 2) * 12);
-        check_copies_tile_output(t, m.sources);
-    }
 }
 
 TEST(ArchitectureTable, RulesMatchLayerNumbers) {
@@ -177,44 +104,6 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
               "routed experts)");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "dense"}, "config_check": "X",)"),
               "t.json: give 'config_tensors' or 'config_check', not both");
-}
-
-// The TP rules of the shipped Megatron tables, per docs/reference/megatron-formats.md §2
-// (ColumnParallelLinear rows, RowParallelLinear columns, SwiGLU halves, TE-duplicated MLA
-// down-projections, replicated norms), and a LoRA adapter's from its base weight.
-TEST(ArchitectureTable, ShippedMegatronTablesGiveTheTensorParallelRules) {
-    const HfConfig config = parse_hf_config("/hf", R"({"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 32,
-        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 64, "intermediate_size": 48,
-        "moe_intermediate_size": 16, "n_routed_experts": 4, "n_shared_experts": 1, "first_k_dense_replace": 1,
-        "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
-        "num_nextn_predict_layers": 1})");
-    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
-    EXPECT_TRUE(arch.table_file.ends_with("megatron_moe_deepseek_v3.json")) << arch.table_file;
-    const std::vector<std::pair<std::string, TpRule>> expected{
-        {"embedding.word_embeddings.weight", TpRule::Concat0},
-        {"output_layer.weight", TpRule::Concat0},
-        {"decoder.final_layernorm.weight", TpRule::Replicated},
-        {"decoder.layers.0.self_attention.linear_proj.weight", TpRule::Concat1},
-        {"decoder.layers.0.self_attention.linear_q_up_proj.weight", TpRule::Concat0},
-        {"decoder.layers.0.self_attention.linear_kv_down_proj.weight", TpRule::ReplicatedIfFull},
-        {"decoder.layers.0.mlp.linear_fc1.weight", TpRule::GluHalves},
-        {"decoder.layers.1.mlp.experts.3.linear_fc2.weight", TpRule::Concat1},
-        {"decoder.layers.1.mlp.router.weight", TpRule::Replicated},
-        {"mtp.layers.0.eh_proj.weight", TpRule::Concat0},
-        {"mtp.layers.0.transformer_layer.mlp.experts.2.linear_fc1.weight", TpRule::GluHalves},
-        {"decoder.layers.0.self_attention.linear_proj.adapter.linear_in.weight", TpRule::Concat1},
-        {"decoder.layers.0.self_attention.linear_proj.adapter.linear_out.weight", TpRule::Concat0},
-        {"decoder.layers.0.mlp.linear_fc1.adapter.linear_out.weight", TpRule::GluHalves},
-    };
-    for (const auto& [key, rule] : expected) {
-        const auto got = megatron_tp_rule(key, arch);
-        ASSERT_TRUE(got) << key;
-        EXPECT_EQ(tp_rule_name(*got), std::string(tp_rule_name(rule))) << key;
-    }
-    EXPECT_FALSE(megatron_tp_rule("decoder.layers.0.mlp.linear_fc1.bias", arch));  // no HF name: unmapped
-    const auto qkv = match_rule(arch, "decoder.layers.1.self_attention.linear_q_down_proj.weight");
-    ASSERT_TRUE(qkv);
-    EXPECT_EQ(qkv->hf_names, std::vector<std::string>{"model.layers.1.self_attn.q_a_proj.weight"});
 }
 
 // A family vmerge has no preset for, written as pieces in a table: its tensor set is the one
@@ -294,25 +183,6 @@ TEST(ArchitectureTable, ALaterTableTakesItsArchitecturesFromEarlierOnes) {
     EXPECT_EQ(llama->name, "mine");
     EXPECT_EQ(find_architecture_table(tables, "torchtitan", "MyLlama"), llama);
     EXPECT_EQ(find_architecture_table(tables, "megatron", "MyLlama"), nullptr);
-}
-
-}  // namespace
-}  // namespace vmerge
-
-namespace vmerge {
-namespace {
-
-TEST(MtpKeys, MtpDepthsBecomeDecoderLayersAfterTheLast) {
-    int64_t depth = -1;
-    EXPECT_EQ(canonical_mtp_key("mtp.layers.0.transformer_layer.self_attention.linear_proj.weight", 61, depth),
-              "decoder.layers.61.self_attention.linear_proj.weight");
-    EXPECT_EQ(depth, 0);
-    EXPECT_EQ(canonical_mtp_key("mtp.layers.2.mtp_model_layer.mlp.experts.3.linear_fc1.weight", 61, depth),
-              "decoder.layers.63.mlp.experts.3.linear_fc1.weight");
-    EXPECT_EQ(depth, 2);
-    EXPECT_EQ(canonical_mtp_key("mtp.layers.1.final_layernorm.weight", 4, depth), "decoder.layers.5.mtp.final_layernorm.weight");
-    EXPECT_FALSE(canonical_mtp_key("decoder.layers.1.input_layernorm.weight", 4, depth));
-    EXPECT_FALSE(canonical_mtp_key("mtp.layers.x.enorm.weight", 4, depth));
 }
 
 }  // namespace

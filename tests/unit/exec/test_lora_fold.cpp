@@ -155,5 +155,40 @@ TEST(LoraFold, LinearAndEmbeddingFactorsFoldLikeBTimesA) {
     }
 }
 
+TEST(LoraKernel, LinearAddsScaledBTimesA) {
+    LoraDelta d;
+    d.a.shape = {2, 3};  // A [r=2, in=3]
+    d.b.shape = {2, 2};  // B [out=2, r=2]
+    d.scale = 0.5;
+    const float a[] = {1, 2, 3, 4, 5, 6};
+    const float b[] = {1, 0, 2, -1};
+    const LoraFactors f = make_lora_factors(d, a, b);
+    // B·A = [[1, 2, 3], [2-4, 4-5, 6-6]] = [[1, 2, 3], [-2, -1, 0]]; W = 10 everywhere.
+    float w[] = {10, 10, 10, 10, 10, 10};
+    add_lora_delta(w, 0, 2, f);
+    const float expected[] = {10.5f, 11, 11.5f, 9, 9.5f, 10};
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], expected[i]) << i;
+    float row1[] = {0, 0, 0};
+    add_lora_delta(row1, 1, 2, f);
+    EXPECT_EQ(row1[0], -1.0f);
+    EXPECT_THROW(add_lora_delta(row1, 1, 3, f), Error);
+}
+
+TEST(LoraKernel, EmbeddingAddsTheTransposedProduct) {
+    LoraDelta d;
+    d.transposed = true;
+    d.a.shape = {1, 3};  // lora_embedding_A [r=1, vocab=3]
+    d.b.shape = {2, 1};  // lora_embedding_B [dim=2, r=1]
+    d.scale = 2;
+    const float a[] = {1, 2, 3};
+    const float b[] = {10, 100};
+    const LoraFactors f = make_lora_factors(d, a, b);
+    // (B·A)ᵀ [vocab=3, dim=2] = [[10, 100], [20, 200], [30, 300]], times 2.
+    float w[6] = {};
+    add_lora_delta(w, 0, 3, f);
+    const float expected[] = {20, 200, 40, 400, 60, 600};
+    for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], expected[i]) << i;
+}
+
 }  // namespace
 }  // namespace vmerge

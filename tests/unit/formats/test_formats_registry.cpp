@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "command_line.h"
 #include "core/error.h"
 #include "formats/registry.h"
 #include "hdf5/archive_layout.h"
@@ -34,13 +33,6 @@ void make_file(const std::string& root, const std::string& relative) {
     const fs::path p = fs::path(root) / relative;
     fs::create_directories(p.parent_path());
     std::ofstream(p) << "x";
-}
-
-std::optional<Options> parse(std::vector<std::string> args) {
-    args.insert(args.begin(), "vmerge-mpi");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    return parse_command_line(static_cast<int>(argv.size()), argv.data(), false);
 }
 
 TEST(BackendRegistry, ValuesAndHelpComeFromTheList) {
@@ -95,18 +87,6 @@ TEST(BackendRegistry, AutoDetectionOrderIsListOrder) {
                                                  "hdf5/hdf5_archive"}));
     EXPECT_EQ(find_layout("torch_dist"), backend_choices()[1].layouts[2]);
     EXPECT_EQ(find_layout("nonsense"), nullptr);
-}
-
-TEST(BackendRegistry, CommandLineTakesTheRegistryValues) {
-    for (const auto& value : backend_values()) {
-        if (value == "hdf5") continue;  // an archive: merge and inspect only, tested below
-        EXPECT_EQ(parse({"merge", "--local_dir", "c", "--target_dir", "o", "--backend", value})->backend, value);
-    }
-    EXPECT_EQ(parse({"inspect", "--local_dir", "c", "--backend", "hdf5"})->backend, "hdf5");
-    EXPECT_EQ(error_of([] { parse({"merge", "--local_dir", "c", "--target_dir", "o", "--backend", "torch_dist"}); }),
-              "--backend torch_dist: expected auto, fsdp, megatron, torchtitan, dcp, deepspeed or hdf5");
-    EXPECT_EQ(error_of([] { parse({"test", "--local_dir", "c", "--test_hf_dir", "r", "--backend", "hdf5"}); }),
-              "--backend hdf5 works with merge (archive -> Hugging Face folder) and inspect");
 }
 
 TEST(BackendRegistry, EachLayoutDetectsItsFixtures) {

@@ -1,5 +1,5 @@
-// Unit tests for map_fsdp / discover_fsdp (src/formats/fsdp/fsdp_backend.h) and
-// check_copies_tile_output (src/core/tensor_mapping.h), on hand-built scans.
+// Unit tests for map_fsdp / discover_fsdp / fsdp_model_name (src/formats/fsdp/fsdp_backend.h), on
+// hand-built scans.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "formats/fsdp/fsdp_backend.h"
+#include "formats/source_ledger.h"
 #include "core/tensor_mapping.h"
 #include "test_support.h"
 
@@ -22,7 +23,6 @@ namespace fs = std::filesystem;
 using testing::replicate;
 using testing::shard;
 using testing::TempDir;
-
 
 TensorRef plain(Shape shape, const std::string& file, DType dtype = DType::F32) {
     TensorRef t;
@@ -257,74 +257,6 @@ TEST(MapFsdp, DTypeOrKindMismatchIsAnError) {
 
 TEST(MapFsdp, NoFilesIsAnError) { EXPECT_THROW(map_fsdp({}), Error); }
 
-// --- check_copies_tile_output ------------------------------------------------------------
-
-OutputTensor out_tensor(Shape shape, std::vector<BoxCopy> copies) {
-    OutputTensor t;
-    t.name = "w";
-    t.shape = std::move(shape);
-    t.copies = std::move(copies);
-    return t;
-}
-
-BoxCopy box(uint32_t source, Shape src, Shape dst, Shape extent) {
-    BoxCopy c;
-    c.source = source;
-    c.src_start = std::move(src);
-    c.dst_start = std::move(dst);
-    c.extent = std::move(extent);
-    return c;
-}
-
-TEST(CheckCopiesTileOutput, ExactTilingPasses) {
-    const std::vector<TensorRef> sources = {plain({5, 4}, "a"), plain({5, 4}, "b")};
-    EXPECT_NO_THROW(check_copies_tile_output(
-        out_tensor({10, 4}, {box(0, {0, 0}, {0, 0}, {5, 4}), box(1, {0, 0}, {5, 0}, {5, 4})}), sources));
-    // Two column blocks of one source each.
-    const std::vector<TensorRef> cols = {plain({3, 2}, "a"), plain({3, 2}, "b")};
-    EXPECT_NO_THROW(check_copies_tile_output(
-        out_tensor({3, 4}, {box(0, {0, 0}, {0, 0}, {3, 2}), box(1, {0, 0}, {0, 2}, {3, 2})}), cols));
-}
-
-TEST(CheckCopiesTileOutput, HoleIsCaught) {
-    const std::vector<TensorRef> sources = {plain({4, 4}, "a"), plain({4, 4}, "b")};
-    EXPECT_THROW(check_copies_tile_output(
-                     out_tensor({10, 4}, {box(0, {0, 0}, {0, 0}, {4, 4}), box(1, {0, 0}, {5, 0}, {4, 4})}), sources),
-                 Error);
-    EXPECT_THROW(check_copies_tile_output(out_tensor({3}, {}), {}), Error);
-}
-
-TEST(CheckCopiesTileOutput, OverlapIsCaught) {
-    // Volumes add up (5 + 5 = 10) but rows 3..4 are written twice and 8..9 never.
-    const std::vector<TensorRef> sources = {plain({5, 2}, "a.pt"), plain({5, 2}, "b.pt")};
-    const std::string msg = error_of([&] {
-        check_copies_tile_output(
-            out_tensor({10, 2}, {box(0, {0, 0}, {0, 0}, {5, 2}), box(1, {0, 0}, {3, 0}, {5, 2})}), sources);
-    });
-    EXPECT_TRUE(contains(msg, "a.pt") && contains(msg, "b.pt")) << msg;
-    // Plain overlap with too many elements.
-    const std::vector<TensorRef> big = {plain({6, 2}, "a"), plain({6, 2}, "b")};
-    EXPECT_THROW(check_copies_tile_output(
-                     out_tensor({10, 2}, {box(0, {0, 0}, {0, 0}, {6, 2}), box(1, {0, 0}, {4, 0}, {6, 2})}), big),
-                 Error);
-}
-
-TEST(CheckCopiesTileOutput, OutOfBoundsIsCaught) {
-    const std::vector<TensorRef> sources = {plain({5, 2}, "a"), plain({5, 2}, "b")};
-    // Destination past the end of the output.
-    EXPECT_THROW(check_copies_tile_output(
-                     out_tensor({10, 2}, {box(0, {0, 0}, {0, 0}, {5, 2}), box(1, {0, 0}, {6, 0}, {5, 2})}), sources),
-                 Error);
-    // Source box past the end of its source.
-    EXPECT_THROW(check_copies_tile_output(
-                     out_tensor({10, 2}, {box(0, {0, 0}, {0, 0}, {5, 2}), box(1, {1, 0}, {5, 0}, {5, 2})}), sources),
-                 Error);
-    // Source index out of range.
-    EXPECT_THROW(check_copies_tile_output(out_tensor({5, 2}, {box(7, {0, 0}, {0, 0}, {5, 2})}), sources), Error);
-    // Wrong rank of the box.
-    EXPECT_THROW(check_copies_tile_output(out_tensor({5, 2}, {box(0, {0}, {0}, {5})}), sources), Error);
-}
-
 // --- discover_fsdp -----------------------------------------------------------------------
 
 TEST(DiscoverFsdp, FindsEveryRankWithConfig) {
@@ -407,6 +339,58 @@ TEST(DiscoverFsdp, BadConfigOrNoFilesIsAnError) {
         EXPECT_FALSE(looks_like_fsdp(dir.path()));
     }
     EXPECT_THROW(discover_fsdp("/nonexistent/vmerge/dir"), Error);
+}
+
+// --- fsdp_model_name, the wrapper strip, the ledger ----------------------------------------
+
+// A plain tensor in its own storage record at `offset` of `file`.
+TensorRef stored(Shape shape, const std::string& file, uint64_t offset) {
+    TensorRef t;
+    t.dtype = DType::F32;
+    t.shape = shape;
+    t.stride = contiguous_strides(shape);
+    t.storage = {file, "data/" + std::to_string(offset), offset, static_cast<uint64_t>(numel(shape)) * 4, std::nullopt};
+    return t;
+}
+
+ScannedFile scan_of(const std::string& path, std::vector<StateDictEntry> tensors, std::vector<SkippedEntry> skipped = {}) {
+    ScannedFile f;
+    f.path = path;
+    f.tensors = std::move(tensors);
+    f.skipped = std::move(skipped);
+    return f;
+}
+
+TEST(FsdpModelName, StripsWrapperSegmentsOnly) {
+    EXPECT_EQ(fsdp_model_name("_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module.mlp.w"), "model.layers.0.mlp.w");
+    EXPECT_EQ(fsdp_model_name("module._orig_mod.model.norm.weight"), "model.norm.weight");
+    EXPECT_EQ(fsdp_model_name("model.layers.0._checkpoint_wrapped_module.mlp.w"), "model.layers.0.mlp.w");
+    EXPECT_EQ(fsdp_model_name("model.my_fsdp_wrapped_module.w"), "model.my_fsdp_wrapped_module.w");  // not a segment
+    EXPECT_EQ(fsdp_model_name("model.module.w"), "model.module.w");  // only a leading DDP module.
+}
+
+TEST(MapFsdp, WrapperStripCollisionIsAnError) {
+    const std::string path = "/c/model_world_size_1_rank_0.pt";
+    const std::vector<ScannedFile> files{scan_of(path, {{"model.w", stored({2}, path, 64), 0},
+                                                        {"_fsdp_wrapped_module.model.w", stored({2}, path, 128), 0}})};
+    EXPECT_EQ(error_of([&] { map_fsdp(files); }),
+              path + ": keys 'model.w' and '_fsdp_wrapped_module.model.w' both become output tensor 'model.w'");
+}
+
+TEST(MapFsdp, HsdpReplicasAreDroppedInTheLedger) {
+    // Mesh (2, 2) (Replicate, Shard(0)) of a [4] tensor: ranks with coordinate 1 on dim 0 repeat.
+    std::vector<ScannedFile> files;
+    for (int r = 0; r < 4; ++r) {
+        const std::string path = "/c/model_world_size_4_rank_" + std::to_string(r) + ".pt";
+        TensorRef t = stored({2}, path, 64);
+        t.dtensor = testing::layout({4}, {2, 2}, {r / 2, r % 2}, {replicate(), shard(0)});
+        files.push_back(scan_of(path, {{"w", t, 0}}));
+    }
+    SourceLedger ledger(files);
+    const TensorMapping m = map_fsdp(files, &ledger);
+    const SourceAccount account = ledger.settle(m);
+    EXPECT_EQ(account.written, 2u);
+    EXPECT_EQ(account.dropped.at("replica (other DP/EP/TP rank)"), 2u);
 }
 
 }  // namespace

@@ -136,33 +136,6 @@ TEST(SimulatedCheckpoint, FsdpMetadataTooLargeIsAnErrorNotAnOutOfMemoryKill) {
     }
 }
 
-// check_copies_tile_output's O(n log n) path for many slabs (FSDP over thousands of ranks).
-TEST(CheckCopiesTileOutput, ManySlabsOverlapAndHoleAreCaught) {
-    TensorRef src;
-    src.dtype = DType::F32;
-    src.shape = {10, 4};
-    src.stride = {4, 1};
-    OutputTensor t;
-    t.name = "w";
-    t.shape = {100, 4};
-    std::vector<TensorRef> sources(10, src);
-    for (uint32_t r = 0; r < 10; ++r) t.copies.push_back({r, {0, 0}, {10 * int64_t(r), 0}, {10, 4}});
-    EXPECT_NO_THROW(check_copies_tile_output(t, sources));
-    // Same volume, but rank 9's slab lands on rank 8's rows: an overlap and a hole.
-    t.copies[9].dst_start = {85, 0};
-    EXPECT_THROW(check_copies_tile_output(t, sources), Error);
-    // Column slabs (Concat1) take the same path.
-    OutputTensor c;
-    c.name = "c";
-    c.shape = {10, 40};
-    for (uint32_t r = 0; r < 10; ++r) c.copies.push_back({r, {0, 0}, {0, 4 * int64_t(r)}, {10, 4}});
-    EXPECT_NO_THROW(check_copies_tile_output(c, sources));
-    c.copies[3].dst_start = {0, 2};
-    c.copies[3].extent = {10, 4};
-    c.copies[4].dst_start = {0, 14};
-    EXPECT_THROW(check_copies_tile_output(c, sources), Error);
-}
-
 struct PlanNumbers {
     uint64_t total = 0, read = 0, max_rank = 0, min_rank = 0;
     double mean = 0;

@@ -1,3 +1,5 @@
+// The PEFT adapter of mapping/lora_adapter.h: extract and merge, and the alpha it takes from the
+// options and the files beside the checkpoint.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,8 +13,7 @@
 #include "mapping/lora_adapter.h"
 #include "mapping/peft_names.h"
 #include "output/peft_adapter_config.h"
-#include "exec/lora_kernel.h"
-#include "formats/megatron/megatron_lora.h"
+#include "mapping/lora_hyperparameters.h"
 
 namespace vmerge {
 namespace {
@@ -191,28 +192,6 @@ TEST(LoraAdapter, AlphaRecordedNowhereSaysWhyAndAsksForTheFlag) {
     EXPECT_EQ(resolve_lora_hyperparameters(o, "x").alpha, 24);
 }
 
-// The adapters of a torch_dist archive leave the base behind in order, both still copying
-// from the same sources (the canonical mapping's, unchanged).
-TEST(MegatronLora, AdapterTensorsAreTakenOutOfTheCanonicalMapping) {
-    TensorMapping canonical = mapping_of({{"decoder.layers.0.self_attention.linear_qkv.weight", {8, 4}},
-                                          {"decoder.layers.0.self_attention.linear_qkv.adapter.linear_in.weight", {2, 4}},
-                                          {"decoder.layers.0.self_attention.linear_qkv.adapter.linear_out.weight", {8, 2}},
-                                          {"decoder.final_layernorm.weight", {4}}});
-    const TensorMapping adapters = take_megatron_adapters(canonical);
-    ASSERT_EQ(canonical.tensors.size(), 2u);
-    EXPECT_EQ(canonical.tensors[0].name, "decoder.layers.0.self_attention.linear_qkv.weight");
-    EXPECT_EQ(canonical.tensors[1].name, "decoder.final_layernorm.weight");
-    EXPECT_EQ(canonical.tensors[1].copies[0].source, 3u);
-    ASSERT_EQ(adapters.tensors.size(), 2u);
-    EXPECT_EQ(adapters.tensors[0].name, "decoder.layers.0.self_attention.linear_qkv.adapter.linear_in.weight");
-    EXPECT_EQ(adapters.tensors[1].copies[0].source, 2u);
-    EXPECT_EQ(adapters.sources.size(), canonical.sources.size());
-    EXPECT_EQ(adapters.sources[2].storage.key, canonical.sources[2].storage.key);
-    TensorMapping plain = mapping_of({{"decoder.layers.0.mlp.linear_fc2.weight", {4, 4}}});
-    EXPECT_TRUE(take_megatron_adapters(plain).tensors.empty());
-    EXPECT_EQ(plain.tensors.size(), 1u);
-}
-
 TEST(LoraAdapter, AlphaComesFromTheCheckpointOrIsAnError) {
     TempDir dir;
     LoraOptions o;
@@ -237,52 +216,6 @@ TEST(LoraAdapter, AlphaComesFromTheCheckpointOrIsAnError) {
     expect_error(peft_model(), o, "the adapter would change nothing");
     std::ofstream(o.checkpoint_dir + "/lora_adapter/adapter_config.json") << R"({"peft_type": "LORA", "lora_alpha": 8, "use_dora": true})";
     expect_error(peft_model(), o, "'use_dora' is true");
-}
-
-TEST(LoraAdapter, AlphaPatternMatchesModuleSuffixes) {
-    LoraHyperparameters h;
-    h.alpha = 16;
-    h.alpha_pattern = {{"q_proj", 4}, {"layers\\.1\\.mlp\\.down_proj", 2}};
-    EXPECT_EQ(module_alpha(h, "model.layers.0.self_attn.q_proj"), 4);
-    EXPECT_EQ(module_alpha(h, "model.layers.0.self_attn.k_proj"), 16);
-    EXPECT_EQ(module_alpha(h, "model.layers.1.mlp.down_proj"), 2);
-    EXPECT_EQ(module_alpha(h, "model.layers.11.mlp.down_proj"), 16);
-    EXPECT_EQ(module_alpha(h, "model.layers.0.self_attn.xq_proj"), 16);
-}
-
-TEST(LoraKernel, LinearAddsScaledBTimesA) {
-    LoraDelta d;
-    d.a.shape = {2, 3};  // A [r=2, in=3]
-    d.b.shape = {2, 2};  // B [out=2, r=2]
-    d.scale = 0.5;
-    const float a[] = {1, 2, 3, 4, 5, 6};
-    const float b[] = {1, 0, 2, -1};
-    const LoraFactors f = make_lora_factors(d, a, b);
-    // B·A = [[1, 2, 3], [2-4, 4-5, 6-6]] = [[1, 2, 3], [-2, -1, 0]]; W = 10 everywhere.
-    float w[] = {10, 10, 10, 10, 10, 10};
-    add_lora_delta(w, 0, 2, f);
-    const float expected[] = {10.5f, 11, 11.5f, 9, 9.5f, 10};
-    for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], expected[i]) << i;
-    float row1[] = {0, 0, 0};
-    add_lora_delta(row1, 1, 2, f);
-    EXPECT_EQ(row1[0], -1.0f);
-    EXPECT_THROW(add_lora_delta(row1, 1, 3, f), Error);
-}
-
-TEST(LoraKernel, EmbeddingAddsTheTransposedProduct) {
-    LoraDelta d;
-    d.transposed = true;
-    d.a.shape = {1, 3};  // lora_embedding_A [r=1, vocab=3]
-    d.b.shape = {2, 1};  // lora_embedding_B [dim=2, r=1]
-    d.scale = 2;
-    const float a[] = {1, 2, 3};
-    const float b[] = {10, 100};
-    const LoraFactors f = make_lora_factors(d, a, b);
-    // (B·A)ᵀ [vocab=3, dim=2] = [[10, 100], [20, 200], [30, 300]], times 2.
-    float w[6] = {};
-    add_lora_delta(w, 0, 3, f);
-    const float expected[] = {20, 200, 40, 400, 60, 600};
-    for (int i = 0; i < 6; ++i) EXPECT_EQ(w[i], expected[i]) << i;
 }
 
 }  // namespace

@@ -237,47 +237,5 @@ TEST(EndToEnd, SmallShardSizeWritesAnIndexAndStillMatches) {
     }
 }
 
-// --- command line ----------------------------------------------------------------------------
-
-TEST(CommandLine, DashesAndUnderscoresBothWork) {
-    const Options a = parse({"merge", "--local-dir", "/in", "--target-dir", "/out", "--max-shard-size", "2GiB"});
-    EXPECT_EQ(a.command, "merge");
-    EXPECT_EQ(a.local_dir, "/in");
-    EXPECT_EQ(a.output.target, "/out");
-    EXPECT_EQ(a.output.max_shard_size, 1ull << 31);
-    const Options b = parse({"merge", "--local_dir", "/in", "--target_dir", "/out"});
-    EXPECT_EQ(b.local_dir, "/in");
-    EXPECT_EQ(b.output.target, "/out");
-    EXPECT_EQ(b.output.max_shard_size, 5'000'000'000ull);
-    EXPECT_TRUE(b.hf_config.empty());  // decided by detection: <local_dir>/huggingface or hf_config_and_tokenizer
-    const Options c = parse({"merge", "--local-dir=/x", "--target_dir=/y", "--force"});
-    EXPECT_EQ(c.local_dir, "/x");
-    EXPECT_EQ(c.output.target, "/y");
-    EXPECT_TRUE(c.output.force);
-}
-
-TEST(CommandLine, UnknownCommandOrMissingArgumentsAreUsageErrors) {
-    EXPECT_THROW(parse({"frobnicate", "--local_dir", "/in", "--target_dir", "/out"}), UsageError);
-    EXPECT_THROW(parse({}), UsageError);
-    EXPECT_THROW(parse({"merge", "--target_dir", "/out"}), UsageError);
-    EXPECT_THROW(parse({"merge", "--local_dir", "/in"}), UsageError);
-    EXPECT_THROW(parse({"test", "--local_dir", "/in"}), UsageError);
-    EXPECT_THROW(parse({"merge", "--local_dir", "/in", "--target_dir", "/out", "--no_such_option", "1"}), UsageError);
-    EXPECT_THROW(parse({"merge", "--local_dir", "/in", "--target_dir", "/out", "--backend", "xyz"}), UsageError);
-}
-
-TEST(CommandLine, ParseByteSize) {
-    EXPECT_EQ(parse_byte_size("5GB"), 5'000'000'000ull);
-    EXPECT_EQ(parse_byte_size("2GiB"), 1ull << 31);
-    EXPECT_EQ(parse_byte_size("500MB"), 500'000'000ull);
-    EXPECT_EQ(parse_byte_size("512MiB"), 512ull << 20);
-    EXPECT_EQ(parse_byte_size("1024"), 1024ull);
-    EXPECT_EQ(parse_byte_size("3kb"), 3000ull);
-    EXPECT_THROW(parse_byte_size("5XB"), UsageError);
-    EXPECT_THROW(parse_byte_size("GB"), UsageError);
-    EXPECT_THROW(parse_byte_size("0"), UsageError);
-    EXPECT_THROW(parse_byte_size("-5GB"), UsageError);
-}
-
 }  // namespace
 }  // namespace vmerge

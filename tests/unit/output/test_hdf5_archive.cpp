@@ -1,5 +1,5 @@
-// Unit tests for hdf5/: the zstd codec and filter (frames other zstd decoders read), the HF name ->
-// dataset path rule, chunk rows, and a one-process write/read round trip of an archive (sec2).
+// The archive writer (output/hdf5/): chunk rows, and a one-process write/read round trip of an
+// archive (sec2).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,15 +10,13 @@
 
 #include <zstd.h>
 
+#include "core/error.h"
+#include "formats/hdf5_archive/archive_reader.h"
 #include "hdf5/archive_layout.h"
 #include "output/hdf5/archive_chunks.h"
-#include "formats/hdf5_archive/archive_reader.h"
 #include "output/hdf5/archive_writer.h"
-#include "hdf5/h5z_zstd_filter.h"
-#include "test_support.h"
-#include "core/error.h"
 #include "plan/rank_work.h"
-#include "hdf5/zstd_codec.h"
+#include "test_support.h"
 
 namespace vmerge {
 namespace {
@@ -32,83 +30,6 @@ std::vector<unsigned char> sample_bytes(size_t n, unsigned seed) {
     for (size_t i = 0; i < n; ++i)
         out[i] = i % 4 == 0 ? static_cast<unsigned char>(rng()) : static_cast<unsigned char>(i / 256);
     return out;
-}
-
-TEST(ZstdCodec, RoundTripRecordsContentSize) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{1} << 20}) {
-        const auto data = sample_bytes(n, 7);
-        std::vector<unsigned char> frame(zstd_frame_bound(n));
-        const size_t size = zstd_compress_frame(data.data(), n, frame.data(), frame.size(), 3);
-        // What the HDFGroup plugin's decoder needs: the frame says how large it decompresses.
-        EXPECT_EQ(ZSTD_getFrameContentSize(frame.data(), size), n);
-        EXPECT_EQ(zstd_frame_content_size(frame.data(), size), n);
-        std::vector<unsigned char> back(n);
-        zstd_decompress_frame(frame.data(), size, back.data(), n);
-        EXPECT_EQ(back, data);
-    }
-}
-
-TEST(ZstdCodec, RejectsFramesWithoutContentSizeAndGarbage) {
-    const auto data = sample_bytes(4096, 3);
-    // A streaming-API frame records no content size.
-    ZSTD_CCtx* cctx = ZSTD_createCCtx();
-    std::vector<unsigned char> frame(zstd_frame_bound(data.size()));
-    ZSTD_outBuffer out{frame.data(), frame.size(), 0};
-    ZSTD_inBuffer in{data.data(), data.size(), 0};
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 0);
-    ASSERT_EQ(ZSTD_compressStream2(cctx, &out, &in, ZSTD_e_end), 0u);
-    ZSTD_freeCCtx(cctx);
-    EXPECT_THROW(zstd_frame_content_size(frame.data(), out.pos), Error);
-    const unsigned char garbage[16] = {1, 2, 3};
-    EXPECT_THROW(zstd_frame_content_size(garbage, sizeof garbage), Error);
-}
-
-TEST(ZstdFilter, CompressesAndDecompressesInHdf5sBuffer) {
-    const H5Z_class2_t* filter = zstd_filter_class();
-    EXPECT_EQ(filter->id, 32015);
-    const auto data = sample_bytes(50000, 11);
-    size_t buf_size = data.size();
-    void* buf = std::malloc(buf_size);
-    std::memcpy(buf, data.data(), data.size());
-    const unsigned level = 5;
-    const size_t compressed = filter->filter(0, 1, &level, data.size(), &buf_size, &buf);
-    ASSERT_GT(compressed, 0u);
-    EXPECT_LT(compressed, data.size());
-    // An independent decoder reads the chunk as stored.
-    std::vector<unsigned char> check(data.size());
-    EXPECT_EQ(ZSTD_decompress(check.data(), check.size(), buf, compressed), data.size());
-    EXPECT_EQ(check, data);
-    const size_t restored = filter->filter(H5Z_FLAG_REVERSE, 1, &level, compressed, &buf_size, &buf);
-    ASSERT_EQ(restored, data.size());
-    EXPECT_EQ(std::memcmp(buf, data.data(), data.size()), 0);
-    // A damaged chunk is a filter failure (0), not a crash.
-    std::memset(buf, 0xAB, 16);
-    EXPECT_EQ(filter->filter(H5Z_FLAG_REVERSE, 1, &level, 16, &buf_size, &buf), 0u);
-    std::free(buf);
-}
-
-TEST(ArchiveLayout, DatasetPathOfHfNames) {
-    EXPECT_EQ(archive_dataset_path("model.layers.0.self_attn.q_proj.weight"), "model/layers/0/self_attn/q_proj/weight");
-    EXPECT_EQ(archive_dataset_path("lm_head.weight"), "lm_head/weight");
-    EXPECT_EQ(archive_dataset_path("score"), "score");
-    EXPECT_THROW(archive_dataset_path(""), Error);
-    EXPECT_THROW(archive_dataset_path("model..weight"), Error);
-    EXPECT_THROW(archive_dataset_path(".weight"), Error);
-    EXPECT_THROW(archive_dataset_path("model.weight."), Error);
-    EXPECT_THROW(archive_dataset_path("model/weight"), Error);
-}
-
-TEST(ArchiveLayout, PathsThatCannotCoexist) {
-    EXPECT_NO_THROW(check_archive_paths({tensor("a.b", DType::F32, {2}), tensor("a.b-x", DType::F32, {2}),
-                                         tensor("a.c.d", DType::F32, {2})}));
-    try {
-        check_archive_paths({tensor("a.b", DType::F32, {2}), tensor("a.b-x", DType::F32, {2}),
-                             tensor("a.b.c", DType::F32, {2})});
-        FAIL() << "a.b is both a dataset and a group";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("a.b and a.b.c"), std::string::npos) << e.what();
-    }
-    EXPECT_THROW(check_archive_paths({tensor("hf_files.config", DType::F32, {2})}), Error);
 }
 
 TEST(ArchiveLayout, ChunkRows) {

@@ -19,7 +19,6 @@ namespace {
 
 using testing::tensor;
 
-
 struct Interval {
     size_t file;
     uint64_t begin;

@@ -25,7 +25,6 @@ Placement partial() {
     return p;
 }
 
-
 using P = std::pair<int64_t, int64_t>;
 
 void expect_run(const DimRun& r, int64_t local, int64_t global, int64_t length) {
@@ -280,6 +279,30 @@ TEST(DTensorRuns, CoordinateOutOfRangeIsAnError) {
 
 TEST(DTensorRuns, ShardDimOutsideTheTensorIsAnError) {
     EXPECT_THROW(dtensor_runs(layout({8}, {2}, {0}, {shard(1)}), "t"), Error);
+}
+
+// The bounds of a DTensor layout read from a checkpoint (split factor, mesh).
+using testing::error_of;
+
+DTensorLayout strided_layout(Shape mesh, int64_t split_factor) {
+    DTensorLayout l;
+    l.global_shape = {8};
+    l.mesh_shape = mesh;
+    l.coordinates = Shape(mesh.size(), 0);
+    l.placements = {vmerge::testing::strided(0, split_factor)};
+    while (l.placements.size() < mesh.size()) l.placements.push_back(vmerge::testing::shard(0));
+    return l;
+}
+
+TEST(DTensorLayoutBounds, SplitFactorAndMeshBounded) {
+    EXPECT_NO_THROW(check_dtensor_layout(strided_layout({2, 2}, 2), "w"));
+    EXPECT_EQ(error_of([] { check_dtensor_layout(strided_layout({2, 2}, 1000000000000), "w"); }),
+              "w: placement _StridedShard(dim=0): split factor 1000000000000: expected 1..1048576");
+    EXPECT_EQ(error_of([] { dtensor_runs(strided_layout({2, 2}, 1000000000000), "w"); }),
+              "w: placement _StridedShard(dim=0): split factor 1000000000000: expected 1..1048576");
+    EXPECT_FALSE(error_of([] { check_dtensor_layout(strided_layout({2, 2}, 0), "w"); }).empty());
+    EXPECT_FALSE(error_of([] { check_dtensor_layout(strided_layout({1 << 11, 1 << 10}, 2), "w"); }).empty());
+    EXPECT_FALSE(error_of([] { check_dtensor_layout(strided_layout({0}, 1), "w"); }).empty());
 }
 
 }  // namespace

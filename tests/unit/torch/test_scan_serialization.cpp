@@ -1,19 +1,14 @@
 // Unit tests for the scan all-gather's binary encoding (torch/scan_serialization.h): a round
 // trip keeps every field, the bytes of a small scan are the ones the format states, every
 // truncated or corrupt message is one Error, and the messages of P ranks come back in file
-// order. Then the pruning: merge ranks drop the scans once mapped, inspect's rank 0 keeps them.
+// order.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "command_line.h"
 #include "core/binary_message.h"
 #include "core/error.h"
-#include "formats/simulated/scan_exchange_model.h"
-#include "io/checksum.h"
-#include "merge_inputs.h"
-#include "single_rank_comm.h"
 #include "torch/scan_serialization.h"
 
 namespace vmerge {
@@ -262,45 +257,6 @@ TEST(ScanSerialization, GatheredMessagesComeBackInFileOrder) {
     for (const auto& m : messages) EXPECT_TRUE(m.empty());  // released once decoded
     std::vector<std::string> short_one = {serialize_scans({named("f0")}), serialize_scans({named("f1")})};
     EXPECT_THROW(gathered_scans(short_one, 3), Error);
-}
-
-TEST(ScanExchangeModel, ReceivesEveryRanksMessageAndGivesTheScansBack) {
-    std::vector<ScannedFile> scans;
-    for (int k = 0; k < 5; ++k) scans.push_back(named("f" + std::to_string(k)));
-    uint64_t want_bytes = 0;
-    for (const auto& group : {std::vector<ScannedFile>{named("f0"), named("f4")}, {named("f1")}, {named("f2")}, {named("f3")}})
-        want_bytes += serialize_scans(group).size();
-    ScanExchangeFigures figures;
-    const auto back = exchange_scans_as_ranks(scans, 4, figures);
-    ASSERT_EQ(back.size(), 5u);
-    for (size_t k = 0; k < 5; ++k) EXPECT_EQ(back[k].path, "f" + std::to_string(k));
-    EXPECT_EQ(figures.ranks, 4);
-    EXPECT_EQ(figures.files, 5u);
-    EXPECT_EQ(figures.entries, 5u);
-    EXPECT_EQ(figures.received_bytes, want_bytes);
-    EXPECT_EQ(figures.largest_message_bytes, serialize_scans({named("f0"), named("f4")}).size());
-}
-
-Options parse(std::vector<std::string> args) {
-    args.insert(args.begin(), "vmerge-mpi");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    return *parse_command_line(static_cast<int>(argv.size()), argv.data(), false);
-}
-
-// A merging rank keeps the mapping, not every file's scan; the --resume identity still
-// covers the scans (their digest, taken before they are dropped).
-TEST(ScanPruning, MergeRanksDropTheScansOnceMappedInspectKeepsThem) {
-    const std::string fixture = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2/fsdp2_w3";
-    SingleRankComm comm;
-    const MergeInputs inspected = load_inputs(parse({"inspect", "--local_dir", fixture}), comm);
-    ASSERT_EQ(inspected.scans.size(), 3u);  // three rank files
-    const MergeInputs merged = load_inputs(parse({"merge", "--local_dir", fixture, "--target_dir", "/nonexistent/x"}), comm);
-    EXPECT_TRUE(merged.scans.empty());
-    EXPECT_FALSE(merged.mapping().tensors.empty());
-    EXPECT_EQ(merged.mapping().sources.size(), inspected.mapping().sources.size());
-    const std::string all = serialize_scans(inspected.scans);
-    EXPECT_EQ(merged.scans_digest, hex64(xxh64(all.data(), all.size())));
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
-// Unit tests for reading an HDF5 archive as untrusted input: zstd frames checked against their
-// chunk before decoding, the filter's bound on a claimed size, the names of stored types, and
-// ArchiveReader refusing datasets vmerge does not write (a good archive written by ArchiveWriter,
-// one dataset then replaced through the HDF5 C API). The corpus (tests/corpus/cases_hdf5.py)
-// runs the same classes end to end with archives written by h5py.
+// Unit tests for reading an HDF5 archive as untrusted input (formats/hdf5_archive/): the names of
+// stored types, and ArchiveReader refusing datasets vmerge does not write (a good archive written by
+// ArchiveWriter, one dataset then replaced through the HDF5 C API). The corpus
+// (tests/corpus/cases_hdf5.py) runs the same classes end to end with archives written by h5py.
 #include <gtest/gtest.h>
 
 #include <hdf5.h>
@@ -18,11 +17,10 @@
 #include "core/error.h"
 #include "formats/hdf5_archive/archive_dataset_check.h"
 #include "formats/hdf5_archive/archive_reader.h"
-#include "output/hdf5/archive_writer.h"
 #include "hdf5/h5z_zstd_filter.h"
 #include "hdf5/hdf5_dtype.h"
 #include "hdf5/zstd_codec.h"
-#include "output/output_folder.h"
+#include "output/hdf5/archive_writer.h"
 #include "plan/rank_work.h"
 #include "test_support.h"
 
@@ -45,54 +43,6 @@ std::vector<unsigned char> frame_claiming(uint64_t size) {
     for (int i = 0; i < 8; ++i) f.push_back(static_cast<unsigned char>(size >> (8 * i)));
     f.insert(f.end(), {1, 0, 0});
     return f;
-}
-
-std::string decode_error(const std::vector<unsigned char>& frame, uint64_t chunk_bytes) {
-    std::vector<unsigned char> out(chunk_bytes);
-    try {
-        zstd_decode_chunk(frame.data(), frame.size(), out.data(), chunk_bytes);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-
-TEST(ZstdDecodeChunk, OnlyOneFrameOfExactlyTheChunkSize) {
-    const std::vector<unsigned char> rows(96, 7);
-    std::vector<unsigned char> out(96);
-    const auto good = frame_of(rows);
-    zstd_decode_chunk(good.data(), good.size(), out.data(), 96);
-    EXPECT_EQ(out, rows);
-    // A frame of fewer bytes than the chunk: HDF5's pipeline would leave the rest uninitialised.
-    EXPECT_EQ(decode_error(frame_of(std::vector<unsigned char>(40, 1)), 96),
-              "zstd: the frame records 40 decompressed bytes, expected exactly 96 (the chunk's size)");
-    // A header claiming 1 GiB is refused from the header alone.
-    EXPECT_EQ(decode_error(frame_claiming(1ull << 30), 96),
-              "zstd: the frame records 1073741824 decompressed bytes, expected exactly 96 (the chunk's size)");
-    // A second frame after the first (ZSTD_decompress would decode both).
-    auto two = good;
-    const auto extra = frame_of(std::vector<unsigned char>(8, 2));
-    two.insert(two.end(), extra.begin(), extra.end());
-    EXPECT_EQ(decode_error(two, 96), "zstd: the stored bytes hold a frame of " + std::to_string(good.size()) +
-                                         " bytes and " + std::to_string(extra.size()) +
-                                         " bytes after it, expected exactly one frame");
-    // The right size in the header, a body cut short.
-    auto cut = good;
-    cut.resize(cut.size() - 3);
-    EXPECT_TRUE(contains(decode_error(cut, 96), "zstd: the " + std::to_string(cut.size()) +
-                                                    " stored bytes are not one whole frame"));
-}
-
-TEST(ZstdFilter, RefusesAFrameClaimingMoreThanAnHdf5Chunk) {
-    const H5Z_class2_t* filter = zstd_filter_class();
-    const auto claim = frame_claiming(5ull << 30);
-    size_t buf_size = claim.size();
-    void* buf = std::malloc(buf_size);
-    std::memcpy(buf, claim.data(), claim.size());
-    const unsigned level = 3;
-    EXPECT_EQ(filter->filter(H5Z_FLAG_REVERSE, 1, &level, claim.size(), &buf_size, &buf), 0u);
-    EXPECT_EQ(buf_size, claim.size());  // HDF5's buffer untouched, nothing of 5 GiB allocated
-    std::free(buf);
 }
 
 TEST(Hdf5TypeText, NamesClassSizeOrderAndFields) {
@@ -263,20 +213,6 @@ TEST(ArchiveUntrusted, RefusesChunksVmergeDoesNotWrite) {
         replace_dataset(path, [&](hid_t file, const char* name, hid_t space) { return chunked(file, name, space, c.frames); });
         EXPECT_TRUE(contains(reader_error(path), path + c.error)) << reader_error(path);
     }
-}
-
-// A checkpoint's HF folder with a model.h5 (or TF's tf_model.h5): not an HF file to copy, or it
-// would be published over the archive --format hdf5 writes; an archive's hf_files/ refuse it too.
-TEST(ArchiveUntrusted, H5FilesAreWeightsNotHfFiles) {
-    testing::TempDir dir;
-    dir.touch("config.json", "{}");
-    dir.touch("model.h5", "not the archive");
-    dir.touch("tf_model.h5", "keras");
-    const HfFilePlan plan = plan_hf_file_copies(dir.path());
-    ASSERT_EQ(plan.copies.size(), 1u);
-    EXPECT_EQ(plan.copies[0].rel, "config.json");
-    EXPECT_TRUE(is_weight_file("model.h5"));
-    EXPECT_FALSE(is_weight_file("model.h5.json"));
 }
 
 }  // namespace
