@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "debug_knobs.h"
 #include "formats/checkpoint.h"
 #include "formats/registry.h"
 #include "mapping/lora_adapter.h"
@@ -56,6 +57,7 @@ struct Options {
     bool json = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
     WatchOptions watch;  // the watch command
+    DebugKnobs debug;    // set by main from the environment (tests and benchmarks only)
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };
 

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "command_line.h"
+#include "debug_knobs.h"
 #include "driver.h"
 #include "exit_code.h"
 #include "mpi_comm.h"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     try {
         auto options = vmerge::parse_command_line(argc, argv, rank == 0);
         if (options) {
+            options->debug = vmerge::read_debug_knobs();  // the only read of the debug environment
             std::unique_ptr<vmerge::Comm> comm;
             if (mpi) comm = std::make_unique<vmerge::MpiComm>(MPI_COMM_WORLD);
             else comm = std::make_unique<vmerge::SingleRankComm>();

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <memory>
 #include <thread>
 
 #include <unistd.h>
 
 #include "collective_step.h"
-#include "core/bounded_number.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
 #include "exec/finite_weights.h"
@@ -23,16 +21,11 @@
 namespace vmerge {
 namespace {
 
-// Test hook: VMERGE_TEST_BLOCK_DELAY_MS slows every written block down, so tests can kill a
-// rank or interrupt a merge while it is writing.
-int block_delay_ms() {
-    const char* text = std::getenv("VMERGE_TEST_BLOCK_DELAY_MS");
-    return text ? static_cast<int>(parse_int_within(text, 0, 600000).value_or(0)) : 0;
-}
-
-// This rank's share: the executor over the format's tasks, into the format's sink.
-void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const OutputRun& run, Comm& comm,
-                     std::ostream& err, OutputResult& result, std::string& crc_partials, std::string& not_resumable) {
+// This rank's share: the executor over the format's tasks, into the format's sink. `debug`: the
+// tests' pause after each block (so they can kill a rank while it writes), the benchmarks' CRC off.
+void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const OutputRun& run, const DebugKnobs& debug,
+                     Comm& comm, std::ostream& err, OutputResult& result, std::string& crc_partials,
+                     std::string& not_resumable) {
     const std::string staging = staging_path(output.options().target);
     const bool resumable = output.options().resumable;
     // A resumable output opens outside the failure handling below: a staging folder it cannot
@@ -45,7 +38,8 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         if (resumable) executor.defer_crc_mismatches();
         executor.evict_reads(output.options().page_cache == PageCachePolicy::Evict);
         executor.hash_blocks(output.takes_block_hashes());
-        const int delay = block_delay_ms();
+        executor.skip_crc(debug.skip_crc);
+        const int delay = debug.block_delay_ms;
         executor.run(
             output.tasks(),
             [&](const RowBlock& b) {
@@ -81,12 +75,11 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
 
 // Rank 0, before the staging folder is made or taken up: the planned bytes, less what an
 // earlier staging folder holds on disk (resumed, or discarded to make room), must fit the file
-// system it goes on, or nothing is written.
-void refuse_if_no_room(const std::string& staging, uint64_t planned) {
-    // Test hook: VMERGE_TEST_FREE_BYTES stands in for what the file system reports.
-    const char* pretend = std::getenv("VMERGE_TEST_FREE_BYTES");
+// system it goes on, or nothing is written. `pretend_free` (a test's): stands in for what the file
+// system reports.
+void refuse_if_no_room(const std::string& staging, uint64_t planned, std::optional<uint64_t> pretend_free) {
     std::optional<uint64_t> free = free_bytes(nearest_existing_folder(staging));
-    if (pretend) free = static_cast<uint64_t>(parse_int_within(pretend, 0, INT64_MAX).value_or(0));
+    if (pretend_free) free = pretend_free;
     if (!free) return;
     const std::string shortfall = free_space_shortfall(staging, planned, allocated_bytes_under(staging), *free);
     if (!shortfall.empty()) throw Error(shortfall);
@@ -119,7 +112,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     result.plan_seconds = seconds_since(plan_start);
     collective_step(comm, [&] {
         if (comm.rank() != 0) return;
-        if (output.options().check_free_space) refuse_if_no_room(staging, layout.total_size);
+        if (output.options().check_free_space) refuse_if_no_room(staging, layout.total_size, o.debug.free_bytes);
         const StagingState state = output.prepare(run.identity(layout), run.inputs);
         if (output.options().resumable)
             say_on_interrupt("\nvmerge-mpi: interrupted; the unfinished output is kept in " + staging +
@@ -141,8 +134,10 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
             progress = std::make_unique<ProgressMonitor>(staging, layout.total_size, comm.size(),
                                                          o.progress > 0 ? o.progress : (terminal ? 1 : 30),
                                                          terminal && o.progress < 0, out);
-        collective_step(comm, [&] { copy_rank_share(output, mapping, run, comm, err, result, crc_partials, not_resumable); },
-                        hint);
+        collective_step(
+            comm,
+            [&] { copy_rank_share(output, mapping, run, o.debug, comm, err, result, crc_partials, not_resumable); },
+            hint);
     }
     if (output.options().resumable) {
         // Every rank's CRC mismatch or refused value, and records split over ranks, are checked

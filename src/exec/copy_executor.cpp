@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -149,7 +148,7 @@ private:
 
 CopyExecutor::CopyExecutor(const TensorMapping& mapping, uint64_t max_memory, const QuantizeSpec* quantize, int threads)
     : mapping_(mapping), max_memory_(std::max<uint64_t>(max_memory, 1 << 20)), quantize_(quantize),
-      threads_(std::max(1, threads)), skip_crc_(std::getenv("VMERGE_BENCH_SKIP_CRC") != nullptr) {}
+      threads_(std::max(1, threads)) {}
 
 const SourceReader& CopyExecutor::open(const std::string& file) {
     auto& slot = files_[file];

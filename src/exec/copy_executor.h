@@ -74,6 +74,9 @@ public:
     void hash_blocks(bool hash) { hash_blocks_ = hash; }
     // Drop what was read from the page cache behind the reads (PageCachePolicy::Evict).
     void evict_reads(bool evict) { evict_reads_ = evict; }
+    // Read without the CRC-32 check of the records, only to measure what the check costs
+    // (a benchmark's setting, docs/usage.md); never for real merges.
+    void skip_crc(bool skip) { skip_crc_ = skip; }
 
 private:
     const SourceReader& open(const std::string& file);
@@ -129,7 +132,7 @@ private:
     bool evict_reads_ = false;
     bool hash_blocks_ = false;
     SequentialBlockHash block_hash_;  // of the block being assembled (hash_blocks)
-    bool skip_crc_;  // VMERGE_BENCH_SKIP_CRC set: only to measure what the CRC costs (docs/usage.md)
+    bool skip_crc_ = false;  // skip_crc
 };
 
 }  // namespace vmerge
