@@ -88,7 +88,7 @@ int verify_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
     std::vector<std::string> problems;
     size_t tensors = 0;
     std::string compression;
-    collective_step(comm, [&] {
+    collective_step(comm, "verify the archive", [&] {
         if (comm.rank() != 0) return;
         // The bytes first: a changed range is the most precise account of a damaged archive.
         if (listed) problems = verify_checksums(o.output.target);
@@ -123,7 +123,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     const auto& tensors = in.mapping().tensors;
     HfWeights reference;
     std::vector<std::string> problems;
-    collective_step(comm, [&] { reference = read_reference(o.test_hf_dir); });
+    collective_step(comm, "read the reference", [&] { reference = read_reference(o.test_hf_dir); });
     std::map<std::string, size_t> cast_notes;
     const auto compare_as = compare_names(tensors, reference, problems, cast_notes);
     const OutputLayout layout = plan_safetensors_layout(tensors, o.output.max_shard_size);
@@ -133,7 +133,7 @@ int run_test(const Options& o, Comm& comm, std::ostream& out) {
     // unmerged base weight: equal means whoever wrote it dropped the adapter.
     TensorMapping base = in.mapping();
     for (auto& t : base.tensors) t.lora_delta.reset();
-    collective_step(comm, [&] {
+    collective_step(comm, "compare", [&] {
         const uint64_t budget = max_memory(o, comm);
         CopyExecutor executor(in.mapping(), budget);
         CopyExecutor base_executor(base, budget);
@@ -196,7 +196,7 @@ int run_verify(const Options& o, Comm& comm, std::ostream& out) {
     if (holds_hdf5_archive(o.output.target)) return verify_hdf5_archive(o, comm, out);
     std::vector<std::string> warnings;
     HfWeights weights;
-    collective_step(comm, [&] {
+    collective_step(comm, "verify", [&] {
         if (comm.rank() != 0) return;
         weights = read_hf_weights(o.output.target);
         for (const auto& f : weights.files) {

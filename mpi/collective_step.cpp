@@ -2,7 +2,6 @@
 
 #include <exception>
 
-#include "core/error.h"
 #include "exit_code.h"
 
 namespace vmerge {
@@ -14,25 +13,33 @@ std::string resume_hint(const std::string& staging) {
 
 }  // namespace
 
-void collective_step(Comm& comm, const std::function<void()>& step, const std::string& staging) {
+void collective_step(Comm& comm, const std::string& name, const std::function<void()>& step,
+                     const std::string& staging) {
+    // A rank's error as gathered: 'E' and its message, or 'S' and the text of a StepError (a
+    // step inside this one, already named); "" when the step succeeded.
     std::string error;
     try {
         step();
+    } catch (const StepError& e) {
+        error = std::string("S") + e.what();
     } catch (const std::exception& e) {
-        error = e.what();
-        if (error.empty()) error = "unknown error";
+        error = std::string("E") + (*e.what() ? e.what() : "unknown error");
     }
     const auto errors = comm.allgather(error);
     for (int r = 0; r < comm.size(); ++r) {
         if (errors[r].empty()) continue;
-        std::string message = errors[r];
-        if (comm.size() > 1) {
-            const auto hosts = comm.allgather(comm.host());
-            message = "rank " + std::to_string(r) + " on " + hosts[r] + ": " + message;
+        std::string message = errors[r].substr(1);
+        if (errors[r][0] == 'E') {
+            if (comm.size() > 1) {
+                const auto hosts = comm.allgather(comm.host());
+                message = "rank " + std::to_string(r) + " (" + hosts[r] + ") failed in step '" + name + "': " + message;
+            } else {
+                message = "step '" + name + "' failed: " + message;
+            }
         }
-        if (!staging.empty())
+        if (!staging.empty() && message.find(resume_hint(staging)) == std::string::npos)
             message += "\n" + resume_hint(staging);
-        throw Error(message);
+        throw StepError(message);
     }
 }
 

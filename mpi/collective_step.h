@@ -4,12 +4,23 @@
 #include <string>
 
 #include "comm.h"
+#include "core/error.h"
 
 namespace vmerge {
 
-// Runs `step` on every rank; afterwards all ranks know whether all succeeded. On any
-// failure every rank throws the same Error, naming the first failing rank and its host.
-void collective_step(Comm& comm, const std::function<void()>& step, const std::string& staging = "");
+// The Error collective_step throws: the same on every rank, the step already named in it.
+class StepError : public Error {
+public:
+    using Error::Error;
+};
+
+// Runs `step` on every rank; afterwards all ranks know whether all succeeded. On any failure
+// every rank throws the same StepError, naming the step (`name`, a few words: "scan", "map")
+// and, with several ranks, the first failing rank and its host, before that rank's message:
+// "rank 1 (node17) failed in step 'scan': MESSAGE"; with one rank "step 'scan' failed: MESSAGE".
+// A StepError from a step run inside `step` keeps its text. `staging`: a resume hint follows.
+void collective_step(Comm& comm, const std::string& name, const std::function<void()>& step,
+                     const std::string& staging = "");
 
 // For a rank that failed where the others may be blocked (mid-copy, inside a collective
 // write): prints its error (and, with `staging`, how to resume) and stops every rank at once.

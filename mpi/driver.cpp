@@ -133,7 +133,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
 // Rank 0, before anything is written: the target may be written (target_guard.h), and no other
 // merge writes it while `lock` is held.
 void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& inputs, std::optional<TargetLock>& lock) {
-    collective_step(comm, [&] {
+    collective_step(comm, "check target", [&] {
         if (comm.rank() != 0) return;
         check_target(o.output.target, o.output.force, inputs);
         lock.emplace(o.output.target);
@@ -190,16 +190,16 @@ OutputOptions merge_output_options(const Options& o, const Comm& comm, const Mer
 // discover -> scan -> map (load_inputs), then plan -> execute -> commit, then the report.
 int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     const uint64_t budget = max_memory(o, comm);
-    collective_step(comm, [&] {
+    collective_step(comm, "check --log_json", [&] {
         if (comm.rank() == 0 && !o.log_json.empty()) require_writable_output_file(o.log_json, "--log_json");
     });
     std::optional<TargetLock> lock;  // rank 0 holds it until the merge ends, however it ends
     std::string hf_cli;  // --hf_upload_path: found before anything is read
-    collective_step(comm, [&] {
+    collective_step(comm, "find the hf CLI", [&] {
         if (comm.rank() == 0 && !o.hf_upload_path.empty()) hf_cli = require_hf_cli(o.hf_upload_path);
     });
     const auto upload = [&] {
-        collective_step(comm, [&] {
+        collective_step(comm, "upload", [&] {
             if (comm.rank() == 0 && !hf_cli.empty())
                 upload_merged_folder(hf_cli, o.hf_upload_path, o.output.target, o.hf_upload_private, out);
         });

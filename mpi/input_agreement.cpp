@@ -12,7 +12,7 @@ namespace vmerge {
 
 void check_input_files(const TensorMapping& mapping, const std::vector<WriteTask>& tasks, Comm& comm) {
     std::vector<InputFingerprint> mine;
-    collective_step(comm, [&] {
+    collective_step(comm, "fingerprint inputs", [&] {
         // Each file once under its plain spelling ("a//b" and "a/./b" are one name, not two files).
         std::set<std::string> all, wanted;
         for (const auto& file : input_files_of(mapping)) all.insert(std::filesystem::path(file).lexically_normal().string());
@@ -31,7 +31,7 @@ void check_input_files(const TensorMapping& mapping, const std::vector<WriteTask
         auto part = deserialize_fingerprints(message);
         every.insert(every.end(), part.begin(), part.end());
     }
-    collective_step(comm, [&] {
+    collective_step(comm, "inputs agree", [&] {
         check_ranks_agree(every);
         if (comm.rank() != 0) return;
         for (const auto& [a, b] : same_input_candidates(every)) refuse_same_bytes(a, b);

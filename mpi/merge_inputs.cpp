@@ -39,7 +39,7 @@ std::string lora_fingerprint(const TensorMapping& mapping) {
 
 // The text of config.json, read by rank 0 for every rank (each parses it).
 std::string shared_hf_config_text(Comm& comm, const std::string& dir) {
-    return read_on_rank_zero(comm, [&] { return read_hf_config_text(dir); });
+    return read_on_rank_zero(comm, "read config.json", [&] { return read_hf_config_text(dir); });
 }
 
 // Discover: which backend, which files to scan. Rank 0 detects first and hands the files it
@@ -52,7 +52,7 @@ DetectedCheckpoint discover(const Options& o, Comm& comm) {
         if (o.hf_config.empty() && !checkpoint.config_missing.empty()) throw Error(checkpoint.config_missing);
     };
     std::string reads;
-    collective_step(comm, [&] {
+    collective_step(comm, "discover", [&] {
         if (comm.rank() != 0) return;
         start_recording_reads();
         try {
@@ -65,7 +65,7 @@ DetectedCheckpoint discover(const Options& o, Comm& comm) {
     });
     if (comm.size() == 1) return checkpoint;
     comm.broadcast(reads, 0);
-    collective_step(comm, [&] {
+    collective_step(comm, "discover", [&] {
         if (comm.rank() == 0) return;
         const ReplayedReads replayed(deserialize_small_files(reads));
         detect();
@@ -77,7 +77,7 @@ DetectedCheckpoint discover(const Options& o, Comm& comm) {
 std::vector<ScannedFile> scan(const DetectedCheckpoint& checkpoint, Comm& comm) {
     const std::vector<ScanJob>& jobs = checkpoint.jobs;
     std::vector<ScannedFile> mine;
-    collective_step(comm, [&] {
+    collective_step(comm, "scan", [&] {
         for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) mine.push_back(scan_job(checkpoint, jobs[i]));
     });
     std::vector<std::string> gathered = comm.allgather(serialize_scans(mine));
@@ -101,7 +101,7 @@ MapRecipe map_recipe(const Options& o) {
 // The architecture tables (shipped and --architecture_table) as rank 0 read them, for every
 // rank to load from (or to meet rank 0's read errors).
 std::string shared_table_texts(Comm& comm, const Options& o) {
-    return read_on_rank_zero(comm, [&] {
+    return read_on_rank_zero(comm, "read the architecture tables", [&] {
         start_recording_reads();
         for (const auto& file : architecture_table_files(o.map.architecture_tables)) {
             try {
@@ -131,7 +131,7 @@ void take_model(MergeInputs& in, MappedModel model) {
 // tensors as stored, no config.json, tables, rules, LoRA or quantization; a merge writes the HF
 // files it holds (rank 0 reads them).
 void map_as_stored(MergeInputs& in, const Options& o, Comm& comm) {
-    collective_step(comm, [&] {
+    collective_step(comm, "map", [&] {
         in.mapped = map_checkpoint(in.checkpoint, in.scans, HfConfig{}, o.map);
         if (comm.rank() == 0 && o.command == "merge") in.held_files = checkpoint_hf_files(in.checkpoint);
     });
@@ -148,8 +148,9 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     // instead of throwing, and apply_lora parses it only for an adapter.
     const std::string adapter_config =
         in.checkpoint.lora_adapter_dir.empty() ? "" : in.checkpoint.lora_adapter_dir + "/adapter_config.json";
-    const std::string lora_metadata = read_on_rank_zero(
-        comm, [&] { return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir, adapter_config)); });
+    const std::string lora_metadata = read_on_rank_zero(comm, "read the LoRA metadata", [&] {
+        return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir, adapter_config));
+    });
     MapRecipe recipe = map_recipe(o);
     recipe.lora.metadata = deserialize_lora_metadata(lora_metadata);
     const uint64_t budget = max_memory(o, comm);
@@ -160,7 +161,7 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     checks.tied_head = [&](const TensorMapping& mapping, const HfConfig& config, bool tie_flag) {
         check_tied_head(mapping, config, tie_flag, budget, comm.rank(), comm.size());
     };
-    collective_step(comm, [&] {
+    collective_step(comm, "map", [&] {
         in.config = parse_hf_config(config_dir, config_text);
         recipe.map.tables = load_shared_tables(table_texts, o);
         take_model(in, map_model(map_checkpoint(in.checkpoint, in.scans, in.config, recipe.map), in.checkpoint, in.config,
@@ -183,7 +184,7 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     const auto map_start = Clock::now();
     map_stage(in, o, comm);
     // Every replica dropped in the mapping holds its kept copy's values (CRC-32s, or the bytes).
-    collective_step(comm, [&] {
+    collective_step(comm, "replica check", [&] {
         if (comm.rank() != 0) return;
         const std::string note = check_replicas_agree(in.mapped.account.replicas, kReplicaReadBudget);
         if (!note.empty()) in.mapped.notes.push_back(note);
@@ -198,7 +199,7 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
     const std::string config_text = shared_hf_config_text(comm, o.hf_config);
     const std::string table_texts = shared_table_texts(comm, o);
-    collective_step(comm, [&] {
+    collective_step(comm, "simulate", [&] {
         in.config = parse_hf_config(o.hf_config, config_text);
         in.checkpoint.backend = "simulated";
         in.checkpoint.description = o.simulate + " (no files read)";

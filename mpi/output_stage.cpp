@@ -102,7 +102,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     const std::string staging = staging_path(o.output.target);
     const std::string hint = output.options().resumable ? staging : "";
     const auto plan_start = Clock::now();
-    collective_step(comm, [&] {
+    collective_step(comm, "plan", [&] {
         output.check(mapping);
         output.plan(mapping);
         check_blocks_fit(mapping, output.options().max_memory, run.quantize != nullptr);
@@ -110,7 +110,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     const OutputLayout& layout = output.layout();
     if (!run.sources) check_input_files(mapping, output.tasks(), comm);  // (a test's bytes are no files)
     result.plan_seconds = seconds_since(plan_start);
-    collective_step(comm, [&] {
+    collective_step(comm, "prepare staging", [&] {
         if (comm.rank() != 0) return;
         if (output.options().check_free_space) refuse_if_no_room(staging, layout.total_size, o.debug.free_bytes);
         const StagingState state = output.prepare(run.identity(layout), run.inputs);
@@ -120,7 +120,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
         result.resumed = state.resumed;
         if (!state.note.empty() && !o.quiet) out << "vmerge: " << state.note << "\n";
     });
-    collective_step(comm, [&] {
+    collective_step(comm, "gather files", [&] {
         const auto notes = output.gather_files();
         if (comm.rank() == 0 && !o.quiet)
             for (const auto& note : notes) out << "vmerge: " << note << "\n";
@@ -135,7 +135,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
                                                          o.progress > 0 ? o.progress : (terminal ? 1 : 30),
                                                          terminal && o.progress < 0, out);
         collective_step(
-            comm,
+            comm, "copy",
             [&] { copy_rank_share(output, mapping, run, o.debug, comm, err, result, crc_partials, not_resumable); },
             hint);
     }
@@ -147,7 +147,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
         const auto refusals = comm.allgather(not_resumable);
         const bool refused = std::any_of(refusals.begin(), refusals.end(), [](const auto& r) { return !r.empty(); });
         try {
-            collective_step(comm, [&] {
+            collective_step(comm, "copy check", [&] {
                 if (!not_resumable.empty()) throw Error(not_resumable);
                 if (refused) return;  // a rank that stopped early left its records' CRCs unfinished
                 const std::string note =
@@ -165,7 +165,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     if (!output.options().reuse.empty()) {
         // Which files any rank found changed decides what each fills in and what is linked.
         const auto states = comm.allgather(output.reuse_state());
-        collective_step(comm, [&] {
+        collective_step(comm, "reuse", [&] {
             const auto notes = output.complete_reuse(states);
             if (comm.rank() == 0 && !o.quiet)
                 for (const auto& note : notes) out << "vmerge: " << note << "\n";
@@ -173,7 +173,7 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
     }
     result.copy_seconds = seconds_since(copy_start);
     const auto commit_start = Clock::now();
-    collective_step(comm, [&] {
+    collective_step(comm, "commit", [&] {
         if (comm.rank() != 0) return;
         say_on_interrupt("");  // from here on the staging folder becomes the output
         for (const auto& note : output.commit())

@@ -4,9 +4,9 @@
 
 namespace vmerge {
 
-std::string read_on_rank_zero(Comm& comm, const std::function<std::string()>& read) {
+std::string read_on_rank_zero(Comm& comm, const std::string& name, const std::function<std::string()>& read) {
     std::string text;
-    collective_step(comm, [&] {
+    collective_step(comm, name, [&] {
         if (comm.rank() == 0) text = read();
     });
     comm.broadcast(text, 0);

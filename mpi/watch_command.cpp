@@ -71,7 +71,7 @@ std::vector<StepToDo> from_text(const std::string& text) {
 // Rank 0 looks, every rank gets the same list.
 std::vector<StepToDo> shared_look(const WatchOptions& w, Comm& comm) {
     std::string text;
-    collective_step(comm, [&] {
+    collective_step(comm, "look at the run", [&] {
         if (comm.rank() == 0) text = to_text(look_at_run(w));
     });
     comm.broadcast(text, 0);
@@ -136,7 +136,7 @@ std::string step_summary(const StepToDo& t, const Options& step, std::chrono::st
 int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err, const StepMerge& merge) {
     const WatchOptions& w = o.watch;
     std::optional<TargetLock> lock;  // rank 0: one watcher per target root
-    collective_step(comm, [&] {
+    collective_step(comm, "check --target_root", [&] {
         if (comm.rank() != 0) return;
         check_target_placement(w.target_root, {{w.root, "the training run (--root)"}}, "--target_root");
         fs::create_directories(w.target_root);
@@ -189,7 +189,7 @@ int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
                 failed.insert(t.step.name);
             }
         }
-        collective_step(comm, [&] {
+        collective_step(comm, "remove old outputs", [&] {
             if (comm.rank() == 0) remove_old_outputs(w, look_at_run(w), out);
         });
         if (w.once) break;

@@ -24,7 +24,7 @@ TEST(SharedFiles, BroadcastConfigEqualsTheDirectRead) {
     TempDir dir;
     dir.touch("config.json", R"({"architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "tie_word_embeddings": true})");
     SingleRankComm comm;
-    const std::string text = read_on_rank_zero(comm, [&] { return read_hf_config_text(dir.path()); });
+    const std::string text = read_on_rank_zero(comm, "read config.json", [&] { return read_hf_config_text(dir.path()); });
     const HfConfig shared = parse_hf_config(dir.path(), text);
     const HfConfig direct = load_hf_config(dir.path());
     EXPECT_EQ(shared.json, direct.json);
@@ -39,11 +39,12 @@ TEST(SharedFiles, ErrorsKeepTheirText) {
     SingleRankComm comm;
     const std::string missing = error_of([&] { load_hf_config(dir.path()); });
     EXPECT_NE(missing.find("cannot open the model config"), std::string::npos);
-    EXPECT_EQ(error_of([&] { read_on_rank_zero(comm, [&] { return read_hf_config_text(dir.path()); }); }), missing);
+    EXPECT_EQ(error_of([&] { read_on_rank_zero(comm, "read config.json", [&] { return read_hf_config_text(dir.path()); }); }),
+              "step 'read config.json' failed: " + missing);
     dir.touch("config.json", "{not json");
     const std::string bad = error_of([&] { load_hf_config(dir.path()); });
     EXPECT_FALSE(bad.empty());
-    const std::string text = read_on_rank_zero(comm, [&] { return read_hf_config_text(dir.path()); });
+    const std::string text = read_on_rank_zero(comm, "read config.json", [&] { return read_hf_config_text(dir.path()); });
     EXPECT_EQ(error_of([&] { parse_hf_config(dir.path(), text); }), bad);
 }
 
@@ -57,7 +58,7 @@ TEST(SharedFiles, LoraMetadataFromRankZeroGivesTheSameAlpha) {
     const LoraHyperparameters direct = resolve_lora_hyperparameters(o, "x");
     SingleRankComm comm;
     o.metadata = deserialize_lora_metadata(
-        read_on_rank_zero(comm, [&] { return serialize_lora_metadata(read_lora_metadata(actor)); }));
+        read_on_rank_zero(comm, "read the LoRA metadata", [&] { return serialize_lora_metadata(read_lora_metadata(actor)); }));
     // The files are gone: the facts come from what rank 0 read.
     std::filesystem::remove(dir.path() + "/lora_train_meta.json");
     const LoraHyperparameters shared = resolve_lora_hyperparameters(o, "x");
