@@ -12,20 +12,10 @@
 namespace vmerge {
 namespace {
 
+using vmerge::testing::plain;
+
 using testing::error_of;
 using testing::contains;
-
-TensorRef plain(Shape shape, const std::string& file, DType dtype = DType::F32) {
-    TensorRef t;
-    t.dtype = dtype;
-    t.shape = shape;
-    t.stride = contiguous_strides(shape);
-    t.storage.file = file;
-    t.storage.key = "data/0";
-    t.storage.byte_size = static_cast<uint64_t>(numel(shape)) * element_size(dtype);
-    return t;
-}
-
 // --- check_copies_tile_output ------------------------------------------------------------
 
 OutputTensor out_tensor(Shape shape, std::vector<BoxCopy> copies) {

@@ -15,16 +15,11 @@
 namespace vmerge {
 namespace {
 
+using testing::mapping_of;
+
 using testing::contains;
 using testing::error_of;
 using testing::tensor;
-
-TensorMapping mapping_of(std::vector<OutputTensor> tensors) {
-    TensorMapping m;
-    m.tensors = std::move(tensors);
-    return m;
-}
-
 OutputTensor constant(const std::string& name, std::vector<float> values, Shape shape) {
     OutputTensor t = tensor(name, DType::F32, std::move(shape));
     t.role = OutputTensor::Role::Constant;

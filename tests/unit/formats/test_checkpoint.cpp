@@ -15,26 +15,11 @@
 namespace vmerge {
 namespace {
 
-// A plain tensor in its own storage record at `offset` of `file`.
-TensorRef stored(Shape shape, const std::string& file, uint64_t offset) {
-    TensorRef t;
-    t.dtype = DType::F32;
-    t.shape = shape;
-    t.stride = contiguous_strides(shape);
-    t.storage = {file, "data/" + std::to_string(offset), offset, static_cast<uint64_t>(numel(shape)) * 4, std::nullopt};
-    return t;
-}
+using testing::stored;
+using testing::scan_of;
 
 using testing::error_of;
 using testing::contains;
-ScannedFile scan_of(const std::string& path, std::vector<StateDictEntry> tensors, std::vector<SkippedEntry> skipped = {}) {
-    ScannedFile f;
-    f.path = path;
-    f.tensors = std::move(tensors);
-    f.skipped = std::move(skipped);
-    return f;
-}
-
 // --- check_output_against_config -----------------------------------------------------------
 
 HfConfig tiny_config(bool tied, const std::string& architecture = "LlamaForCausalLM") {

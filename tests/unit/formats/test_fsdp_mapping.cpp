@@ -19,22 +19,15 @@
 
 namespace vmerge {
 namespace {
+
+using vmerge::testing::plain;
+
+using testing::stored;
+using testing::scan_of;
 namespace fs = std::filesystem;
 using testing::replicate;
 using testing::shard;
 using testing::TempDir;
-
-TensorRef plain(Shape shape, const std::string& file, DType dtype = DType::F32) {
-    TensorRef t;
-    t.dtype = dtype;
-    t.shape = shape;
-    t.stride = contiguous_strides(shape);
-    t.storage.file = file;
-    t.storage.key = "data/0";
-    t.storage.byte_size = static_cast<uint64_t>(numel(shape)) * element_size(dtype);
-    return t;
-}
-
 TensorRef dtensor(Shape local, const std::string& file, Shape global, Shape mesh, Shape coords,
                   std::vector<Placement> placements, DType dtype = DType::F32) {
     TensorRef t = plain(local, file, dtype);
@@ -339,26 +332,6 @@ TEST(DiscoverFsdp, BadConfigOrNoFilesIsAnError) {
         EXPECT_FALSE(looks_like_fsdp(dir.path()));
     }
     EXPECT_THROW(discover_fsdp("/nonexistent/vmerge/dir"), Error);
-}
-
-// --- fsdp_model_name, the wrapper strip, the ledger ----------------------------------------
-
-// A plain tensor in its own storage record at `offset` of `file`.
-TensorRef stored(Shape shape, const std::string& file, uint64_t offset) {
-    TensorRef t;
-    t.dtype = DType::F32;
-    t.shape = shape;
-    t.stride = contiguous_strides(shape);
-    t.storage = {file, "data/" + std::to_string(offset), offset, static_cast<uint64_t>(numel(shape)) * 4, std::nullopt};
-    return t;
-}
-
-ScannedFile scan_of(const std::string& path, std::vector<StateDictEntry> tensors, std::vector<SkippedEntry> skipped = {}) {
-    ScannedFile f;
-    f.path = path;
-    f.tensors = std::move(tensors);
-    f.skipped = std::move(skipped);
-    return f;
 }
 
 TEST(FsdpModelName, StripsWrapperSegmentsOnly) {

@@ -22,29 +22,17 @@
 #include "hdf5/zstd_codec.h"
 #include "output/hdf5/archive_writer.h"
 #include "plan/rank_work.h"
+#include "hdf5/zstd_samples.h"
 #include "test_support.h"
 
 namespace vmerge {
 namespace {
 
+using testing::frame_of;
+using testing::frame_claiming;
+
 using testing::contains;
 using testing::tensor;
-
-std::vector<unsigned char> frame_of(const std::vector<unsigned char>& data) {
-    std::vector<unsigned char> frame(ZSTD_compressBound(data.size()));
-    frame.resize(ZSTD_compress(frame.data(), frame.size(), data.data(), data.size(), 3));
-    return frame;
-}
-
-// A frame header recording `size` decompressed bytes (8-byte field, single segment), then one
-// empty last raw block: what a hostile archive needs to claim any size in 16 bytes.
-std::vector<unsigned char> frame_claiming(uint64_t size) {
-    std::vector<unsigned char> f = {0x28, 0xB5, 0x2F, 0xFD, 0xE0};
-    for (int i = 0; i < 8; ++i) f.push_back(static_cast<unsigned char>(size >> (8 * i)));
-    f.insert(f.end(), {1, 0, 0});
-    return f;
-}
-
 TEST(Hdf5TypeText, NamesClassSizeOrderAndFields) {
     EXPECT_EQ(describe_hdf5_type(H5T_IEEE_F32BE),
               "4-byte big-endian float (sign at bit 31, 8 exponent bits at 23, bias 127, 23 mantissa bits at 0)");

@@ -11,22 +11,7 @@
 namespace vmerge {
 namespace {
 
-// A mapping whose tensors each copy one whole source of the same shape.
-TensorMapping mapping_of(const std::vector<std::pair<std::string, Shape>>& named) {
-    TensorMapping m;
-    for (const auto& [name, shape] : named) {
-        OutputTensor t = testing::tensor(name, DType::BF16, shape);
-        TensorRef ref;
-        ref.dtype = DType::BF16;
-        ref.shape = shape;
-        ref.stride = shape.size() == 2 ? Shape{shape[1], 1} : Shape{1};
-        ref.storage = {"/ckpt/rank0.pt", "data/" + std::to_string(m.sources.size()), 0, static_cast<uint64_t>(numel(shape)) * 2, std::nullopt};
-        t.copies.push_back({static_cast<uint32_t>(m.sources.size()), Shape(shape.size(), 0), Shape(shape.size(), 0), shape});
-        m.sources.push_back(ref);
-        m.tensors.push_back(t);
-    }
-    return m;
-}
+using testing::mapping_of;
 
 // The adapters of a torch_dist archive leave the base behind in order, both still copying
 // from the same sources (the canonical mapping's, unchanged).

@@ -13,18 +13,11 @@
 
 namespace vmerge {
 namespace {
+
+using testing::stored;
+using testing::scan_of;
 using testing::replicate;
 using testing::shard;
-
-// A plain tensor in its own storage record at `offset` of `file`.
-TensorRef stored(Shape shape, const std::string& file, uint64_t offset) {
-    TensorRef t;
-    t.dtype = DType::F32;
-    t.shape = shape;
-    t.stride = contiguous_strides(shape);
-    t.storage = {file, "data/" + std::to_string(offset), offset, static_cast<uint64_t>(numel(shape)) * 4, std::nullopt};
-    return t;
-}
 
 using testing::error_of;
 using testing::contains;
@@ -36,15 +29,6 @@ OutputTensor whole(const std::string& name, TensorMapping& m, const TensorRef& s
     add_copy(t, index, Shape(source.shape.size(), 0), Shape(source.shape.size(), 0), source.shape);
     return t;
 }
-
-ScannedFile scan_of(const std::string& path, std::vector<StateDictEntry> tensors, std::vector<SkippedEntry> skipped = {}) {
-    ScannedFile f;
-    f.path = path;
-    f.tensors = std::move(tensors);
-    f.skipped = std::move(skipped);
-    return f;
-}
-
 // --- SourceLedger --------------------------------------------------------------------------
 
 // 200k views of one storage, each written by its own copy and half of them dropped as well: each

@@ -66,17 +66,12 @@ namespace {
 
 using vmerge::Error;
 using vmerge::InputFile;
+using vmerge::testing::read_whole_file;
 
 const std::string kFsdp2Rank2 =
     std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2/fsdp2_w3/model_world_size_3_rank_2.pt";
 const std::string kHsdpRank1 =
     std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2/hsdp_2x2/model_world_size_4_rank_1.pt";
-
-std::string read_whole_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 TEST(InputFile, ReadsExactRangesAndRejectsOthers) {
     const InputFile file(kFsdp2Rank2);
     EXPECT_EQ(file.size(), read_whole_file(kFsdp2Rank2).size());

@@ -10,19 +10,12 @@
 
 #include "core/error.h"
 #include "io/record_crc.h"
+#include "test_support.h"
 
 namespace vmerge {
 namespace {
 
-// CRC-32 bit by bit (ZIP's reflected polynomial 0xEDB88320): independent of zlib.
-uint32_t reference_crc32(const std::string& bytes) {
-    uint32_t crc = 0xFFFFFFFF;
-    for (const unsigned char byte : bytes) {
-        crc ^= byte;
-        for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-    }
-    return ~crc;
-}
+using vmerge::testing::reference_crc32;
 
 std::string hex(uint32_t v) {
     char text[11];

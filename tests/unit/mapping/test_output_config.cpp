@@ -12,14 +12,9 @@
 
 namespace vmerge {
 namespace {
+
+using testing::mapping_of;
 using testing::tensor;
-
-TensorMapping mapping_of(std::vector<OutputTensor> tensors) {
-    TensorMapping m;
-    m.tensors = std::move(tensors);
-    return m;
-}
-
 const char* kBf16Config = R"({"vocab_size": 8, "torch_dtype": "bfloat16", "tie_word_embeddings": false})";
 
 TEST(OutputConfig, Fp32WeightsRewriteTorchDtypeAndKeepKeyOrder) {

@@ -11,14 +11,9 @@
 
 namespace vmerge {
 namespace {
+
+using testing::mapping_of;
 using testing::tensor;
-
-TensorMapping mapping_of(std::vector<OutputTensor> tensors) {
-    TensorMapping m;
-    m.tensors = std::move(tensors);
-    return m;
-}
-
 TEST(Quantization, KernelRulesRefuseGroupSizesNoVllmKernelRuns) {
     QuantizeSpec spec;
     for (int64_t g : {0, 32, 64, 128}) {

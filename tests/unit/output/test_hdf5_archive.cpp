@@ -16,22 +16,15 @@
 #include "output/hdf5/archive_chunks.h"
 #include "output/hdf5/archive_writer.h"
 #include "plan/rank_work.h"
+#include "hdf5/zstd_samples.h"
 #include "test_support.h"
 
 namespace vmerge {
 namespace {
 
+using testing::sample_bytes;
+
 using testing::tensor;
-
-std::vector<unsigned char> sample_bytes(size_t n, unsigned seed) {
-    std::mt19937 rng(seed);
-    std::vector<unsigned char> out(n);
-    // A quarter random, the rest slowly changing: compressible, but not trivially.
-    for (size_t i = 0; i < n; ++i)
-        out[i] = i % 4 == 0 ? static_cast<unsigned char>(rng()) : static_cast<unsigned char>(i / 256);
-    return out;
-}
-
 TEST(ArchiveLayout, ChunkRows) {
     EXPECT_EQ(archive_chunk_rows(tensor("s", DType::F32, {})), 0);       // 0-d: contiguous
     EXPECT_EQ(archive_chunk_rows(tensor("e", DType::F32, {0, 4})), 0);   // empty: contiguous

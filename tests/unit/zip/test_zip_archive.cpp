@@ -12,8 +12,12 @@
 #include "io/input_file.h"
 #include "pickle/pickle.h"
 #include "zip/zip_archive.h"
+#include "test_support.h"
 
 namespace {
+
+using vmerge::testing::reference_crc32;
+using vmerge::testing::read_whole_file;
 
 using vmerge::Error;
 using vmerge::InputFile;
@@ -23,12 +27,6 @@ const std::string kFsdp2Rank2 =
     std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2/fsdp2_w3/model_world_size_3_rank_2.pt";
 const std::string kHsdpRank1 =
     std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2/hsdp_2x2/model_world_size_4_rank_1.pt";
-
-std::string read_whole_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // A file under the test temp directory, removed when the test is done with it.
 struct TempFile {
     TempFile(const std::string& name, const std::string& bytes)
@@ -55,16 +53,6 @@ void overwrite32(std::string& bytes, size_t offset, uint32_t v) {
 }
 void overwrite64(std::string& bytes, size_t offset, uint64_t v) {
     for (int i = 0; i < 8; ++i) bytes[offset + i] = static_cast<char>(v >> (8 * i));
-}
-
-// CRC-32 (ZIP's polynomial 0xEDB88320), bit by bit: independent of the zlib the reader uses.
-uint32_t reference_crc32(const std::string& bytes) {
-    uint32_t crc = 0xFFFFFFFF;
-    for (const unsigned char byte : bytes) {
-        crc ^= byte;
-        for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
-    }
-    return ~crc;
 }
 
 struct TestRecord {
