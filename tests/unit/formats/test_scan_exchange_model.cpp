@@ -7,20 +7,12 @@
 
 #include "formats/simulated/scan_exchange_model.h"
 #include "torch/scan_serialization.h"
+#include "torch/scan_entries.h"
 
 namespace vmerge {
 namespace {
 
-StateDictEntry entry(std::string key, const std::string& file, std::string storage_key, Shape shape, uint64_t offset,
-                     uint64_t size) {
-    StateDictEntry e;
-    e.key = std::move(key);
-    e.tensor.dtype = DType::BF16;
-    e.tensor.stride = contiguous_strides(shape);
-    e.tensor.shape = std::move(shape);
-    e.tensor.storage = {file, std::move(storage_key), offset, size, std::nullopt};
-    return e;
-}
+using testing::entry;
 
 ScannedFile named(const std::string& path) {
     ScannedFile s;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command_line.h"
+#include "mpi/parse_options.h"
 #include "formats/registry.h"
 #include "test_support.h"
 
@@ -121,14 +122,9 @@ TEST(BackendRegistry, CommandLineTakesTheRegistryValues) {
 // The options of a parse without --help, for the command-line tests of the end-to-end and bounds tests.
 namespace plain_options {
 
-Options parse(std::vector<std::string> args) {
-    args.insert(args.begin(), "vmerge-mpi");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    auto o = parse_command_line(static_cast<int>(argv.size()), argv.data(), false);
-    if (!o) throw std::runtime_error("parse_command_line returned no options");
-    return *o;
-}
+using testing::parse_options;
+
+Options parse(std::vector<std::string> args) { return parse_options(std::move(args)); }
 
 TEST(CommandLine, DashesAndUnderscoresBothWork) {
     const Options a = parse({"merge", "--local-dir", "/in", "--target-dir", "/out", "--max-shard-size", "2GiB"});

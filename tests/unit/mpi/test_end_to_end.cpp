@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "command_line.h"
+#include "mpi/parse_options.h"
 #include "driver.h"
 #include "single_rank_comm.h"
 #include "io/input_file.h"
@@ -25,14 +26,9 @@ using testing::TempDir;
 
 const std::string kFixtures = std::string(VMERGE_SOURCE_DIR) + "/tests/fixtures/torch2";
 
-Options parse(std::vector<std::string> args) {
-    args.insert(args.begin(), "vmerge-mpi");
-    std::vector<const char*> argv;
-    for (const auto& a : args) argv.push_back(a.c_str());
-    auto o = parse_command_line(static_cast<int>(argv.size()), argv.data(), false);
-    if (!o) throw std::runtime_error("parse_command_line returned no options");
-    return *o;
-}
+using testing::parse_options;
+
+Options parse(std::vector<std::string> args) { return parse_options(std::move(args)); }
 
 struct Result {
     int code;
