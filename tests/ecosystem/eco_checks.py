@@ -5,6 +5,8 @@ import os
 
 import torch
 
+import eco_common as E
+
 
 class CheckFailed(AssertionError):
     pass
@@ -55,13 +57,14 @@ def compare_key_sets(got, want, what):
 
 def check_tensors_exact(folder, oracle_file, dtype, what="the oracle", partial=False):
     """Every output tensor bit-equal to the oracle's (cast with torch's .to(dtype) where the
-    output dtype differs from the stored one). partial: the oracle may lack some output tensors
-    (a producer's own tool that omits some, e.g. zero_to_fp32 with ZeRO-1 frozen parameters);
-    every tensor it has must still be in the output and equal."""
+    output dtype differs from the stored one; dtype None: in the oracle's own dtype). partial:
+    the oracle may lack some output tensors (a producer's own tool that omits some, e.g.
+    zero_to_fp32 with ZeRO-1 frozen parameters); every tensor it has must still be in the output
+    and equal."""
     got, want = output_tensors(folder), load_file(oracle_file)
     compare_key_sets({k: v for k, v in got.items() if k in want} if partial else got, want, folder)
     for key, ref in want.items():
-        ref = ref.to(dtype) if ref.is_floating_point() else ref
+        ref = ref.to(dtype) if dtype is not None and ref.is_floating_point() else ref
         out = got[key]
         if out.dtype != ref.dtype or out.shape != ref.shape:
             fail(f"{key}: {out.dtype} {tuple(out.shape)}, {what} {ref.dtype} {tuple(ref.shape)}")
@@ -89,10 +92,11 @@ def check_tensors_close(folder, oracle_file, dtype, rel=1e-2):
           flush=True)
 
 
-def load_causal_lm(folder, dtype):
-    """transformers' own loader; any missing, unexpected or mismatched key fails."""
-    from transformers import AutoModelForCausalLM
-    model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, output_loading_info=True)
+def load_hf_model(folder, dtype, auto_class="causal_lm"):
+    """transformers' own loader (the case's Auto class: VL models load as image-text-to-text);
+    any missing, unexpected or mismatched key fails."""
+    loader = E.auto_model_class(auto_class)
+    model, info = loader.from_pretrained(folder, dtype=dtype, output_loading_info=True)
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
         if info.get(kind):
             fail(f"from_pretrained({folder}): {kind} {list(info[kind])[:8]}")
@@ -113,8 +117,8 @@ def compare_logits(model, logits_file, exact, what):
           flush=True)
 
 
-def check_hf_load(folder, dtype, logits_file, exact):
-    model = load_causal_lm(folder, dtype)
+def check_hf_load(folder, dtype, logits_file, exact, auto_class="causal_lm"):
+    model = load_hf_model(folder, dtype, auto_class)
     if logits_file:
         compare_logits(model, logits_file, exact, "transformers")
     else:
@@ -132,7 +136,7 @@ def check_adapter(folder, oracle, dtype):
     for key, ref in want.items():
         if not torch.equal(got[key], ref):
             fail(f"{adapter_dir}: {key} differs from PEFT's export")
-    model = PeftModel.from_pretrained(load_causal_lm(folder, dtype), adapter_dir).eval()
+    model = PeftModel.from_pretrained(load_hf_model(folder, dtype), adapter_dir).eval()
     compare_logits(model, os.path.join(oracle, "logits.safetensors"), True, "PeftModel")
 
 

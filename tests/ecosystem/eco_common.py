@@ -39,14 +39,21 @@ def tiny_config(family="qwen2", tie=False, dtype="bfloat16", layers=2, sizes=Non
     return cfg
 
 
-def build_model(cfg, seed=1234):
+def auto_model_class(name="causal_lm"):
+    """The transformers Auto class a case's model loads with (case.json `hf_auto_class`): VL
+    models are not causal LMs to transformers 5."""
+    import transformers
+    return getattr(transformers, {"causal_lm": "AutoModelForCausalLM",
+                                  "image_text_to_text": "AutoModelForImageTextToText"}[name])
+
+
+def build_model(cfg, seed=1234, auto_class="causal_lm"):
     """The live model: identical on every rank (same seed), in the config's dtype, eval mode.
     Parameters get a random spread (not the init's zeros/ones) so every tensor is distinct."""
-    from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     # Built in its dtype, as from_pretrained builds it (a .to() would also cast the fp32 rotary
     # buffers, and the live logits would then differ from any loaded model's).
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype(cfg.dtype))
+    model = auto_model_class(auto_class).from_config(cfg, dtype=torch_dtype(cfg.dtype))
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape) * 0.05 + (1.0 if p.dim() == 1 else 0.0))
@@ -129,7 +136,11 @@ def write_case(case_dir, **fields):
       hf_config      folder of config.json and tokenizer, relative to the case (--hf_config)
       output_dtype   dtype of the merged weights ("bfloat16", "float32", ...); oracle tensors are
                      cast with torch's .to() when they differ
-      hf_load        true: AutoModelForCausalLM.from_pretrained must load the output
+      oracle_dtypes  true: every output tensor in its oracle tensor's dtype (save_pretrained keeps
+                     some in float32 in a bf16 model), not cast to output_dtype
+      hf_load        true: transformers' from_pretrained must load the output
+      hf_auto_class  the Auto class of that load: "causal_lm" (AutoModelForCausalLM, the default)
+                     or "image_text_to_text" (VL models; logits on the same text-only input_ids)
       logits_exact   true: the loaded model's logits must equal the live ones bit for bit
       adapter        true: the output has a PEFT adapter (checked with PeftModel)
       base_model     folder of the base model for the adapter check (relative to the case)

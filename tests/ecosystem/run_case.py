@@ -104,14 +104,18 @@ def check_merge(args, case, np_, mode):
         C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype)
         C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False)
     else:
-        C.check_tensors_exact(target, os.path.join(oracle, "weights.safetensors"), dtype)
+        # save_pretrained's own oracle keeps the dtypes the model keeps (fp32 MoE routers in a
+        # bf16 model): the output must carry them, not the config's dtype.
+        C.check_tensors_exact(target, os.path.join(oracle, "weights.safetensors"),
+                              None if case.get("oracle_dtypes") else dtype)
         for extra_oracle in case.get("extra_oracles", []):
             C.check_tensors_exact(target, os.path.join(oracle, extra_oracle["file"]), dtype,
                                   what=extra_oracle["what"], partial=extra_oracle.get("partial", False))
         if case.get("hf_load"):
             # An adapter case's logits are the PEFT model's: checked through PeftModel below.
             logits = None if mode == "extract" else os.path.join(oracle, "logits.safetensors")
-            C.check_hf_load(target, dtype, logits, exact=case.get("logits_exact", False))
+            C.check_hf_load(target, dtype, logits, exact=case.get("logits_exact", False),
+                            auto_class=case.get("hf_auto_class", "causal_lm"))
     if mode == "extract":
         C.check_adapter(target, oracle, dtype)
     shutil.rmtree(target)

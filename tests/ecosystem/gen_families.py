@@ -1,0 +1,210 @@
+"""verl FSDP2 checkpoints of the model families vmerge supports beyond Llama/Qwen2, each written
+by transformers' own model class, torch 2.13's real fully_shard and torch.save.
+
+    torchrun --standalone --nproc_per_node=2 gen_families.py CASE_DIR VARIANT
+
+VARIANT: one tiny model per family, its config the real hub config's keys and ratios scaled down
+(bf16 parameters, bf16 config, vocabulary eco_common.VOCAB so that FIXED_INPUT fits):
+  qwen2_5_vl       Qwen2_5_VLForConditionalGeneration (Qwen2.5-VL-7B shape)
+  qwen3_vl         Qwen3VLForConditionalGeneration (Qwen3-VL-8B shape, deepstack mergers)
+  qwen3_vl_moe     Qwen3VLMoeForConditionalGeneration (Qwen3-VL-30B-A3B shape, fused experts)
+  qwen3_moe_fused  Qwen3MoeForCausalLM (Qwen3-30B-A3B shape)
+  gpt_oss          GptOssForCausalLM (gpt-oss-20b shape: sinks, router bias, expert biases)
+  qwen3_next       Qwen3NextForCausalLM (Qwen3-Next-80B-A3B shape: linear attention, shared expert)
+  glm4_moe         Glm4MoeForCausalLM (GLM-4.5 shape: dense first layer, shared expert, qk norm)
+  kimi_k2          DeepseekV3ForCausalLM (Kimi-K2 shape: MLA with q_lora_rank, one group)
+
+The checkpoint holds the RUNTIME state dict (what verl saves: model.state_dict() of the
+FSDP-wrapped model), whose names and expert layouts transformers 5 changes on the way to disk;
+the oracle is what the live model's own save_pretrained writes, so a merge passes only if its
+output carries save_pretrained's names and layouts.
+"""
+import os
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import eco_common as E  # noqa: E402
+import gen_fsdp2  # noqa: E402
+
+# Token ids of the VL configs: inside the vocabulary, none of them in FIXED_INPUT (text only).
+VL_TOKENS = dict(image_token_id=251, video_token_id=252, vision_start_token_id=253,
+                 vision_end_token_id=254)
+TEXT_COMMON = dict(vocab_size=E.VOCAB, hidden_size=64, num_attention_heads=4, max_position_embeddings=256,
+                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+
+
+def qwen2_5_vl_config():
+    from transformers import Qwen2_5_VLConfig
+    text = dict(TEXT_COMMON, intermediate_size=176, num_hidden_layers=2, num_key_value_heads=2,
+                max_window_layers=2, rope_parameters={"rope_type": "default", "rope_theta": 1e6,
+                                                       "mrope_section": [2, 3, 3]})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=112,
+                  fullatt_block_indexes=[1], hidden_act="silu")
+    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **VL_TOKENS)
+
+
+def qwen3_vl_vision(**extra):
+    return dict(depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
+                deepstack_visual_indexes=[0, 1], hidden_act="gelu_pytorch_tanh", **extra)
+
+
+QWEN3_VL_ROPE = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [4, 2, 2],
+                 "mrope_interleaved": True}
+
+
+def qwen3_vl_config():
+    from transformers import Qwen3VLConfig
+    text = dict(TEXT_COMMON, intermediate_size=192, num_hidden_layers=2, num_key_value_heads=2,
+                head_dim=16, rope_parameters=QWEN3_VL_ROPE)
+    return Qwen3VLConfig(text_config=text, vision_config=qwen3_vl_vision(), **VL_TOKENS)
+
+
+def qwen3_vl_moe_config():
+    from transformers import Qwen3VLMoeConfig
+    text = dict(TEXT_COMMON, intermediate_size=192, moe_intermediate_size=24, num_experts=4,
+                num_experts_per_tok=2, decoder_sparse_step=1, num_hidden_layers=2,
+                num_key_value_heads=2, head_dim=16, rope_parameters=QWEN3_VL_ROPE)
+    return Qwen3VLMoeConfig(text_config=text, vision_config=qwen3_vl_vision(), **VL_TOKENS)
+
+
+def qwen3_moe_config():
+    from transformers import Qwen3MoeConfig
+    return Qwen3MoeConfig(**TEXT_COMMON, intermediate_size=192, moe_intermediate_size=24, num_experts=4,
+                          num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+                          num_hidden_layers=2, num_key_value_heads=2, head_dim=16)
+
+
+def gpt_oss_config():
+    from transformers import GptOssConfig
+    # YaRN's factor 32 over the original context, as gpt-oss's 131072 over 4096.
+    rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            "truncate": False, "original_max_position_embeddings": 8}
+    return GptOssConfig(**TEXT_COMMON, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+                        num_hidden_layers=2, num_key_value_heads=2, head_dim=16, sliding_window=8,
+                        layer_types=["sliding_attention", "full_attention"], attention_bias=True,
+                        rope_parameters=rope)
+
+
+def qwen3_next_config():
+    from transformers import Qwen3NextConfig
+    return Qwen3NextConfig(**TEXT_COMMON, intermediate_size=128, moe_intermediate_size=16,
+                           shared_expert_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+                           num_hidden_layers=3, num_key_value_heads=2, head_dim=32,
+                           layer_types=["linear_attention", "linear_attention", "full_attention"],
+                           linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                           linear_num_key_heads=2, linear_num_value_heads=4, partial_rotary_factor=0.25)
+
+
+def glm4_moe_config():
+    from transformers import Glm4MoeConfig
+    return Glm4MoeConfig(**TEXT_COMMON, intermediate_size=160, moe_intermediate_size=24, n_routed_experts=4,
+                         num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                         num_hidden_layers=2, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.5,
+                         attention_bias=True, use_qk_norm=True, n_group=1, topk_group=1,
+                         norm_topk_prob=True, routed_scaling_factor=2.5, num_nextn_predict_layers=1)
+
+
+def kimi_k2_config():
+    from transformers import DeepseekV3Config
+    rope = {"rope_type": "yarn", "rope_theta": 50000.0, "factor": 32.0, "beta_fast": 1.0, "beta_slow": 1.0,
+            "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 8}
+    return DeepseekV3Config(**TEXT_COMMON, intermediate_size=160, moe_intermediate_size=24,
+                            n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+                            first_k_dense_replace=1, num_hidden_layers=2, num_key_value_heads=4,
+                            q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                            v_head_dim=16, n_group=1, topk_group=1, norm_topk_prob=True,
+                            routed_scaling_factor=2.827, rope_parameters=rope, num_nextn_predict_layers=0)
+
+
+VARIANTS = {
+    # name: (config builder, the Auto class that loads it)
+    "qwen2_5_vl": (qwen2_5_vl_config, "image_text_to_text"),
+    "qwen3_vl": (qwen3_vl_config, "image_text_to_text"),
+    "qwen3_vl_moe": (qwen3_vl_moe_config, "image_text_to_text"),
+    "qwen3_moe_fused": (qwen3_moe_config, "causal_lm"),
+    "gpt_oss": (gpt_oss_config, "causal_lm"),
+    "qwen3_next": (qwen3_next_config, "causal_lm"),
+    "glm4_moe": (glm4_moe_config, "causal_lm"),
+    "kimi_k2": (kimi_k2_config, "causal_lm"),
+}
+
+
+def wrapped_modules(model):
+    """The modules verl's FSDP2 wrap policy shards one by one: those of the classes the model
+    lists in _no_split_modules (decoder layers, vision blocks)."""
+    classes = set(model._no_split_modules or [])
+    return [m for m in model.modules() if type(m).__name__ in classes]
+
+
+def save_pretrained_tensors(model, auto_class):
+    """What the live model's own save_pretrained writes, read back with safetensors; checked to
+    load back (transformers' from_pretrained) into exactly the live runtime state dict."""
+    from safetensors.torch import load_file
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+        saved = {}
+        for name in files:
+            saved.update(load_file(os.path.join(folder, name)))
+        reloaded = E.auto_model_class(auto_class).from_pretrained(folder, dtype=model.dtype)
+    live, back = model.state_dict(), reloaded.state_dict()
+    assert set(live) == set(back), sorted(set(live) ^ set(back))[:8]
+    for key, value in live.items():
+        assert torch.equal(back[key], value), f"save_pretrained does not round-trip {key}"
+    return saved
+
+
+def randomize_buffers(model):
+    """Router correction biases are buffers the init leaves at zero: give them values too, so a
+    merge that drops or misplaces one is seen (save_pretrained writes them)."""
+    torch.manual_seed(4321)
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(torch.randn(buf.shape) * 0.05)
+
+
+def main():
+    case_dir, variant = sys.argv[1], sys.argv[2]
+    make_config, auto_class = VARIANTS[variant]
+    rank, world = E.init_gloo()
+    cfg = make_config()
+    cfg.dtype = "bfloat16"
+    cfg.architectures = [E.auto_model_class(auto_class)._model_mapping[type(cfg)].__name__]
+    model = E.build_model(cfg, auto_class=auto_class)
+    randomize_buffers(model)
+    actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
+    oracle = None
+    if rank == 0:
+        os.makedirs(actor, exist_ok=True)
+        oracle = save_pretrained_tensors(model, auto_class)
+    dist.barrier()
+    logits = E.live_logits(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    gen_fsdp2.shard(model, wrapped_modules(model), gen_fsdp2.make_mesh(world, None, ("fsdp",)))
+    gen_fsdp2.write_verl_files(actor, model, rank, world, cfg)
+
+    full = E.full_tensors(model.state_dict())   # collective: every rank gathers
+    if rank == 0:
+        assert set(full) == set(before), sorted(set(full) ^ set(before))[:8]
+        for k, v in full.items():   # the producer itself: gathering gives back what was sharded
+            assert torch.equal(v, before[k]), k
+        E.write_oracle(case_dir, oracle, logits)
+        E.write_case(case_dir, producer=f"transformers {cfg.architectures[0]}, torch {torch.__version__} "
+                     f"fully_shard ({variant}, {world} ranks), verl file layout; oracle: save_pretrained",
+                     checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
+                     output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True,
+                     hf_auto_class=auto_class)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
