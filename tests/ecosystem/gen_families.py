@@ -82,10 +82,11 @@ def qwen3_moe_config():
 
 def gpt_oss_config():
     from transformers import GptOssConfig
-    # YaRN's factor 32 over the original context, as gpt-oss's 131072 over 4096.
+    # YaRN's factor 32 over the original context, as gpt-oss's 131072 over 4096. The expert
+    # width differs from hidden (gpt-oss has them equal) so that a transposed expert shows.
     rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
             "truncate": False, "original_max_position_embeddings": 8}
-    return GptOssConfig(**TEXT_COMMON, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+    return GptOssConfig(**TEXT_COMMON, intermediate_size=48, num_local_experts=4, num_experts_per_tok=2,
                         num_hidden_layers=2, num_key_value_heads=2, head_dim=16, sliding_window=8,
                         layer_types=["sliding_attention", "full_attention"], attention_bias=True,
                         rope_parameters=rope)
