@@ -22,26 +22,25 @@ namespace {
 constexpr int kTableVersion = 1;
 constexpr uint64_t kMaxTableBytes = uint64_t{16} << 20;
 const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "source", "architectures",
-                                       "config_check", "config_tensors", "keep_fp32", "mtp_shared_copies", "rules",
+                                       "config_check", "tensor_set", "keep_fp32", "mtp_shared_copies", "rules",
                                        "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "split", "tp", "value_head", "note"};
-const std::set<std::string> kConfigTensorKeys{"family",    "qkv_bias",       "qk_norm",    "attention",
-                                              "experts",   "expert_count",   "moe_layers", "shared_experts",
-                                              "router_bias"};
-// The pieces a table may set itself (beside family, qkv_bias, qk_norm).
-const std::set<std::string> kPieceKeys{"attention", "experts", "expert_count", "moe_layers", "shared_experts", "router_bias"};
 // torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
-// (global layer and expert numbers); hf: facts of the HF architecture itself (keep_fp32,
-// mtp_shared_copies; no rules), applied whatever the checkpoint layout.
+// (global layer and expert numbers); hf: facts of the HF architecture itself (its tensor set,
+// keep_fp32, mtp_shared_copies), applied whatever the checkpoint layout, and rules from the
+// module names transformers uses at run time (what FSDP and DCP save) to the names its
+// save_pretrained writes.
 const std::set<std::string> kSources{"torchtitan", "megatron", "hf"};
 
-// The placeholders a pattern uses, in order ("{i}", "{e}"); anything else in braces is an Error.
+// The placeholders a pattern uses, in order ("{i}", "{e}", "{*}"); anything else in braces is
+// an Error.
 std::vector<std::string> placeholders(const std::string& pattern, const std::string& where) {
     std::vector<std::string> found;
     for (size_t at = 0; (at = pattern.find('{', at)) != std::string::npos; ++at) {
         const std::string p = pattern.substr(at, 3);
-        if (p != "{i}" && p != "{e}")
-            throw Error(where + ": '" + pattern + "': only {i} (layer) and {e} (expert) may stand in braces");
+        if (p != "{i}" && p != "{e}" && p != "{*}")
+            throw Error(where + ": '" + pattern + "': only {i} (layer), {e} (expert) and {*} (the rest of the name) may "
+                        "stand in braces");
         found.push_back(p);
     }
     return found;
@@ -88,7 +87,9 @@ TableTransform parse_transform(const std::string& text, const std::string& where
     if (text.empty() || text == "none") return TableTransform::None;
     if (text == "rope_permute") return TableTransform::RopePermute;
     if (text == "split_experts") return TableTransform::SplitExperts;
-    throw Error(where + ": unknown transform '" + text + "' (expected none, rope_permute or split_experts)");
+    if (text == "split_experts_gate_up") return TableTransform::SplitExpertsGateUp;
+    throw Error(where + ": unknown transform '" + text +
+                "' (expected none, rope_permute, split_experts or split_experts_gate_up)");
 }
 
 NameSplit parse_split(const std::string& text, const std::string& where) {
@@ -115,9 +116,9 @@ bool bool_field(const nlohmann::json& j, const char* key, const std::string& whe
     return it->get<bool>();
 }
 
-// A Megatron rule's `to`: one HF name, or the list a split makes (q, k, v / gate, up),
+// A rule's `to`: one HF name, or the list a split makes (q, k, v / gate, up),
 // kept joined by '|' (split_names takes them apart).
-std::string megatron_targets(const nlohmann::json& j, NameSplit split, const std::string& where) {
+std::string rule_targets(const nlohmann::json& j, NameSplit split, const std::string& where) {
     auto it = j.find("to");
     if (it == j.end()) return "";
     const size_t want = split == NameSplit::Qkv ? 3 : split == NameSplit::GateUp ? 2 : 1;
@@ -148,7 +149,7 @@ void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatr
     rule.split = parse_split(string_field(j, "split", where, false), where);
     rule.tp = parse_tp(string_field(j, "tp", where, false), where);
     rule.value_head = bool_field(j, "value_head", where);
-    rule.to = megatron_targets(j, rule.split, where);
+    rule.to = rule_targets(j, rule.split, where);
 }
 
 TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& file, bool megatron) {
@@ -159,14 +160,16 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
     rule.from = string_field(j, "from", where, true);
     where += " (from '" + rule.from + "')";
     check_keys(j, kRuleKeys, where);
+    rule.transform = parse_transform(string_field(j, "transform", where, false), where);
     if (megatron) parse_megatron_fields(j, rule, true, where);
     else {
         parse_megatron_fields(j, rule, false, where);
-        rule.to = string_field(j, "to", where, false);
+        // split_experts_gate_up names the gate and the up tensor: a list of two, as a gate_up split.
+        rule.to = rule.transform == TableTransform::SplitExpertsGateUp ? rule_targets(j, NameSplit::GateUp, where)
+                                                                       : string_field(j, "to", where, false);
     }
     rule.drop = string_field(j, "drop", where, false);
     if (rule.to.empty() == rule.drop.empty()) throw Error(where + ": give exactly one of 'to' (its HF name) and 'drop' (why)");
-    rule.transform = parse_transform(string_field(j, "transform", where, false), where);
     rule.heads = string_field(j, "heads", where, false);
     if ((rule.transform == TableTransform::RopePermute) != !rule.heads.empty())
         throw Error(where + ": 'heads' (the config.json key of the head count) goes with transform rope_permute, and only there");
@@ -175,31 +178,40 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
                                rule.value_head))
         throw Error(where + ": a 'drop' rule takes no transform, split, tied_head or value_head");
     const auto from_marks = placeholders(rule.from, where);
-    if (std::count(from_marks.begin(), from_marks.end(), "{i}") > 1 || std::count(from_marks.begin(), from_marks.end(), "{e}") > 1)
-        throw Error(where + ": each placeholder may appear once in 'from'");
+    for (const char* mark : {"{i}", "{e}", "{*}"})
+        if (std::count(from_marks.begin(), from_marks.end(), mark) > 1)
+            throw Error(where + ": each placeholder may appear once in 'from'");
+    if (rule.from.find("{*}") != std::string::npos && !rule.from.ends_with("{*}"))
+        throw Error(where + ": {*} (the rest of the name) may only end 'from'");
     const bool from_expert = std::count(from_marks.begin(), from_marks.end(), "{e}") > 0;
+    const bool splits = rule.transform == TableTransform::SplitExperts || rule.transform == TableTransform::SplitExpertsGateUp;
     for (const auto& mark : placeholders(rule.to, where + ": 'to'")) {
-        const bool made_here = mark == "{e}" && rule.transform == TableTransform::SplitExperts;
+        const bool made_here = mark == "{e}" && splits;
         if (!made_here && std::find(from_marks.begin(), from_marks.end(), mark) == from_marks.end())
             throw Error(where + ": 'to' uses " + mark + ", which 'from' does not bind");
     }
-    if (rule.transform == TableTransform::SplitExperts &&
-        (from_expert || rule.to.find("{e}") == std::string::npos))
-        throw Error(where + ": split_experts takes a grouped tensor (no {e} in 'from') to per-expert names ({e} in 'to')");
+    if (splits && (from_expert || rule.to.find("{e}") == std::string::npos))
+        throw Error(where + ": " + table_transform_name(rule.transform) +
+                    " takes a grouped tensor (no {e} in 'from') to per-expert names ({e} in 'to')");
     return rule;
 }
 
 bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
 
-// Matches `key` against `pattern` whose {i}/{e} stand for decimal numbers; fills the numbers.
-bool match_pattern(const std::string& pattern, const std::string& key, std::string& layer, std::string& expert) {
+// Matches `key` against `pattern` whose {i}/{e} stand for decimal numbers and a final {*} for
+// the rest of the name (not empty); fills them in `m`.
+bool match_pattern(const std::string& pattern, const std::string& key, TableMatch& m) {
     size_t p = 0, k = 0;
     while (p < pattern.size()) {
+        if (pattern.compare(p, 3, "{*}") == 0) {
+            m.rest = key.substr(k);
+            return !m.rest.empty();
+        }
         if (pattern.compare(p, 3, "{i}") == 0 || pattern.compare(p, 3, "{e}") == 0) {
             const size_t start = k;
             while (k < key.size() && is_digit(key[k])) ++k;
             if (k == start) return false;
-            (pattern[p + 1] == 'i' ? layer : expert) = key.substr(start, k - start);
+            (pattern[p + 1] == 'i' ? m.layer : m.expert) = key.substr(start, k - start);
             p += 3;
             continue;
         }
@@ -216,88 +228,7 @@ fs::path running_binary_dir() {
     return ec ? fs::path() : exe.parent_path();
 }
 
-// One of a piece's names ("gqa", "mla", ...) as its value; an Error listing the names otherwise.
-template <class E>
-E piece_field(const nlohmann::json& j, const char* key, const std::string& where,
-              const std::vector<std::pair<const char*, E>>& names, E fallback) {
-    const std::string text = string_field(j, key, where, false);
-    if (text.empty()) return fallback;
-    std::string expected;
-    for (const auto& [name, value] : names) {
-        if (text == name) return value;
-        expected += (expected.empty() ? "" : ", ") + std::string(name);
-    }
-    throw Error(where + ": " + key + " '" + text + "': expected " + expected);
-}
-
-// A family's preset, then each piece the table sets; an unknown family must set its pieces.
-ConfigTensors parse_config_tensors(const nlohmann::json& j, const std::string& file) {
-    const std::string where = file + ": config_tensors";
-    if (!j.is_object()) throw Error(where + ": expected an object {\"family\": ..., \"qkv_bias\": ..., \"qk_norm\": ...}");
-    check_keys(j, kConfigTensorKeys, where);
-    const std::string family = string_field(j, "family", where, true);
-    const bool sets_pieces = std::any_of(kPieceKeys.begin(), kPieceKeys.end(), [&](const std::string& k) { return j.contains(k); });
-    std::optional<ConfigTensors> preset = family_tensor_pieces(family);
-    if (!preset && !sets_pieces)
-        throw Error(where + ": unknown family '" + family + "' (expected dense, qwen2_moe, qwen3_moe, mixtral or "
-                    "deepseek_v3, or a new family's pieces: attention, experts, expert_count, moe_layers, "
-                    "shared_experts, router_bias)");
-    ConfigTensors c = preset.value_or(ConfigTensors{});
-    c.family = family;
-    c.qkv_bias = bool_field(j, "qkv_bias", where);
-    c.qk_norm = bool_field(j, "qk_norm", where);
-    using C = ConfigTensors;
-    c.attention = piece_field<C::Attention>(j, "attention", where, {{"gqa", C::Attention::Gqa}, {"mla", C::Attention::Mla}},
-                                            c.attention);
-    c.experts = piece_field<C::Experts>(
-        j, "experts", where,
-        {{"none", C::Experts::None}, {"routed", C::Experts::Routed}, {"mixtral", C::Experts::Mixtral}}, c.experts);
-    if (j.contains("expert_count")) c.expert_count = string_field(j, "expert_count", where, true);
-    c.moe_layers = piece_field<C::MoeLayers>(
-        j, "moe_layers", where,
-        {{"every", C::MoeLayers::Every}, {"sparse_step", C::MoeLayers::SparseStep}, {"first_k_dense", C::MoeLayers::FirstKDense}},
-        c.moe_layers);
-    c.shared_experts = piece_field<C::SharedExperts>(
-        j, "shared_experts", where,
-        {{"none", C::SharedExperts::None}, {"gated", C::SharedExperts::Gated}, {"summed", C::SharedExperts::Summed}},
-        c.shared_experts);
-    if (j.contains("router_bias")) c.router_bias = bool_field(j, "router_bias", where);
-    if (c.experts != C::Experts::None && c.expert_count.empty())
-        throw Error(where + ": experts '" + string_field(j, "experts", where, false) +
-                    "' needs expert_count (the config.json key giving the number of routed experts)");
-    return c;
-}
-
 }  // namespace
-
-std::optional<ConfigTensors> family_tensor_pieces(const std::string& family) {
-    using C = ConfigTensors;
-    C c;
-    c.family = family;
-    if (family == "dense") return c;
-    if (family == "mixtral") {
-        c.experts = C::Experts::Mixtral;
-        c.expert_count = "num_local_experts";
-        return c;
-    }
-    if (family == "qwen2_moe" || family == "qwen3_moe") {
-        c.experts = C::Experts::Routed;
-        c.expert_count = "num_experts";  // transformers 5 writes num_local_experts: both are read
-        c.moe_layers = C::MoeLayers::SparseStep;
-        if (family == "qwen2_moe") c.shared_experts = C::SharedExperts::Gated;
-        return c;
-    }
-    if (family == "deepseek_v3") {
-        c.attention = C::Attention::Mla;
-        c.experts = C::Experts::Routed;
-        c.expert_count = "n_routed_experts";
-        c.moe_layers = C::MoeLayers::FirstKDense;
-        c.shared_experts = C::SharedExperts::Summed;
-        c.router_bias = true;
-        return c;
-    }
-    return std::nullopt;
-}
 
 const char* name_split_name(NameSplit s) {
     switch (s) {
@@ -325,6 +256,7 @@ const char* table_transform_name(TableTransform t) {
         case TableTransform::None: return "none";
         case TableTransform::RopePermute: return "rope_permute";
         case TableTransform::SplitExperts: return "split_experts";
+        case TableTransform::SplitExpertsGateUp: return "split_experts_gate_up";
     }
     return "none";
 }
@@ -349,19 +281,15 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     table.mtp_shared_copies = bool_field(doc, "mtp_shared_copies", file);
     if (table.mtp_shared_copies && table.source != "hf")
         throw Error(file + ": 'mtp_shared_copies' belongs to source 'hf' tables (a fact of the HF release)");
-    if (auto ct = doc.find("config_tensors"); ct != doc.end()) {
-        if (table.source != "megatron") throw Error(file + ": 'config_tensors' belongs to source 'megatron' tables");
-        if (!table.config_check.empty()) throw Error(file + ": give 'config_tensors' or 'config_check', not both");
-        table.config_tensors = parse_config_tensors(*ct, file);
+    if (auto set = doc.find("tensor_set"); set != doc.end()) {
+        if (table.source != "hf") throw Error(file + ": 'tensor_set' belongs to source 'hf' tables (a fact of the HF architecture)");
+        table.tensor_set = parse_tensor_set(*set, file);
     }
     auto rules = doc.find("rules");
     if (table.source == "hf") {
-        if (rules != doc.end())
-            throw Error(file + ": a source 'hf' table holds facts of the HF architecture (keep_fp32, mtp_shared_copies), "
-                               "no rules");
-        if (table.keep_fp32.empty() && !table.mtp_shared_copies)
-            throw Error(file + ": a source 'hf' table needs 'keep_fp32' or 'mtp_shared_copies'");
-        return table;
+        if (table.keep_fp32.empty() && !table.mtp_shared_copies && !table.tensor_set && rules == doc.end())
+            throw Error(file + ": a source 'hf' table needs 'tensor_set', 'rules', 'keep_fp32' or 'mtp_shared_copies'");
+        if (rules == doc.end()) return table;
     }
     if (rules == doc.end() || !rules->is_array() || rules->empty()) throw Error(file + ": 'rules' must be a non-empty array");
     std::map<std::string, size_t> seen;
@@ -480,23 +408,26 @@ std::string table_architectures(const std::vector<ArchitectureTable>& tables, co
 
 std::optional<TableMatch> match_table_rule(const ArchitectureTable& table, const std::string& key) {
     for (const TableRule& rule : table.rules) {
-        std::string layer, expert;
-        if (match_pattern(rule.from, key, layer, expert)) return TableMatch{&rule, layer, expert};
+        TableMatch m;
+        m.rule = &rule;
+        if (match_pattern(rule.from, key, m)) return m;
     }
     return std::nullopt;
 }
 
-std::string fill_table_pattern(const std::string& pattern, const std::string& layer, const std::string& expert) {
+std::string fill_table_pattern(const std::string& pattern, const std::string& layer, const std::string& expert,
+                               const std::string& rest) {
     std::string out = pattern;
-    for (auto [mark, value] : {std::pair{std::string("{i}"), layer}, std::pair{std::string("{e}"), expert}})
+    for (auto [mark, value] : {std::pair{std::string("{i}"), layer}, std::pair{std::string("{e}"), expert},
+                               std::pair{std::string("{*}"), rest}})
         for (size_t at = 0; (at = out.find(mark, at)) != std::string::npos; at += value.size()) out.replace(at, mark.size(), value);
     return out;
 }
 
 bool table_keeps_fp32(const ArchitectureTable& table, const std::string& name) {
-    std::string layer, expert;
+    TableMatch m;
     for (const auto& pattern : table.keep_fp32)
-        if (match_pattern(pattern, name, layer, expert)) return true;
+        if (match_pattern(pattern, name, m)) return true;
     return false;
 }
 

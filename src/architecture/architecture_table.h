@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "architecture/tensor_set.h"
+
 namespace vmerge {
 
 // How one checkpoint tensor becomes its Hugging Face tensor(s) under a table rule. Each is a
@@ -13,6 +15,9 @@ enum class TableTransform {
     None,          // same tensor, new name
     RopePermute,   // per head, rows 2p + j -> j*(d/2) + p (interleaved RoPE -> HF rotate-half)
     SplitExperts,  // a grouped [E, ...] tensor -> one tensor per expert ({e} in `to`)
+    // A grouped [E, 2F, ...] tensor whose rows are [gate; up] per expert -> the gate and the up
+    // tensor [F, ...] of each expert (`to` names both; transformers 5's fused MoE experts).
+    SplitExpertsGateUp,
 };
 
 // How a Megatron tensor splits into HF tensors (source 'megatron' tables).
@@ -47,35 +52,6 @@ struct TableRule {
     bool value_head = false;
 };
 
-// The HF tensor set config.json implies (expected_hf_tensors, source 'megatron' tables): the
-// pieces each decoder layer is built from. A family names a preset of them
-// (family_tensor_pieces); a table may set any piece itself, so a new family that combines known
-// pieces is a JSON file (docs/architecture-tables.md).
-struct ConfigTensors {
-    std::string family;     // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3 (the preset)
-    bool qkv_bias = false;  // q/k/v biases whatever config.json's attention_bias says
-    bool qk_norm = false;   // per-head q_norm / k_norm
-    // self_attn: q/k/v/o_proj with kv heads (gqa), or DeepSeek's latent attention (mla:
-    // q_a/q_b or q_proj, kv_a_proj_with_mqa, kv_b_proj and their norms).
-    enum class Attention { Gqa, Mla } attention = Attention::Gqa;
-    // The routed experts of a MoE layer: none (dense MLP everywhere), mlp.experts.{e}.
-    // gate/up/down_proj with mlp.gate (routed), or block_sparse_moe.experts.{e}.w1/w3/w2 with
-    // block_sparse_moe.gate (mixtral).
-    enum class Experts { None, Routed, Mixtral } experts = Experts::None;
-    std::string expert_count;  // the config.json key giving the number of routed experts
-    // Which layers are MoE layers: every one, every decoder_sparse_step-th (and not in
-    // mlp_only_layers), or those from first_k_dense_replace on, every moe_layer_freq-th.
-    enum class MoeLayers { Every, SparseStep, FirstKDense } moe_layers = MoeLayers::Every;
-    // Beside the routed experts: none, Qwen2-MoE's gated mlp.shared_expert (its size
-    // shared_expert_intermediate_size), or DeepSeek's mlp.shared_experts (n_shared_experts x
-    // moe_intermediate_size).
-    enum class SharedExperts { None, Gated, Summed } shared_experts = SharedExperts::None;
-    bool router_bias = false;  // mlp.gate.e_score_correction_bias [experts]
-};
-
-// The pieces a family's preset sets; nullopt for an unknown family.
-std::optional<ConfigTensors> family_tensor_pieces(const std::string& family);
-
 // An architecture table (share/vmerge/architectures/*.json, docs/architecture-tables.md): the
 // name rules of one checkpoint layout (`source`, e.g. "torchtitan") for the HF architectures
 // it lists.
@@ -84,12 +60,12 @@ struct ArchitectureTable {
     std::string name;
     std::string source;
     std::vector<std::string> architectures;
-    // The known architecture whose config.json-implied tensor set the output is checked
-    // against ("" : the output is not checked, with a note).
+    // The architecture whose tensor set (an 'hf' table's tensor_set) the output is checked
+    // against; "" : the table's own architecture (its tensors unchecked, with a note, when no
+    // 'hf' table gives it a tensor set).
     std::string config_check;
-    // Source 'megatron': the tensor set of the architecture itself (config_check may name
-    // another table's architecture instead).
-    std::optional<ConfigTensors> config_tensors;
+    // Source 'hf': the tensors config.json implies (tensor_set.h).
+    std::optional<TensorSet> tensor_set;
     // HF name patterns ({i}, {e}) written in float32 whatever --dtype auto picks.
     std::vector<std::string> keep_fp32;
     // Source 'hf': the architecture's release holds, in every multi-token prediction layer
@@ -136,11 +112,13 @@ struct TableMatch {
     const TableRule* rule = nullptr;
     std::string layer;   // "" when the pattern has no {i}
     std::string expert;  // "" when the pattern has no {e}
+    std::string rest;    // what a final {*} matched ("" when none)
 };
 std::optional<TableMatch> match_table_rule(const ArchitectureTable& table, const std::string& key);
 
-// `pattern` with {i} and {e} replaced.
-std::string fill_table_pattern(const std::string& pattern, const std::string& layer, const std::string& expert);
+// `pattern` with {i}, {e} and {*} replaced.
+std::string fill_table_pattern(const std::string& pattern, const std::string& layer, const std::string& expert,
+                               const std::string& rest = "");
 
 // True when HF `name` matches one of the table's keep_fp32 patterns.
 bool table_keeps_fp32(const ArchitectureTable& table, const std::string& name);

@@ -13,33 +13,51 @@ std::string list_names(const std::vector<std::string>& names) {
     return out;
 }
 
+namespace {
+
+// The vocabulary rows a causal LM's head has (0 when config.json gives none).
+int64_t vocab_rows(const HfConfig& config) {
+    for (const auto* j : {&config.json, config.json.contains("text_config") ? &config.json["text_config"] : nullptr})
+        if (j && j->is_object())
+            if (auto it = j->find("vocab_size"); it != j->end() && it->is_number_integer()) return it->get<int64_t>();
+    return 0;
+}
+
+}  // namespace
+
 void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch) {
-    if (arch.family.empty()) return;  // a table without config_tensors (check_megatron_output notes it)
+    if (arch.tensor_set_file.empty()) return;  // no tensor set (check_megatron_output notes it)
+    check_against_config(mapping, config, arch.name, arch.expected, arch.value_model);
+}
+
+void check_against_config(const TensorMapping& mapping, const HfConfig& config, const std::string& architecture,
+                          const ExpectedTensors& expected, bool value_model) {
+    const int64_t vocab = vocab_rows(config);
     std::vector<std::string> missing, unexpected, misshapen;
     std::set<std::string> produced;
     for (const auto& t : mapping.tensors) {
         produced.insert(t.name);
-        auto it = arch.expected.required.find(t.name);
+        auto it = expected.required.find(t.name);
         const Shape* want = nullptr;
-        if (it != arch.expected.required.end()) want = &it->second;
-        else if (auto opt = arch.expected.optional.find(t.name); opt != arch.expected.optional.end()) want = &opt->second;
+        if (it != expected.required.end()) want = &it->second;
+        else if (auto opt = expected.optional.find(t.name); opt != expected.optional.end()) want = &opt->second;
         if (!want) unexpected.push_back(t.name);
         else if (*want != t.shape)
             misshapen.push_back(t.name + " " + shape_to_string(t.shape) + " (config.json implies " + shape_to_string(*want) + ")");
     }
-    for (const auto& [name, _] : arch.expected.required)
+    for (const auto& [name, _] : expected.required)
         if (!produced.count(name)) missing.push_back(name);
     std::string message;
     if (!missing.empty()) message += "\n  missing: " + list_names(missing);
-    if (!unexpected.empty()) message += "\n  not part of " + arch.name + ": " + list_names(unexpected);
+    if (!unexpected.empty()) message += "\n  not part of " + architecture + ": " + list_names(unexpected);
     if (!misshapen.empty()) message += "\n  wrong shape: " + list_names(misshapen);
     // --is_value_model over a causal LM: its head has a row per token, not per label.
     for (const auto& t : mapping.tensors)
-        if (arch.value_model && t.name == "score.weight" && !t.shape.empty() && t.shape[0] == arch.vocab && arch.vocab > 1)
-            message += "\n  score.weight has vocab_size (" + std::to_string(arch.vocab) + ") rows: a language-model head, "
+        if (value_model && t.name == "score.weight" && !t.shape.empty() && t.shape[0] == vocab && vocab > 1)
+            message += "\n  score.weight has vocab_size (" + std::to_string(vocab) + ") rows: a language-model head, "
                        "not a value head; drop --is_value_model to merge a causal LM";
     if (!message.empty())
-        throw Error("the merged tensors do not match what " + config.dir + "/config.json (" + arch.name + ") implies:" +
+        throw Error("the merged tensors do not match what " + config.dir + "/config.json (" + architecture + ") implies:" +
                     message);
 }
 

@@ -8,9 +8,13 @@
 
 namespace vmerge {
 
-// Checks a mapping's names and shapes against what config.json implies (Error listing the
-// missing, unexpected and misshapen tensors). An architecture without a tensor table
-// (`arch.family` empty) is not checked here; its callers say so.
+// Checks a mapping's names and shapes against what config.json implies for `architecture`
+// (Error listing the missing, unexpected and misshapen tensors). `value_model`: a critic's
+// score head is expected, and one with a row per token is named as a causal LM's head.
+void check_against_config(const TensorMapping& mapping, const HfConfig& config, const std::string& architecture,
+                          const ExpectedTensors& expected, bool value_model);
+// The same for a Megatron architecture; one without a tensor set (`arch.tensor_set_file`
+// empty) is not checked here: its callers say so.
 void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch);
 
 // Up to 12 names, comma-separated, then how many there are in all: for messages.

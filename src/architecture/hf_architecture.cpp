@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "architecture/expected_tensors.h"
 #include "core/error.h"
 #include "core/text_pattern.h"
 
@@ -26,25 +25,42 @@ const ArchitectureTable* megatron_table(const std::vector<ArchitectureTable>& ta
     return find_architecture_table(tables, "megatron", architecture);
 }
 
-// The tensor set `table` implies: its own config_tensors, or those of the table of the
-// architecture its config_check names; nullopt when it gives neither.
-std::optional<ConfigTensors> config_tensors_of(const ArchitectureTable& table, const std::vector<ArchitectureTable>& tables) {
-    if (table.config_tensors) return table.config_tensors;
-    if (table.config_check.empty()) return std::nullopt;
-    const ArchitectureTable* known = megatron_table(tables, table.config_check);
-    if (!known || !known->config_tensors)
-        throw Error(table.file + ": config_check '" + table.config_check +
-                    "' is not an architecture with a tensor set (config_tensors) in the megatron tables (" +
-                    table_architectures(tables, "megatron") + ")");
-    return known->config_tensors;
-}
-
 }  // namespace
 
+std::optional<TensorSet> tensor_set_for(const ArchitectureTables& tables, const std::string& architecture) {
+    std::vector<const TensorSet*> chain;  // the architecture's set first, then what it extends
+    std::string name = architecture;
+    for (;;) {
+        const ArchitectureTable* hf = find_architecture_table(tables, "hf", name);
+        if (!hf || !hf->tensor_set) {
+            if (chain.empty()) return std::nullopt;
+            throw Error(chain.back()->file + ": tensor_set extends '" + name + "', which no 'hf' table gives a tensor_set");
+        }
+        for (const TensorSet* seen : chain)
+            if (seen == &*hf->tensor_set) throw Error(hf->file + ": tensor_set extends itself through '" + name + "'");
+        chain.push_back(&*hf->tensor_set);
+        if (hf->tensor_set->extends.empty()) break;
+        name = hf->tensor_set->extends;
+    }
+    TensorSet set = *chain.back();
+    for (size_t k = chain.size() - 1; k-- > 0;) set = extend_tensor_set(set, *chain[k]);
+    return set;
+}
+
+std::optional<ExpectedTensors> expected_tensors_for(const HfConfig& config, const ArchitectureTables& tables,
+                                                    const std::string& architecture, bool value_model, bool with_mtp) {
+    const std::optional<TensorSet> set = tensor_set_for(tables, architecture);
+    if (!set) return std::nullopt;
+    TensorSetInputs inputs;
+    inputs.value_model = value_model || architecture.ends_with("ForTokenClassification");
+    inputs.mtp_layers = with_mtp ? config_int(config, "num_nextn_predict_layers", 0) : 0;
+    const ArchitectureTable* hf = find_architecture_table(tables, "hf", architecture);
+    inputs.mtp_shared_copies = hf && hf->mtp_shared_copies;
+    return expand_tensor_set(*set, config, inputs);
+}
+
 bool has_tensor_table(const HfConfig& config, const ArchitectureTables& tables) {
-    if (config.architectures.empty()) return false;
-    const ArchitectureTable* table = megatron_table(tables, config.architectures[0]);
-    return table && config_tensors_of(*table, tables).has_value();
+    return !config.architectures.empty() && tensor_set_for(tables, config.architectures[0]).has_value();
 }
 
 ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp,
@@ -61,10 +77,11 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
     }
     arch.table_file = table->file;
     arch.table_name = table->name;
-    if (const auto tensors = config_tensors_of(*table, tables)) {
-        arch.family = tensors->family;
-        arch.tensors = *tensors;
-    }
+    const std::string checked_as = table->config_check.empty() ? arch.name : table->config_check;
+    const std::optional<TensorSet> set = tensor_set_for(tables, checked_as);
+    if (!set && !table->config_check.empty())
+        throw Error(table->file + ": config_check '" + table->config_check + "' is not an architecture with a tensor_set "
+                    "(an 'hf' table's)");
     arch.value_model = value_model || arch.name.ends_with("ForTokenClassification");
     arch.hidden = config_int(config, "hidden_size");
     arch.heads = config_int(config, "num_attention_heads");
@@ -81,7 +98,10 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
             if (r.value_head) arch.rules.push_back(r);
     for (const TableRule& r : table->rules)
         if (!r.value_head) arch.rules.push_back(r);
-    if (!arch.family.empty()) arch.expected = expected_hf_tensors(config, arch);
+    if (set) {
+        arch.tensor_set_file = set->file;
+        arch.expected = expand_tensor_set(*set, config, {arch.value_model, arch.mtp_layers, arch.mtp_shared_copies});
+    }
     return arch;
 }
 

@@ -11,18 +11,13 @@
 
 namespace vmerge {
 
-struct ExpectedTensors {
-    std::map<std::string, Shape> required;
-    std::map<std::string, Shape> optional;
-};
-
 // The model facts the rules need, read from config.json (docs/reference/megatron-formats.md §5.4).
 struct ArchitectureInfo {
     std::string name;        // architectures[0]
-    // The config.json-implied tensor set (config_tensors of the table, or of the table its
-    // config_check names): family "" when the table gives none (the output is not checked).
-    std::string family;      // dense | qwen2_moe | qwen3_moe | mixtral | deepseek_v3 | ""
-    ConfigTensors tensors;   // the pieces the tensor set is built from (expected_tensors.h)
+    // The 'hf' table whose tensor set `expected` comes from (that of the architecture itself,
+    // or of the one the megatron table's config_check names); "" when there is none (the
+    // output is not checked).
+    std::string tensor_set_file;
     std::string table_file, table_name;  // the source 'megatron' table the rules come from
     bool value_model = false;
     int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, layers = 0;
@@ -38,8 +33,13 @@ struct ArchitectureInfo {
     bool pad_vocab = false;
     // The source 'megatron' table's rules, a value model's score-head rules first.
     std::vector<TableRule> rules;
-    ExpectedTensors expected;  // what config.json implies (expected_tensors.h)
+    ExpectedTensors expected;  // what config.json implies (tensor_set.h)
 };
+
+// The tensor set of HF `architecture`: its 'hf' table's tensor_set with every set it extends
+// applied beneath it; nullopt when no 'hf' table gives one (Error on an `extends` naming an
+// architecture without a set, or a cycle).
+std::optional<TensorSet> tensor_set_for(const ArchitectureTables& tables, const std::string& architecture);
 
 // Chooses the name table from config.json `architectures`: the source 'megatron' table of the
 // shipped ones and `table_files` (--architecture_table) that lists it (Error naming the
@@ -52,8 +52,13 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
 // canonical decoder key of HF layer L + k that the name rules map (Megatron-Bridge's MTP
 // mapping); nullopt for other keys. `depth` is set to k.
 std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth);
-// Whether architecture_for knows config.json's architectures[0] and the tensor set its
-// config.json implies.
+// What config.json implies for `architecture` by its tensor set (nullopt when none): a value
+// model's score head when `value_model`, the MTP depths of num_nextn_predict_layers when
+// `with_mtp`.
+std::optional<ExpectedTensors> expected_tensors_for(const HfConfig& config, const ArchitectureTables& tables,
+                                                    const std::string& architecture, bool value_model, bool with_mtp);
+
+// Whether an 'hf' table gives the tensor set of config.json's architectures[0].
 bool has_tensor_table(const HfConfig& config, const ArchitectureTables& tables);
 
 // The rules of `arch` that took tensors, as inspect --json prints them.

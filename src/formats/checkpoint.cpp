@@ -6,6 +6,7 @@
 #include "formats/backend.h"
 #include "architecture/architecture_table.h"
 #include "architecture/hf_architecture.h"
+#include "formats/table_mapping.h"
 
 namespace vmerge {
 namespace {
@@ -69,6 +70,19 @@ void add_dcp_jobs(DetectedCheckpoint& d, const DcpMetadata& meta) {
     for (const auto& fqn : meta.byte_items) d.unscanned_items.push_back(meta.dir + "/.metadata '" + fqn + "'");
 }
 
+namespace {
+
+// A checkpoint that keeps the model's own module names holds transformers' run-time names:
+// the rules of the architecture's 'hf' table give the names its save_pretrained writes.
+void name_as_saved(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config, const MapOptions& options,
+                   SourceLedger& ledger) {
+    if (!ckpt.source || !(ckpt.source->names_own_tensors() || ckpt.hf_named) || config.architectures.empty()) return;
+    const ArchitectureTable* hf = find_architecture_table(options.loaded_tables(), "hf", config.architectures[0]);
+    if (hf && !hf->rules.empty()) apply_saved_names(m.mapping, *hf, config, ledger, m.notes);
+}
+
+}  // namespace
+
 MappedCheckpoint map_checkpoint(const DetectedCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                                 const HfConfig& config, const MapOptions& options) {
     MappedCheckpoint m;
@@ -81,6 +95,7 @@ MappedCheckpoint map_checkpoint(const DetectedCheckpoint& ckpt, const std::vecto
                           " does not record them (its tensors carry their own placement)");
     SourceLedger ledger = open_ledger(ckpt, scans);
     ckpt.source->map(ckpt, scans, config, options, m, ledger);
+    name_as_saved(m, ckpt, config, options, ledger);
     mark_float32_tensors(m, config, options);
     set_aside_mtp_copies(m, config, options, ledger);
     m.account = ledger.settle(m.mapping);
@@ -91,12 +106,7 @@ MappedCheckpoint map_checkpoint(const DetectedCheckpoint& ckpt, const std::vecto
 void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& ckpt, const HfConfig& config,
                                  const MapOptions& options, bool tie_word_embedding) {
     if (!ckpt.source || !(ckpt.source->names_own_tensors() || ckpt.hf_named)) return;  // Megatron: in megatron_to_hf
-    if (!has_tensor_table(config, options.loaded_tables())) {
-        m.notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: no tensor table for " +
-                          (config.architectures.empty() ? std::string("a config without 'architectures'")
-                                                        : "architecture " + config.architectures[0]));
-        return;
-    }
+    const std::string architecture = config.architectures.empty() ? "" : config.architectures[0];
     // A verl critic saves the actor's config.json (a *ForCausalLM) with its own score head:
     // the checkpoint's names say which head it has.
     bool score_head = false, lm_head = false;
@@ -108,11 +118,19 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
     // without it unless the checkpoint holds it.
     bool mtp = false;
     for (const OutputTensor& t : m.mapping.tensors) mtp = mtp || t.name.ends_with(".enorm.weight");
-    ArchitectureInfo arch =
-        architecture_for(config, options.is_value_model || (score_head && !lm_head), options.drop_mtp || !mtp,
-                         options.loaded_tables());
-    if (tie_word_embedding) arch.expected.required.erase("lm_head.weight");  // the rules drop it
-    for (const auto& name : m.left_out) arch.expected.required.erase(name);
+    const bool value_model = options.is_value_model || (score_head && !lm_head);
+    std::optional<ExpectedTensors> expected =
+        architecture.empty() ? std::nullopt
+                             : expected_tensors_for(config, options.loaded_tables(), architecture, value_model,
+                                                    !options.drop_mtp && mtp);
+    if (!expected) {
+        m.notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: no tensor table for " +
+                          (architecture.empty() ? std::string("a config without 'architectures'")
+                                                : "architecture " + architecture));
+        return;
+    }
+    if (tie_word_embedding) expected->required.erase("lm_head.weight");  // the rules drop it
+    for (const auto& name : m.left_out) expected->required.erase(name);
     // Names and shapes are all the check reads; an extracted adapter is not part of the model.
     TensorMapping model;
     for (const OutputTensor& t : m.mapping.tensors) {
@@ -122,7 +140,8 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
         named.shape = t.shape;
         model.tensors.push_back(std::move(named));
     }
-    check_against_config(model, config, arch);
+    check_against_config(model, config, architecture, *expected,
+                         value_model || architecture.ends_with("ForTokenClassification"));
 }
 
 std::string dropped_summary(const SourceAccount& account) {

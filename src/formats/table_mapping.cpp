@@ -89,6 +89,51 @@ std::vector<OutputTensor> split_experts(const OutputTensor& grouped, const std::
     return out;
 }
 
+std::vector<OutputTensor> split_experts_gate_up(const OutputTensor& grouped, const std::string& names,
+                                               const std::string& layer, std::vector<TensorRef>& sources) {
+    const std::vector<std::string> patterns = split_names(names);
+    if (grouped.shape.size() < 3 || grouped.shape[1] % 2 != 0 || patterns.size() != 2)
+        throw Error(grouped.name + ": " + shape_to_string(grouped.shape) +
+                    " is not [experts, 2 x rows, ...] of fused gate and up projections");
+    std::vector<OutputTensor> out;
+    const std::vector<OutputTensor> experts = split_experts(grouped, "{e}", layer, sources);
+    for (size_t e = 0; e < experts.size(); ++e) {
+        const int64_t half = experts[e].shape[0] / 2;
+        for (int64_t part = 0; part < 2; ++part) {
+            OutputTensor t;
+            t.name = fill_table_pattern(patterns[static_cast<size_t>(part)], layer, std::to_string(e));
+            t.source_dtype = t.dtype = grouped.source_dtype;
+            t.shape = experts[e].shape;
+            t.shape[0] = half;
+            Shape start(t.shape.size(), 0);
+            start[0] = part * half;
+            extract_region(experts[e], start, t.shape, Shape(t.shape.size(), 0), t.copies);
+            out.push_back(std::move(t));
+        }
+    }
+    return out;
+}
+
+namespace {
+
+// The tensors one rule makes of `t`.
+std::vector<OutputTensor> apply_rule(const OutputTensor& t, const TableMatch& match, const ArchitectureTable& table,
+                                     const HfConfig& config, std::vector<TensorRef>& sources) {
+    const TableRule& rule = *match.rule;
+    const std::string name = fill_table_pattern(rule.to, match.layer, match.expert, match.rest);
+    switch (rule.transform) {
+        case TableTransform::None: return {renamed(t, name)};
+        case TableTransform::RopePermute: return {rope_permuted(t, rule_heads(rule, table, config), name)};
+        case TableTransform::SplitExperts:
+            return split_experts(t, fill_table_pattern(rule.to, match.layer, "{e}", match.rest), match.layer, sources);
+        case TableTransform::SplitExpertsGateUp:
+            return split_experts_gate_up(t, fill_table_pattern(rule.to, match.layer, "{e}", match.rest), match.layer, sources);
+    }
+    return {};
+}
+
+}  // namespace
+
 TableApplication apply_architecture_table(const TensorMapping& model, const ArchitectureTable& table,
                                           const HfConfig& config, bool allow_unmapped,
                                           std::vector<std::string>& notes, SourceLedger& ledger) {
@@ -113,15 +158,7 @@ TableApplication apply_architecture_table(const TensorMapping& model, const Arch
             tied += rule.drop.empty();
             continue;
         }
-        std::vector<OutputTensor> made;
-        const std::string name = fill_table_pattern(rule.to, match->layer, match->expert);
-        switch (rule.transform) {
-            case TableTransform::None: made.push_back(renamed(t, name)); break;
-            case TableTransform::RopePermute: made.push_back(rope_permuted(t, rule_heads(rule, table, config), name)); break;
-            case TableTransform::SplitExperts: made = split_experts(t, fill_table_pattern(rule.to, match->layer, "{e}"),
-                                                                    match->layer, out.sources);
-                break;
-        }
+        std::vector<OutputTensor> made = apply_rule(t, *match, table, config, out.sources);
         for (auto& o : made) {
             names.claim(o.name, t.name);
             check_copies_tile_output(o, out.sources);
@@ -146,6 +183,47 @@ TableApplication apply_architecture_table(const TensorMapping& model, const Arch
     return result;
 }
 
+void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
+                       SourceLedger& ledger, std::vector<std::string>& notes) {
+    std::vector<OutputTensor> kept;
+    OutputNames names(table.file);
+    size_t renamed_count = 0;
+    for (OutputTensor& t : mapping.tensors) {
+        const auto match = t.adapter ? std::nullopt : match_table_rule(table, t.name);
+        if (!match) {
+            if (!t.adapter) names.claim(t.name, t.name);
+            kept.push_back(std::move(t));
+            continue;
+        }
+        const TableRule& rule = *match->rule;
+        ++renamed_count;
+        if (!rule.drop.empty() || (rule.tied_head && config.tie_word_embeddings)) {
+            ledger.drop_output(t, mapping.sources, rule.drop.empty() ? DropReason::TiedHead : DropReason::TableDrop);
+            continue;
+        }
+        if (rule.transform == TableTransform::None) {  // every field kept: a LoRA delta follows its weight
+            const std::string from = t.name;
+            t.name = fill_table_pattern(rule.to, match->layer, match->expert, match->rest);
+            names.claim(t.name, from);
+            kept.push_back(std::move(t));
+            continue;
+        }
+        if (t.lora_delta || t.role != OutputTensor::Role::Plain || t.zero_fill)
+            throw Error(table.file + ": rule " + std::to_string(rule.index) + " (from '" + rule.from + "'): " + t.name +
+                        " carries a LoRA delta or is quantized or padded, and cannot be regrouped");
+        for (OutputTensor& o : apply_rule(t, *match, table, config, mapping.sources)) {
+            o.keep_float32 = t.keep_float32;
+            names.claim(o.name, t.name);
+            check_copies_tile_output(o, mapping.sources);
+            kept.push_back(std::move(o));
+        }
+    }
+    mapping.tensors = std::move(kept);
+    if (renamed_count)
+        notes.push_back(std::to_string(renamed_count) + " tensors renamed from transformers' run-time names to those its "
+                        "save_pretrained writes (" + table.file + ")");
+}
+
 void check_table_output(const TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
                         const ArchitectureTables& tables, std::vector<std::string>& notes) {
     if (table.config_check.empty()) {
@@ -153,11 +231,11 @@ void check_table_output(const TensorMapping& mapping, const ArchitectureTable& t
                         " names no config_check architecture");
         return;
     }
-    HfConfig as_known = config;
-    as_known.architectures = {table.config_check};
-    if (!has_tensor_table(as_known, tables))
-        throw Error(table.file + ": config_check '" + table.config_check + "' is not an architecture vmerge knows");
-    check_against_config(mapping, config, architecture_for(as_known, false, false, tables));
+    const auto expected = expected_tensors_for(config, tables, table.config_check, false, true);
+    if (!expected)
+        throw Error(table.file + ": config_check '" + table.config_check + "' is not an architecture with a tensor_set "
+                    "(an 'hf' table's)");
+    check_against_config(mapping, config, table.config_check, *expected, false);
 }
 
 }  // namespace vmerge

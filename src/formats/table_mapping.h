@@ -39,6 +39,21 @@ TableApplication apply_architecture_table(const TensorMapping& model, const Arch
                                           const HfConfig& config, bool allow_unmapped,
                                           std::vector<std::string>& notes, SourceLedger& ledger);
 
+// A grouped [E, 2F, ...] tensor of fused [gate; up] rows as the gate and the up tensor [F, ...] of
+// each expert, named by the two '|'-separated patterns of `names` ({e}: the expert).
+std::vector<OutputTensor> split_experts_gate_up(const OutputTensor& grouped, const std::string& names,
+                                               const std::string& layer, std::vector<TensorRef>& sources);
+
+// Renames, in place, the tensors of a checkpoint that keeps the model's own module names (FSDP,
+// DCP, DeepSpeed) by the rules of `table`, the 'hf' table of config.json's architecture: from
+// the names transformers uses at run time to those its save_pretrained writes (Qwen2.5-VL's
+// model.language_model.* -> model.*, transformers 5's fused experts -> one tensor per expert).
+// A tensor no rule matches keeps its name, an adapter tensor is left alone, a renamed one keeps
+// its LoRA delta; regrouping one that has a delta is an Error. Two tensors that end with one
+// name are an Error naming both.
+void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
+                       SourceLedger& ledger, std::vector<std::string>& notes);
+
 // The HF tensors config.json implies, checked as for Megatron (check_against_config) with the
 // table's config_check architecture; a table without one gives a note instead.
 void check_table_output(const TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,

@@ -1,5 +1,6 @@
 #include "formats/fsdp/fsdp_backend.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -156,6 +157,11 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files, SourceLedger* ledg
             if (!by_key[r].count(key))
                 throw Error(files[r].path + ": key '" + key + "' of " + files[0].path + " is missing");
     }
+    // Beside DTensors, a plain tensor is a module buffer FSDP does not shard (a router's
+    // e_score_correction_bias): every rank saved it whole. A checkpoint of only plain tensors
+    // holds dim-0 pieces, concatenated in rank order as verl's merger does.
+    const bool buffers_replicated = std::any_of(files[0].tensors.begin(), files[0].tensors.end(),
+                                                [](const auto& entry) { return entry.tensor.dtensor.has_value(); });
     for (const auto& first : files[0].tensors) {
         const std::string& key = first.key;
         const TensorRef& t0 = first.tensor;
@@ -192,6 +198,18 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files, SourceLedger* ledg
                 const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
                 mapping.sources.push_back(t);
                 add_dtensor_copies(out, source, t, where);
+            } else if (buffers_replicated) {
+                if (t.shape != t0.shape)
+                    throw Error(where + ": shape " + shape_to_string(t.shape) + " differs from " + shape_to_string(t0.shape) +
+                                " in " + files[0].path + " (a plain tensor beside DTensors is a buffer every rank holds whole)");
+                if (r > 0) {
+                    if (ledger) ledger->drop_replica(key, t, t0);
+                    continue;
+                }
+                const uint32_t source = static_cast<uint32_t>(mapping.sources.size());
+                mapping.sources.push_back(t);
+                add_copy(out, source, Shape(t.shape.size(), 0), Shape(t.shape.size(), 0), t.shape);
+                rows = t.shape.empty() ? 0 : t.shape[0];
             } else {
                 if (t.shape.empty())
                     throw Error(where + ": a 0-d plain tensor cannot be concatenated on dim 0");
@@ -209,7 +227,7 @@ TensorMapping map_fsdp(const std::vector<ScannedFile>& files, SourceLedger* ledg
         }
         if (!t0.dtensor) {
             out.shape = t0.shape;
-            out.shape[0] = rows;
+            if (!buffers_replicated) out.shape[0] = rows;
         }
         check_copies_tile_output(out, mapping.sources);
         mapping.tensors.push_back(std::move(out));

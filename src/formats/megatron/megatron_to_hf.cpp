@@ -197,9 +197,9 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
     }
     std::stable_sort(out.tensors.begin(), out.tensors.end(),
                      [](const OutputTensor& a, const OutputTensor& b) { return hf_tensor_less(a.name, b.name); });
-    if (arch.family.empty())
-        notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: " + arch.table_file +
-                        " gives no config_tensors or config_check");
+    if (arch.tensor_set_file.empty())
+        notes.push_back("the merged tensors are not checked against " + config.dir + "/config.json: no 'hf' table gives " +
+                        arch.name + " a tensor_set, and " + arch.table_file + " names no config_check");
     check_against_config(out, config, arch);
     if (applied) *applied = megatron_rules_json(arch, used);
     return out;

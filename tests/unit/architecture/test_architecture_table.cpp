@@ -48,7 +48,8 @@ TEST(ArchitectureTable, RulesMatchLayerNumbers) {
 
 TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(error_of(with_rules(R"({"from": "a.{i}", "to": "b.{i}", "transform": "rotate"})")),
-              "t.json: rule 0 (from 'a.{i}'): unknown transform 'rotate' (expected none, rope_permute or split_experts)");
+              "t.json: rule 0 (from 'a.{i}'): unknown transform 'rotate' (expected none, rope_permute, split_experts or "
+              "split_experts_gate_up)");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b.{i}"})")), "t.json: rule 0 (from 'a'): 'to' uses {i}, which 'from' does not bind");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "drop": "why"})")),
               "t.json: rule 0 (from 'a'): give exactly one of 'to' (its HF name) and 'drop' (why)");
@@ -58,7 +59,8 @@ TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b"}, {"from": "a", "to": "c"})")),
               "t.json: rule 1 (from 'a'): same 'from' as rule 0");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a.{j}", "to": "b"})")),
-              "t.json: rule 0 (from 'a.{j}'): 'a.{j}': only {i} (layer) and {e} (expert) may stand in braces");
+              "t.json: rule 0 (from 'a.{j}'): 'a.{j}': only {i} (layer), {e} (expert) and {*} (the rest of "
+              "the name) may stand in braces");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "colour": 1})")).substr(0, 44),
               "t.json: rule 0 (from 'a'): unknown key 'colo");
     EXPECT_EQ(error_of(with_rules(R"({"from": "w", "to": "b.{e}", "transform": "split_experts"})")), "");
@@ -94,34 +96,52 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
     // A value model's head may share `from` with the causal LM's; two plain rules may not.
     EXPECT_EQ(megatron_error(R"({"from": "o", "to": "score", "value_head": true}, {"from": "o", "to": "lm_head"})"), "");
     EXPECT_EQ(megatron_error(R"({"from": "o", "to": "s"}, {"from": "o", "to": "lm_head"})"), "t.json: rule 1 (from 'o'): same 'from' as rule 0");
-    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "moe"},)"),
-              "t.json: config_tensors: unknown family 'moe' (expected dense, qwen2_moe, qwen3_moe, mixtral or deepseek_v3, "
-              "or a new family's pieces: attention, experts, expert_count, moe_layers, shared_experts, router_bias)");
-    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "x", "attention": "mha"},)"),
-              "t.json: config_tensors: attention 'mha': expected gqa, mla");
-    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "x", "experts": "routed"},)"),
-              "t.json: config_tensors: experts 'routed' needs expert_count (the config.json key giving the number of "
-              "routed experts)");
-    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "config_tensors": {"family": "dense"}, "config_check": "X",)"),
-              "t.json: give 'config_tensors' or 'config_check', not both");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b"})", R"( "tensor_set": {"extends": "X"},)"),
+              "t.json: 'tensor_set' belongs to source 'hf' tables (a fact of the HF architecture)");
 }
 
-// A family vmerge has no preset for, written as pieces in a table: its tensor set is the one
-// listed here by hand from the pieces' meaning (GQA with biases, a dense first layer, then routed
-// experts with a router bias and summed shared experts), for a config of two layers.
-TEST(ArchitectureTable, ANewFamilyIsItsPiecesInJson) {
+// A family written from scratch as an 'hf' table (no extends): GQA with biases, a dense first
+// layer, then routed experts with a router bias and summed shared experts. Its tensor set is
+// the one listed here by hand, for a config of two layers.
+TEST(ArchitectureTable, ANewFamilyIsAJsonFile) {
     testing::TempDir dir;
     const std::string file = dir.path() + "/glm_like.json";
-    std::ofstream(file) << R"({"vmerge_architecture_table": 1, "name": "glm_like", "source": "megatron",
-        "architectures": ["GlmLikeForCausalLM"], "config_tensors": {"family": "glm_like", "qkv_bias": true,
-        "experts": "routed", "expert_count": "n_routed_experts", "moe_layers": "first_k_dense",
-        "shared_experts": "summed", "router_bias": true}, "rules": [{"from": "a", "to": "b"}]})";
+    std::ofstream(file) << R"({"vmerge_architecture_table": 1, "name": "glm_like", "source": "hf",
+        "architectures": ["GlmLikeForCausalLM"], "tensor_set": {
+          "define": {"d": "hidden_size / num_attention_heads", "kv": "num_key_value_heads * d",
+                     "moe": "i >= first_k_dense_replace", "shared": "moe_intermediate_size * n_shared_experts"},
+          "ranges": {"i": "num_hidden_layers", "e": "n_routed_experts"},
+          "tensors": [
+            {"name": "model.embed_tokens.weight", "shape": ["vocab_size", "hidden_size"]},
+            {"name": "model.norm.weight", "shape": ["hidden_size"]},
+            {"name": "lm_head.weight", "shape": ["vocab_size", "hidden_size"], "when": "!tie_word_embeddings"},
+            {"name": "model.layers.{i}.input_layernorm.weight", "shape": ["hidden_size"]},
+            {"name": "model.layers.{i}.post_attention_layernorm.weight", "shape": ["hidden_size"]},
+            {"name": "model.layers.{i}.self_attn.q_proj.weight", "shape": ["hidden_size", "hidden_size"]},
+            {"name": "model.layers.{i}.self_attn.k_proj.weight", "shape": ["kv", "hidden_size"]},
+            {"name": "model.layers.{i}.self_attn.v_proj.weight", "shape": ["kv", "hidden_size"]},
+            {"name": "model.layers.{i}.self_attn.o_proj.weight", "shape": ["hidden_size", "hidden_size"]},
+            {"name": "model.layers.{i}.self_attn.q_proj.bias", "shape": ["hidden_size"]},
+            {"name": "model.layers.{i}.self_attn.k_proj.bias", "shape": ["kv"]},
+            {"name": "model.layers.{i}.self_attn.v_proj.bias", "shape": ["kv"]},
+            {"name": "model.layers.{i}.mlp.gate_proj.weight", "shape": ["intermediate_size", "hidden_size"], "when": "!moe"},
+            {"name": "model.layers.{i}.mlp.up_proj.weight", "shape": ["intermediate_size", "hidden_size"], "when": "!moe"},
+            {"name": "model.layers.{i}.mlp.down_proj.weight", "shape": ["hidden_size", "intermediate_size"], "when": "!moe"},
+            {"name": "model.layers.{i}.mlp.gate.weight", "shape": ["n_routed_experts", "hidden_size"], "when": "moe"},
+            {"name": "model.layers.{i}.mlp.gate.e_score_correction_bias", "shape": ["n_routed_experts"], "when": "moe"},
+            {"name": "model.layers.{i}.mlp.experts.{e}.gate_proj.weight", "shape": ["moe_intermediate_size", "hidden_size"], "when": "moe"},
+            {"name": "model.layers.{i}.mlp.experts.{e}.up_proj.weight", "shape": ["moe_intermediate_size", "hidden_size"], "when": "moe"},
+            {"name": "model.layers.{i}.mlp.experts.{e}.down_proj.weight", "shape": ["hidden_size", "moe_intermediate_size"], "when": "moe"},
+            {"name": "model.layers.{i}.mlp.shared_experts.gate_proj.weight", "shape": ["shared", "hidden_size"], "when": "moe"},
+            {"name": "model.layers.{i}.mlp.shared_experts.up_proj.weight", "shape": ["shared", "hidden_size"], "when": "moe"},
+            {"name": "model.layers.{i}.mlp.shared_experts.down_proj.weight", "shape": ["hidden_size", "shared"], "when": "moe"}
+          ]}})";
     const HfConfig config = parse_hf_config("/hf", R"({"architectures": ["GlmLikeForCausalLM"], "hidden_size": 8,
         "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2, "vocab_size": 16,
         "intermediate_size": 12, "moe_intermediate_size": 4, "n_routed_experts": 2, "n_shared_experts": 1,
         "first_k_dense_replace": 1})");
-    const ArchitectureInfo arch = architecture_for(config, false, false, load_architecture_tables({file}));
-    EXPECT_EQ(arch.family, "glm_like");
+    const auto got = expected_tensors_for(config, load_architecture_tables({file}), "GlmLikeForCausalLM", false, false);
+    ASSERT_TRUE(got);
     std::map<std::string, Shape> expected{{"model.embed_tokens.weight", {16, 8}}, {"model.norm.weight", {8}},
                                           {"lm_head.weight", {16, 8}}};
     for (int i = 0; i < 2; ++i) {
@@ -146,22 +166,8 @@ TEST(ArchitectureTable, ANewFamilyIsItsPiecesInJson) {
         expected[prefix + "up_proj.weight"] = {4, 8};
         expected[prefix + "down_proj.weight"] = {8, 4};
     }
-    EXPECT_EQ(arch.expected.required, expected);
-    EXPECT_TRUE(arch.expected.optional.empty());
-}
-
-// Each shipped family's preset, as the tables name it.
-TEST(ArchitectureTable, FamilyPresetsNameTheirPieces) {
-    using C = ConfigTensors;
-    EXPECT_EQ(family_tensor_pieces("dense")->experts, C::Experts::None);
-    EXPECT_EQ(family_tensor_pieces("mixtral")->experts, C::Experts::Mixtral);
-    EXPECT_EQ(family_tensor_pieces("qwen2_moe")->shared_experts, C::SharedExperts::Gated);
-    EXPECT_EQ(family_tensor_pieces("qwen3_moe")->moe_layers, C::MoeLayers::SparseStep);
-    const auto deepseek = family_tensor_pieces("deepseek_v3");
-    EXPECT_EQ(deepseek->attention, C::Attention::Mla);
-    EXPECT_TRUE(deepseek->router_bias);
-    EXPECT_EQ(deepseek->expert_count, "n_routed_experts");
-    EXPECT_FALSE(family_tensor_pieces("glm4_moe"));
+    EXPECT_EQ(got->required, expected);
+    EXPECT_TRUE(got->optional.empty());
 }
 
 TEST(ArchitectureTable, ShippedTablesParse) {

@@ -169,7 +169,8 @@ TEST(MtpSharedCopies, OnlyAnHfTableSaysAReleaseHoldsThem) {
     };
     EXPECT_EQ(parse(R"("source": "hf", "architectures": ["X"], "mtp_shared_copies": true)"), "");
     EXPECT_EQ(parse(R"("source": "hf", "architectures": ["X"])"),
-              "t.json: a source 'hf' table needs 'keep_fp32' or 'mtp_shared_copies'");
+              "t.json: a source 'hf' table needs 'tensor_set', 'rules', 'keep_fp32' or "
+              "'mtp_shared_copies'");
     EXPECT_EQ(parse(R"("source": "hf", "architectures": ["X"], "mtp_shared_copies": "yes")"),
               "t.json: 'mtp_shared_copies' must be true or false");
     EXPECT_EQ(parse(R"("source": "megatron", "architectures": ["X"], "mtp_shared_copies": true, "rules": [{"from": "a", "to": "b"}])"),
