@@ -14,8 +14,6 @@ inline constexpr int64_t kMaxWorldSize = int64_t{1} << 20;  // ranks of a checkp
 inline constexpr int64_t kMaxExperts = int64_t{1} << 20;    // MoE experts of one layer
 inline constexpr int64_t kMaxVocab = int64_t{1} << 31;      // vocabulary rows
 inline constexpr int64_t kMaxIteration = 999'999'999;       // Megatron-LM iteration numbers
-// Expert tensors the config check builds: layers x experts (DeepSeek-V3: 61 x 256).
-inline constexpr int64_t kMaxLayerExperts = int64_t{1} << 18;
 
 // `text` as a whole decimal number within [lo, hi]: digits, with a leading '-' only when lo
 // is negative, nothing else (no spaces, signs, or trailing text). nullopt otherwise,
