@@ -3,7 +3,9 @@
 #include <cctype>
 #include <set>
 
+#include "architecture/hf_config.h"
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace vmerge {
 
@@ -237,6 +239,10 @@ private:
     ConfigValue from_json(const nlohmann::json& j, const std::string& name) const {
         ConfigValue v;
         if (j.is_boolean()) return bool_value(j.get<bool>());
+        // A key with known bounds (hf_config.cpp) is held to them whichever object holds it.
+        if (j.is_number())
+            if (const auto bounds = known_config_int_bounds(name.substr(name.rfind('.') + 1)))
+                return int_value(json_int_within(j, bounds->first, bounds->second, scope_.config_path + ": " + name));
         if (j.is_number_integer()) {
             const __int128 raw = j.is_number_unsigned() ? __int128(j.get<uint64_t>()) : __int128(j.get<int64_t>());
             if (raw > kMaxMagnitude || raw < -kMaxMagnitude) fail("config.json's " + name + " " + j.dump() + " is beyond 2^50");

@@ -48,7 +48,7 @@ HfConfig parse_hf_config(const std::string& dir, const std::string& text) {
     return config;
 }
 
-std::pair<int64_t, int64_t> config_int_bounds(const std::string& key) {
+std::optional<std::pair<int64_t, int64_t>> known_config_int_bounds(const std::string& key) {
     // Sizes go into tensor shapes (products of two stay far below 2^63) and counts into loops
     // and tables; each bound is well above the largest released model's value.
     constexpr int64_t kDim = int64_t{1} << 20, kFfn = int64_t{1} << 24, kHeads = int64_t{1} << 16;
@@ -78,8 +78,14 @@ std::pair<int64_t, int64_t> config_int_bounds(const std::string& key) {
         {"q_lora_rank", {1, kDim}},
     };
     auto it = bounds.find(key);
-    if (it == bounds.end()) throw std::logic_error("config_int_bounds: no bounds for config.json key " + key);
+    if (it == bounds.end()) return std::nullopt;
     return it->second;
+}
+
+std::pair<int64_t, int64_t> config_int_bounds(const std::string& key) {
+    const auto bounds = known_config_int_bounds(key);
+    if (!bounds) throw std::logic_error("config_int_bounds: no bounds for config.json key " + key);
+    return *bounds;
 }
 
 int64_t config_int(const HfConfig& config, const std::string& key, std::optional<int64_t> fallback) {

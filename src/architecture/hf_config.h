@@ -37,5 +37,8 @@ int64_t config_int(const HfConfig& config, const std::string& key, std::optional
 // The [lo, hi] a config.json integer key must lie in (a logic error for a key not listed:
 // every key vmerge reads has its bounds here).
 std::pair<int64_t, int64_t> config_int_bounds(const std::string& key);
+// The same for any key: nullopt for one not listed (a tensor set's expressions read keys of
+// every family; the listed ones keep their bounds there too).
+std::optional<std::pair<int64_t, int64_t>> known_config_int_bounds(const std::string& key);
 
 }  // namespace vmerge

@@ -13,12 +13,18 @@ VARIANT: one tiny model per family, its config the real hub config's keys and ra
   qwen3_next       Qwen3NextForCausalLM (Qwen3-Next-80B-A3B shape: linear attention, shared expert)
   glm4_moe         Glm4MoeForCausalLM (GLM-4.5 shape: dense first layer, shared expert, qk norm)
   kimi_k2          DeepseekV3ForCausalLM (Kimi-K2 shape: MLA with q_lora_rank, one group)
+  <family>_dcp     the same model saved by accelerate's own save_fsdp_model (FSDP2, sharded state
+                   dict: plain DCP, config.json beside it in hf_config/) instead of verl's files
+  <family>_missing_block, <family>_missing_expert
+                   planted faults the merge must refuse, naming what is missing: vision block 1
+                   taken out of every rank file; config.json claiming one expert more than saved
 
 The checkpoint holds the RUNTIME state dict (what verl saves: model.state_dict() of the
 FSDP-wrapped model), whose names and expert layouts transformers 5 changes on the way to disk;
 the oracle is what the live model's own save_pretrained writes, so a merge passes only if its
 output carries save_pretrained's names and layouts.
 """
+import json
 import os
 import sys
 import tempfile
@@ -28,6 +34,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eco_common as E  # noqa: E402
+import gen_dcp  # noqa: E402
 import gen_fsdp2  # noqa: E402
 
 # Token ids of the VL configs: inside the vocabulary, none of them in FIXED_INPUT (text only).
@@ -171,26 +178,76 @@ def randomize_buffers(model):
                 buf.copy_(torch.randn(buf.shape) * 0.05)
 
 
+# Planted faults: what the merge must name when it refuses.
+FAULTS = {
+    "_missing_block": "missing: visual.blocks.1.attn.proj.bias",
+    "_missing_expert": "missing: model.layers.0.mlp.experts.4.down_proj.weight",
+}
+
+
+def plant_fault(fault, actor, rank, world):
+    """Takes vision block 1 out of this rank's file, or (rank 0) makes config.json claim one
+    expert more than the checkpoint holds."""
+    if fault == "_missing_block":
+        path = os.path.join(actor, f"model_world_size_{world}_rank_{rank}.pt")
+        state = torch.load(path, weights_only=False)
+        torch.save({k: v for k, v in state.items() if not k.startswith("model.visual.blocks.1.")}, path)
+    elif fault == "_missing_expert" and rank == 0:
+        path = os.path.join(actor, "huggingface", "config.json")
+        with open(path) as f:
+            config = json.load(f)
+        key = "num_experts" if "num_experts" in config else "num_local_experts"
+        config[key] += 1
+        with open(path, "w") as f:
+            json.dump(config, f, indent=2)
+
+
+def split_variant(variant):
+    """(family, layout is DCP, planted fault suffix or "")."""
+    fault = next((f for f in FAULTS if variant.endswith(f)), "")
+    variant = variant.removesuffix(fault)
+    return variant.removesuffix("_dcp"), variant.endswith("_dcp"), fault
+
+
+def save_checkpoint(case_dir, model, cfg, rank, world, dcp):
+    """verl's FSDP files, or accelerate's DCP folder; returns the checkpoint path, the backend
+    and the --hf_config folder (DCP carries no config)."""
+    if dcp:
+        from accelerate.utils.constants import FSDP_MODEL_NAME
+        gen_dcp.save_accelerate(model, os.path.join(case_dir, "ckpt", "checkpoint_0"), zstd=False)
+        if rank == 0:
+            E.save_hf_files(cfg, os.path.join(case_dir, "hf_config"))
+        return f"ckpt/checkpoint_0/{FSDP_MODEL_NAME}_0", "dcp", "hf_config"
+    actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
+    if rank == 0:
+        os.makedirs(actor, exist_ok=True)
+    dist.barrier()
+    gen_fsdp2.write_verl_files(actor, model, rank, world, cfg)
+    return "ckpt/global_step_1/actor", "fsdp", None
+
+
 def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
-    make_config, auto_class = VARIANTS[variant]
+    family, dcp, fault = split_variant(variant)
+    make_config, auto_class = VARIANTS[family]
     rank, world = E.init_gloo()
     cfg = make_config()
     cfg.dtype = "bfloat16"
     cfg.architectures = [E.auto_model_class(auto_class)._model_mapping[type(cfg)].__name__]
     model = E.build_model(cfg, auto_class=auto_class)
     randomize_buffers(model)
-    actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
     oracle = None
     if rank == 0:
-        os.makedirs(actor, exist_ok=True)
         oracle = save_pretrained_tensors(model, auto_class)
     dist.barrier()
     logits = E.live_logits(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
 
     gen_fsdp2.shard(model, wrapped_modules(model), gen_fsdp2.make_mesh(world, None, ("fsdp",)))
-    gen_fsdp2.write_verl_files(actor, model, rank, world, cfg)
+    checkpoint, backend, hf_config = save_checkpoint(case_dir, model, cfg, rank, world, dcp)
+    if fault:
+        dist.barrier()
+        plant_fault(fault, os.path.join(case_dir, checkpoint), rank, world)
 
     full = E.full_tensors(model.state_dict())   # collective: every rank gathers
     if rank == 0:
@@ -199,10 +256,11 @@ def main():
             assert torch.equal(v, before[k]), k
         E.write_oracle(case_dir, oracle, logits)
         E.write_case(case_dir, producer=f"transformers {cfg.architectures[0]}, torch {torch.__version__} "
-                     f"fully_shard ({variant}, {world} ranks), verl file layout; oracle: save_pretrained",
-                     checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
-                     output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True,
-                     hf_auto_class=auto_class)
+                     f"fully_shard ({variant}, {world} ranks), "
+                     f"{'accelerate save_fsdp_model (DCP)' if dcp else 'verl file layout'}; oracle: save_pretrained",
+                     checkpoint=checkpoint, merge_args=["--backend", backend], hf_config=hf_config,
+                     output_dtype="bfloat16", oracle_dtypes=True, hf_load=not fault, logits_exact=True,
+                     hf_auto_class=auto_class, expected_error=FAULTS.get(fault))
     dist.barrier()
     dist.destroy_process_group()
 
