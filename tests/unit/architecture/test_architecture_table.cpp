@@ -185,7 +185,8 @@ TEST(ArchitectureTable, ANewFamilyIsAJsonFile) {
 }
 
 TEST(ArchitectureTable, ShippedTablesParse) {
-    for (const char* name : {"torchtitan_llama3.json", "torchtitan_qwen3.json", "torchtitan_qwen3_moe.json"}) {
+    for (const char* name : {"torchtitan_llama3.json", "torchtitan_qwen3.json", "torchtitan_qwen3_moe.json",
+                             "torchtitan_deepseek_v3.json"}) {
         const auto table = read_architecture_table(std::string(VMERGE_SOURCE_DIR) + "/share/vmerge/architectures/" + name);
         EXPECT_EQ(table.source, "torchtitan") << name;
         EXPECT_FALSE(table.config_check.empty()) << name;
