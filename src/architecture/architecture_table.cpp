@@ -24,7 +24,8 @@ constexpr uint64_t kMaxTableBytes = uint64_t{16} << 20;
 const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "source", "architectures",
                                        "config_check", "tensor_set", "keep_fp32", "mtp_shared_copies", "rules",
                                        "notes"};
-const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "split", "tp", "value_head", "note"};
+const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "layer_offset",
+                                      "split", "tp", "value_head", "note"};
 // torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
 // (global layer and expert numbers); hf: facts of the HF architecture itself (its tensor set,
 // keep_fp32, mtp_shared_copies), applied whatever the checkpoint layout, and rules from the
@@ -143,13 +144,25 @@ std::string rule_targets(const nlohmann::json& j, NameSplit split, const std::st
 void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatron, const std::string& where) {
     for (const char* key : {"split", "tp", "value_head"})
         if (!megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'megatron' tables");
-    for (const char* key : {"transform", "heads"})
+    for (const char* key : {"transform", "heads", "layer_offset"})
         if (megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'torchtitan' tables");
     if (!megatron) return;
     rule.split = parse_split(string_field(j, "split", where, false), where);
     rule.tp = parse_tp(string_field(j, "tp", where, false), where);
     rule.value_head = bool_field(j, "value_head", where);
     rule.to = rule_targets(j, rule.split, where);
+}
+
+// A rule's layer_offset: an expression over config.json, for a rule that maps a layer number ({i}
+// in both `from` and `to`) to a name.
+void parse_layer_offset(const nlohmann::json& j, TableRule& rule, const std::vector<std::string>& from_marks,
+                        const std::string& where) {
+    const std::string text = string_field(j, "layer_offset", where, false);
+    if (text.empty()) return;
+    const bool binds_layer = std::find(from_marks.begin(), from_marks.end(), "{i}") != from_marks.end();
+    if (!binds_layer || rule.to.find("{i}") == std::string::npos)
+        throw Error(where + ": 'layer_offset' moves the layer number {i}, which 'from' and 'to' must both hold");
+    rule.layer_offset = ConfigExpression::parse(text, where + ": 'layer_offset'");
 }
 
 TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& file, bool megatron) {
@@ -183,6 +196,7 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
             throw Error(where + ": each placeholder may appear once in 'from'");
     if (rule.from.find("{*}") != std::string::npos && !rule.from.ends_with("{*}"))
         throw Error(where + ": {*} (the rest of the name) may only end 'from'");
+    parse_layer_offset(j, rule, from_marks, where);
     const bool from_expert = std::count(from_marks.begin(), from_marks.end(), "{e}") > 0;
     const bool splits = rule.transform == TableTransform::SplitExperts || rule.transform == TableTransform::SplitExpertsGateUp;
     for (const auto& mark : placeholders(rule.to, where + ": 'to'")) {

@@ -44,6 +44,10 @@ struct TableRule {
     TableTransform transform = TableTransform::None;
     std::string heads;                   // RopePermute: the config.json key giving the head count
     bool tied_head = false;              // not written when config.json ties the embeddings
+    // Added to the matched layer number where `to` says {i}: a layout that numbers some blocks
+    // apart from the decoder's (torchtitan's MTP depth k, mtp_layers.{k}, is HF layer
+    // num_hidden_layers + k). An expression over config.json; source 'torchtitan' and 'hf' only.
+    std::optional<ConfigExpression> layer_offset;
     // Source 'megatron' only: the HF names of a split (`to` holds them joined by '|'), how the
     // TP shards combine, and whether the rule names a value model's (critic's) score head,
     // applied only to value models and before the other rules.

@@ -1,6 +1,7 @@
 #include "formats/table_mapping.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 
 #include "core/box_region.h"
@@ -32,12 +33,27 @@ int64_t rule_heads(const TableRule& rule, const ArchitectureTable& table, const 
                 " needs it for its RoPE permutation)");
 }
 
+// The layer number `to` takes: the matched one, moved by the rule's layer_offset when it has
+// one (torchtitan's mtp_layers.{k} is HF layer num_hidden_layers + k).
+std::string output_layer(const TableMatch& match, const ArchitectureTable& table, const HfConfig& config) {
+    const TableRule& rule = *match.rule;
+    if (!rule.layer_offset) return match.layer;
+    int64_t layer = 0;
+    const char* end = match.layer.data() + match.layer.size();
+    const auto [ptr, ec] = std::from_chars(match.layer.data(), end, layer);
+    if (ec != std::errc() || ptr != end || layer > (int64_t{1} << 40))
+        throw Error(table.file + ": rule " + std::to_string(rule.index) + ": layer number " + match.layer + " is too large");
+    const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
+    return std::to_string(layer + evaluate_int(*rule.layer_offset, scope));
+}
+
 nlohmann::ordered_json rule_json(const TableRule& rule, size_t tensors) {
     nlohmann::ordered_json j{{"rule", rule.index}, {"from", rule.from}};
     if (rule.drop.empty()) j["to"] = rule.to;
     else j["drop"] = rule.drop;
     if (rule.transform != TableTransform::None) j["transform"] = table_transform_name(rule.transform);
     if (!rule.heads.empty()) j["heads"] = rule.heads;
+    if (rule.layer_offset) j["layer_offset"] = rule.layer_offset->text();
     if (rule.tied_head) j["tied_head"] = true;
     j["tensors"] = tensors;
     return j;
@@ -120,14 +136,15 @@ namespace {
 std::vector<OutputTensor> apply_rule(const OutputTensor& t, const TableMatch& match, const ArchitectureTable& table,
                                      const HfConfig& config, std::vector<TensorRef>& sources) {
     const TableRule& rule = *match.rule;
-    const std::string name = fill_table_pattern(rule.to, match.layer, match.expert, match.rest);
+    const std::string layer = output_layer(match, table, config);
+    const std::string name = fill_table_pattern(rule.to, layer, match.expert, match.rest);
     switch (rule.transform) {
         case TableTransform::None: return {renamed(t, name)};
         case TableTransform::RopePermute: return {rope_permuted(t, rule_heads(rule, table, config), name)};
         case TableTransform::SplitExperts:
-            return split_experts(t, fill_table_pattern(rule.to, match.layer, "{e}", match.rest), match.layer, sources);
+            return split_experts(t, fill_table_pattern(rule.to, layer, "{e}", match.rest), layer, sources);
         case TableTransform::SplitExpertsGateUp:
-            return split_experts_gate_up(t, fill_table_pattern(rule.to, match.layer, "{e}", match.rest), match.layer, sources);
+            return split_experts_gate_up(t, fill_table_pattern(rule.to, layer, "{e}", match.rest), layer, sources);
     }
     return {};
 }
@@ -203,7 +220,7 @@ void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, c
         }
         if (rule.transform == TableTransform::None) {  // every field kept: a LoRA delta follows its weight
             const std::string from = t.name;
-            t.name = fill_table_pattern(rule.to, match->layer, match->expert, match->rest);
+            t.name = fill_table_pattern(rule.to, output_layer(*match, table, config), match->expert, match->rest);
             names.claim(t.name, from);
             kept.push_back(std::move(t));
             continue;

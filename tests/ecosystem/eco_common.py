@@ -141,6 +141,8 @@ def write_case(case_dir, **fields):
       hf_load        true: transformers' from_pretrained must load the output
       hf_auto_class  the Auto class of that load: "causal_lm" (AutoModelForCausalLM, the default)
                      or "image_text_to_text" (VL models; logits on the same text-only input_ids)
+      hf_unexpected_keys  a regex: output keys transformers' load may leave unloaded (layers it
+                     does not build: DeepSeek-V3's MTP layers); at least one must be there
       logits_exact   true: the loaded model's logits must equal the live ones bit for bit
       adapter        true: the output has a PEFT adapter (checked with PeftModel)
       base_model     folder of the base model for the adapter check (relative to the case)

@@ -16,6 +16,9 @@ VARIANT (N ranks, 2 unless said):
   torchtitan_llama3     torchtitan's Llama3 (the debugmodel's builder, dims shrunk), fully_shard,
                         dcp.save(ModelWrapper([model]).state_dict()) as ckpt/outputs/checkpoint/step-10
   torchtitan_qwen3_moe  the same for torchtitan's Qwen3 MoE (debugmodel_moe's builder, 4 experts)
+  torchtitan_deepseek_v3  the same for torchtitan's DeepSeek-V3 (its layer builder: MLA with
+                        q_lora_rank, a dense first layer, 4 sigmoid-routed experts with a shared
+                        expert and a nonzero expert_bias_E, one MTP depth)
 
 The DCP folders carry no config: config.json and the tokenizer go to <case>/hf_config, passed
 with --hf_config. torchtitan oracles are the producer's own conversion: state_dict_adapter.to_hf
@@ -37,11 +40,15 @@ TORCHTITAN_STEP = 10
 # Shrunk torchtitan dims (the debugmodels are dim 256, 6-8 layers, vocab 2048).
 TT_DIM, TT_HEADS, TT_KV_HEADS, TT_LAYERS, TT_HEAD_DIM = 64, 4, 2, 2, 16
 MOE_EXPERTS, MOE_TOP_K, MOE_HIDDEN = 4, 2, 32
+# DeepSeek-V3's multi-head latent attention, shrunk; every width distinct so a swapped
+# projection fails by shape.
+MLA = dict(q_lora_rank=24, kv_lora_rank=40, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12)
+DSV3_DENSE_HIDDEN, DSV3_MTP_DEPTHS = 88, 1
 # How far transformers' logits (fp32 throughout) may lie from torchtitan's own forward, relative
 # to the largest logit. torchtitan's GroupedExperts runs the experts' grouped matmuls in bf16
 # (x.bfloat16(), w.bfloat16(), torch._grouped_mm) by design; routing is the same (checked: same
 # experts, same weights), so only the MoE case needs bf16's tolerance.
-FORWARD_TOLERANCE = {"torchtitan_llama3": 1e-5, "torchtitan_qwen3_moe": 1e-2}
+FORWARD_TOLERANCE = {"torchtitan_llama3": 1e-5, "torchtitan_qwen3_moe": 1e-2, "torchtitan_deepseek_v3": 1e-2}
 
 
 def randomize(module):
@@ -143,8 +150,8 @@ def import_torchtitan_models():
             return needs_triton
         stand_in.__getattr__ = missing
         sys.modules.setdefault(kernels, stand_in)
-    from torchtitan.models import llama3, qwen3
-    return llama3, qwen3
+    from torchtitan.models import deepseek_v3, llama3, qwen3
+    return {"llama3": llama3, "qwen3": qwen3, "deepseek_v3": deepseek_v3}
 
 
 def llama3_configs(llama3):
@@ -198,15 +205,69 @@ def qwen3_moe_configs(qwen3):
     return tt, hf, qwen3.Qwen3StateDictAdapter
 
 
-def build_torchtitan(tt_config):
+def deepseek_v3_configs(deepseek_v3):
+    """torchtitan's DeepSeek-V3 layer builder with shrunk dims (layer 0 dense, then MoE; the MTP
+    depth copies the last layer as torchtitan's debugmodel does), and the DeepseekV3Config of the
+    same network: sigmoid router, top-k renormalised, one expert group, plain RoPE, eps 1e-5."""
+    from transformers import DeepseekV3Config
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    layers = deepseek_v3._build_dsv3_layers(
+        n_layers=TT_LAYERS, n_dense_layers=1, dim=TT_DIM, n_heads=TT_HEADS, mscale=1.0, **MLA,
+        dense_hidden_dim=DSV3_DENSE_HIDDEN, moe_hidden_dim=MOE_HIDDEN, num_experts=MOE_EXPERTS,
+        num_shared_experts=1, router_top_k=MOE_TOP_K, router_score_func="sigmoid", router_route_norm=True,
+        attn_backend="flex", moe_comm_backend="standard", non_blocking_capacity_factor=None,
+        rope=ComplexRoPE.Config(dim=MLA["qk_rope_head_dim"], max_seq_len=64, theta=10000.0))
+    tt = deepseek_v3.DeepSeekV3Model.Config(
+        vocab_size=E.VOCAB, dim=TT_DIM,
+        tok_embeddings=Embedding.Config(num_embeddings=E.VOCAB, embedding_dim=TT_DIM,
+                                        param_init=deepseek_v3._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=TT_DIM, param_init=deepseek_v3._NORM_INIT),
+        lm_head=Linear.Config(in_features=TT_DIM, out_features=E.VOCAB,
+                              param_init=deepseek_v3._output_linear_init(TT_DIM)),
+        layers=layers,
+        mtp_layers=deepseek_v3._build_mtp_layers(layers[-1], dim=TT_DIM, num_mtp_layers=DSV3_MTP_DEPTHS))
+    hf = DeepseekV3Config(vocab_size=E.VOCAB, hidden_size=TT_DIM, intermediate_size=DSV3_DENSE_HIDDEN,
+                          moe_intermediate_size=MOE_HIDDEN, num_hidden_layers=TT_LAYERS,
+                          num_attention_heads=TT_HEADS, num_key_value_heads=TT_HEADS, n_shared_experts=1,
+                          n_routed_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, n_group=1, topk_group=1,
+                          routed_scaling_factor=1.0, norm_topk_prob=True, first_k_dense_replace=1, **MLA,
+                          rope_interleave=True, rms_norm_eps=1e-5, max_position_embeddings=64,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                          num_nextn_predict_layers=DSV3_MTP_DEPTHS, tie_word_embeddings=False,
+                          bos_token_id=1, eos_token_id=2)
+    hf.dtype, hf.architectures = "float32", ["DeepseekV3ForCausalLM"]
+    return tt, hf, deepseek_v3.DeepSeekV3StateDictAdapter
+
+
+# variant: (torchtitan model package, config builder, whether the HF model has the router bias
+# expert_bias_E becomes: Qwen3-MoE has none, so there to_hf drops it and it must stay zero).
+TORCHTITAN_MODELS = {"torchtitan_llama3": ("llama3", llama3_configs, False),
+                     "torchtitan_qwen3_moe": ("qwen3", qwen3_moe_configs, False),
+                     "torchtitan_deepseek_v3": ("deepseek_v3", deepseek_v3_configs, True)}
+
+
+def randomize_expert_bias(model):
+    """torchtitan starts the load-balancing buffer expert_bias_E at zero; a nonzero one (same on
+    every rank) makes it steer routing, so a dropped or misplaced e_score_correction_bias shows."""
+    torch.manual_seed(4321)
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name.endswith("expert_bias_E"):
+                buf.copy_(torch.randn_like(buf) * 0.05)
+
+
+def build_torchtitan(tt_config, expert_bias):
     """As torchtitan's trainer does: build on the meta device, to_empty, init_weights (fp32, the
-    trainer's training.dtype default); then the random spread."""
+    trainer's training.dtype default); then the random spread (and a nonzero expert_bias_E where the
+    HF model has that router bias)."""
     with torch.device("meta"):
         model = tt_config.build()
     model.to_empty(device="cpu")
     with torch.no_grad():
         model.init_weights(buffer_device=torch.device("cpu"))
     randomize(model)
+    if expert_bias:
+        randomize_expert_bias(model)
     return model.eval()
 
 
@@ -220,7 +281,8 @@ def torchtitan_logits(model):
     FlexAttention._compiled_flex_attn = flex_attention
     ids = torch.tensor(E.FIXED_INPUT)
     positions = torch.arange(ids.shape[1]).unsqueeze(0)
-    return model(ids, positions, model.get_attention_masks(positions)).float()
+    out = model(ids, positions, model.get_attention_masks(positions))
+    return (out[0] if isinstance(out, list) else out).float()  # an MTP model: [main, depth 1, ...]
 
 
 @torch.no_grad()
@@ -240,22 +302,39 @@ def transformers_logits(hf_config, hf_tensors, folder):
     return E.live_logits(model.eval())
 
 
+def main_model_tensors(hf_tensors, hf_config):
+    """to_hf's tensors less the MTP layers (model.layers.{L+k}), which transformers' DeepseekV3
+    does not build (its unexpected-key list names only the release's layer 61)."""
+    mtp = [f"model.layers.{hf_config.num_hidden_layers + k}." for k in range(getattr(hf_config, "num_nextn_predict_layers", 0) or 0)]
+    return {k: v for k, v in hf_tensors.items() if not any(k.startswith(p) for p in mtp)}
+
+
+def mtp_key_pattern(hf_config):
+    """The names of the MTP layers transformers leaves unloaded (None: no MTP layer)."""
+    depths = getattr(hf_config, "num_nextn_predict_layers", 0) or 0
+    if not depths:
+        return None
+    layers = "|".join(str(hf_config.num_hidden_layers + k) for k in range(depths))
+    return rf"model\.layers\.({layers})\..+"
+
+
 def run_torchtitan(case_dir, variant, rank, world):
     from torch.distributed.checkpoint import save as dcp_save
     from torchtitan.components.checkpointer.base import ModelWrapper
-    llama3, qwen3 = import_torchtitan_models()
-    tt_config, hf_config, adapter_cls = (llama3_configs(llama3) if variant == "torchtitan_llama3"
-                                         else qwen3_moe_configs(qwen3))
-    model = build_torchtitan(tt_config)
+    package, configs, expert_bias = TORCHTITAN_MODELS[variant]
+    tt_config, hf_config, adapter_cls = configs(import_torchtitan_models()[package])
+    model = build_torchtitan(tt_config, expert_bias)
     tt_logits = torchtitan_logits(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    shard(model, [model.tok_embeddings, *model.layers.values(), model.norm, model.lm_head])
+    mtp_layers = list(model.mtp_layers) if getattr(model, "mtp_layers", None) is not None else []
+    shard(model, [model.tok_embeddings, *model.layers.values(), *mtp_layers, model.norm, model.lm_head])
     step_dir = os.path.join(case_dir, "ckpt", "outputs", "checkpoint", f"step-{TORCHTITAN_STEP}")
     dcp_save(ModelWrapper([model]).state_dict(), checkpoint_id=step_dir)
     full = check_gather(model, before)
     if rank == 0:
         hf_tensors = adapter_cls(tt_config, None).to_hf(full)
-        logits = transformers_logits(hf_config, hf_tensors, os.path.join(case_dir, "hf_reference"))
+        logits = transformers_logits(hf_config, main_model_tensors(hf_tensors, hf_config),
+                                     os.path.join(case_dir, "hf_reference"))
         diff = (logits - tt_logits).abs().max().item()
         print(f"{variant}: transformers vs torchtitan forward: max |diff| {diff:.3g} "
               f"(scale {tt_logits.abs().max().item():.3g})", flush=True)
@@ -263,24 +342,30 @@ def run_torchtitan(case_dir, variant, rank, world):
             raise SystemExit(f"{variant}: to_hf weights in transformers do not reproduce torchtitan's forward")
         E.save_hf_files(hf_config, os.path.join(case_dir, "hf_config"))
         E.write_oracle(case_dir, hf_tensors, logits)
-        write_case_json(case_dir, variant, world, "ckpt/outputs", "torchtitan", "float32")
+        write_case_json(case_dir, variant, world, "ckpt/outputs", "torchtitan", "float32",
+                        mtp_keys=mtp_key_pattern(hf_config))
 
 
-def write_case_json(case_dir, variant, world, checkpoint, backend, dtype):
+def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_keys=None):
     producer = {"accelerate_fsdp2": "accelerate save_fsdp_model (FSDP2 SHARDED_STATE_DICT)",
                 "accelerate_zstd": "dcp.save with FileSystemWriter(_extensions=[ZStandard()])",
                 "torchtitan_llama3": "torchtitan Llama3 + ModelWrapper + dcp.save",
-                "torchtitan_qwen3_moe": "torchtitan Qwen3 MoE + ModelWrapper + dcp.save"}[variant]
+                "torchtitan_qwen3_moe": "torchtitan Qwen3 MoE + ModelWrapper + dcp.save",
+                "torchtitan_deepseek_v3": "torchtitan DeepSeek-V3 (MTP) + ModelWrapper + dcp.save"}[variant]
+    # to_hf writes no embedding / head copies in an MTP layer: the merge leaves the release's out.
+    mtp_args = ["--no_mtp_shared_copies"] if mtp_keys else []
     E.write_case(case_dir, producer=f"torch {torch.__version__} {producer}, fully_shard over {world} ranks",
                  checkpoint=checkpoint, output_dtype=dtype, hf_load=True, logits_exact=True,
-                 merge_args=["--backend", backend], hf_config="hf_config",
+                 **({"hf_unexpected_keys": mtp_keys} if mtp_keys else {}),
+                 merge_args=["--backend", backend, *mtp_args], hf_config="hf_config",
                  # vmerge reads no zstd-compressed DCP items yet: the merge must refuse, naming it.
                  expected_error="stored with stream transforms (e.g. zstd), not supported"
                  if variant == "accelerate_zstd" else None)
 
 
 VARIANTS = {"accelerate_fsdp2": run_accelerate, "accelerate_zstd": run_accelerate,
-            "torchtitan_llama3": run_torchtitan, "torchtitan_qwen3_moe": run_torchtitan}
+            "torchtitan_llama3": run_torchtitan, "torchtitan_qwen3_moe": run_torchtitan,
+            "torchtitan_deepseek_v3": run_torchtitan}
 
 
 def main():

@@ -115,7 +115,8 @@ def check_merge(args, case, np_, mode):
             # An adapter case's logits are the PEFT model's: checked through PeftModel below.
             logits = None if mode == "extract" else os.path.join(oracle, "logits.safetensors")
             C.check_hf_load(target, dtype, logits, exact=case.get("logits_exact", False),
-                            auto_class=case.get("hf_auto_class", "causal_lm"))
+                            auto_class=case.get("hf_auto_class", "causal_lm"),
+                            unexpected_ok=case.get("hf_unexpected_keys"))
     if mode == "extract":
         C.check_adapter(target, oracle, dtype)
     shutil.rmtree(target)

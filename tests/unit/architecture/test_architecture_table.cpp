@@ -103,6 +103,20 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
 // A family written from scratch as an 'hf' table (no extends): GQA with biases, a dense first
 // layer, then routed experts with a router bias and summed shared experts. Its tensor set is
 // the one listed here by hand, for a config of two layers.
+TEST(ArchitectureTable, LayerOffsetNeedsALayerNumberAndAnExpression) {
+    EXPECT_EQ(error_of(with_rules(R"({"from": "m.{i}.x", "to": "l.{i}.x", "layer_offset": "num_hidden_layers"})")), "");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "m.x", "to": "l.x", "layer_offset": "num_hidden_layers"})")),
+              "t.json: rule 0 (from 'm.x'): 'layer_offset' moves the layer number {i}, which 'from' and 'to' must "
+              "both hold");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "m.{i}.x", "drop": "why", "layer_offset": "num_hidden_layers"})")),
+              "t.json: rule 0 (from 'm.{i}.x'): 'layer_offset' moves the layer number {i}, which 'from' and 'to' must "
+              "both hold");
+    EXPECT_NE(error_of(with_rules(R"({"from": "m.{i}.x", "to": "l.{i}.x", "layer_offset": "num_hidden_layers +"})")),
+              "");
+    EXPECT_EQ(megatron_error(R"({"from": "m.{i}.x", "to": "l.{i}.x", "layer_offset": "num_hidden_layers"})"),
+              "t.json: rule 0 (from 'm.{i}.x'): 'layer_offset' belongs to source 'torchtitan' tables");
+}
+
 TEST(ArchitectureTable, ANewFamilyIsAJsonFile) {
     testing::TempDir dir;
     const std::string file = dir.path() + "/glm_like.json";
@@ -171,7 +185,8 @@ TEST(ArchitectureTable, ANewFamilyIsAJsonFile) {
 }
 
 TEST(ArchitectureTable, ShippedTablesParse) {
-    for (const char* name : {"torchtitan_llama3.json", "torchtitan_qwen3.json", "torchtitan_qwen3_moe.json"}) {
+    for (const char* name : {"torchtitan_llama3.json", "torchtitan_qwen3.json", "torchtitan_qwen3_moe.json",
+                             "torchtitan_deepseek_v3.json"}) {
         const auto table = read_architecture_table(std::string(VMERGE_SOURCE_DIR) + "/share/vmerge/architectures/" + name);
         EXPECT_EQ(table.source, "torchtitan") << name;
         EXPECT_FALSE(table.config_check.empty()) << name;

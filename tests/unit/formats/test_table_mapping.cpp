@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "architecture/architecture_table.h"
+#include "architecture/hf_config.h"
 #include "core/error.h"
 #include "core/tensor_mapping.h"
 #include "formats/table_mapping.h"
@@ -84,6 +86,44 @@ TEST(ExpertSplit, EachExpertIsAViewOfItsChunk) {
         EXPECT_EQ(view.storage_offset, (e % 2) * 12);
         check_copies_tile_output(t, m.sources);
     }
+}
+
+// torchtitan numbers its MTP depths apart (mtp_layers.{k}); HF puts depth k at layer
+// num_hidden_layers + k. A rule's layer_offset says so; the main layers keep their numbers.
+TEST(LayerOffset, MtpDepthsFollowTheMainLayers) {
+    const ArchitectureTable table = parse_architecture_table("t.json", nlohmann::json::parse(R"({
+        "vmerge_architecture_table": 1, "name": "n", "source": "torchtitan", "architectures": ["A"],
+        "rules": [{"from": "layers.{i}.enorm.weight", "to": "model.layers.{i}.enorm.weight"},
+                  {"from": "mtp_layers.{i}.enorm.weight", "to": "model.layers.{i}.enorm.weight",
+                   "layer_offset": "num_hidden_layers"},
+                  {"from": "mtp_layers.{i}.w1_EFD", "to": "model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
+                   "transform": "split_experts", "layer_offset": "num_hidden_layers"}]})"));
+    const HfConfig config = parse_hf_config("cfg", R"({"num_hidden_layers": 61})");
+    TensorMapping m;
+    m.sources = {source({4}), source({4}, 100), source({4}, 200), source({2, 3, 4}, 300)};
+    const std::vector<std::pair<std::string, Shape>> keys{
+        {"layers.0.enorm.weight", {4}}, {"mtp_layers.0.enorm.weight", {4}}, {"mtp_layers.2.enorm.weight", {4}},
+        {"mtp_layers.1.w1_EFD", {2, 3, 4}}};
+    for (size_t k = 0; k < keys.size(); ++k) {
+        OutputTensor t = tensor(keys[k].first, DType::F32, keys[k].second);
+        t.copies.push_back({static_cast<uint32_t>(k), Shape(keys[k].second.size(), 0), Shape(keys[k].second.size(), 0),
+                            keys[k].second});
+        m.tensors.push_back(t);
+    }
+    std::vector<ScannedFile> scans;
+    SourceLedger ledger(scans);
+    std::vector<std::string> notes;
+    const TableApplication applied = apply_architecture_table(m, table, config, false, notes, ledger);
+    std::vector<std::string> names;
+    for (const OutputTensor& t : applied.mapping.tensors) names.push_back(t.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"model.layers.0.enorm.weight", "model.layers.61.enorm.weight",
+                                               "model.layers.62.mlp.experts.0.gate_proj.weight",
+                                               "model.layers.62.mlp.experts.1.gate_proj.weight",
+                                               "model.layers.63.enorm.weight"}));
+    EXPECT_EQ(applied.applied["rules_applied"][1]["layer_offset"], "num_hidden_layers");
+    // The offset is read from config.json: a config without it is an error naming the key.
+    const HfConfig bare = parse_hf_config("cfg", "{}");
+    EXPECT_THROW(apply_architecture_table(m, table, bare, false, notes, ledger), Error);
 }
 
 }  // namespace
