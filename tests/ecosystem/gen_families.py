@@ -13,6 +13,8 @@ VARIANT: one tiny model per family, its config the real hub config's keys and ra
   qwen3_next       Qwen3NextForCausalLM (Qwen3-Next-80B-A3B shape: linear attention, shared expert)
   glm4_moe         Glm4MoeForCausalLM (GLM-4.5 shape: dense first layer, shared expert, qk norm)
   kimi_k2          DeepseekV3ForCausalLM (Kimi-K2 shape: MLA with q_lora_rank, one group)
+  mllama           MllamaForConditionalGeneration (Llama-3.2-11B-Vision shape: cross-attention
+                   layers, tiled vision encoder with a gated global transformer)
   <family>_dcp     the same model saved by accelerate's own save_fsdp_model (FSDP2, sharded state
                    dict: plain DCP, config.json beside it in hf_config/) instead of verl's files
   <family>_missing_block, <family>_missing_expert
@@ -130,6 +132,17 @@ def kimi_k2_config():
                             routed_scaling_factor=2.827, rope_parameters=rope, num_nextn_predict_layers=0)
 
 
+def mllama_config():
+    from transformers import MllamaConfig
+    text = dict(TEXT_COMMON, intermediate_size=176, num_hidden_layers=3, num_key_value_heads=2,
+                cross_attention_layers=[1], pad_token_id=E.VOCAB - 1, rope_parameters={"rope_type": "default",
+                                                                                      "rope_theta": 5e5})
+    vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_global_layers=1, attention_heads=2,
+                  image_size=28, patch_size=14, vision_output_dim=96, intermediate_layers_indices=[0],
+                  max_num_tiles=2, supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]])
+    return MllamaConfig(text_config=text, vision_config=vision, image_token_index=E.VOCAB - 2)
+
+
 VARIANTS = {
     # name: (config builder, the Auto class that loads it)
     "qwen2_5_vl": (qwen2_5_vl_config, "image_text_to_text"),
@@ -140,6 +153,7 @@ VARIANTS = {
     "qwen3_next": (qwen3_next_config, "causal_lm"),
     "glm4_moe": (glm4_moe_config, "causal_lm"),
     "kimi_k2": (kimi_k2_config, "causal_lm"),
+    "mllama": (mllama_config, "image_text_to_text"),
 }
 
 
