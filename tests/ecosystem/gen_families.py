@@ -17,6 +17,9 @@ VARIANT: one tiny model per family, its config the real hub config's keys and ra
                    layers, tiled vision encoder with a gated global transformer)
   <family>_dcp     the same model saved by accelerate's own save_fsdp_model (FSDP2, sharded state
                    dict: plain DCP, config.json beside it in hf_config/) instead of verl's files
+  <family>_user_table
+                   config.json names an architecture vmerge ships no table for (MyMoeForCausalLM);
+                   merged with user_table_my_moe.json, a table written from scratch, and no rebuild
   <family>_missing_block, <family>_missing_expert
                    planted faults the merge must refuse, naming what is missing: vision block 1
                    taken out of every rank file; config.json claiming one expert more than saved
@@ -28,6 +31,7 @@ output carries save_pretrained's names and layouts.
 """
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -216,11 +220,17 @@ def plant_fault(fault, actor, rank, world):
             json.dump(config, f, indent=2)
 
 
+USER_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_table_my_moe.json")
+USER_ARCHITECTURE = "MyMoeForCausalLM"
+
+
 def split_variant(variant):
-    """(family, layout is DCP, planted fault suffix or "")."""
+    """(family, layout is DCP, merged with a user's table, planted fault suffix or "")."""
     fault = next((f for f in FAULTS if variant.endswith(f)), "")
     variant = variant.removesuffix(fault)
-    return variant.removesuffix("_dcp"), variant.endswith("_dcp"), fault
+    user_table = variant.endswith("_user_table")
+    variant = variant.removesuffix("_user_table")
+    return variant.removesuffix("_dcp"), variant.endswith("_dcp"), user_table, fault
 
 
 def save_checkpoint(case_dir, model, cfg, rank, world, dcp):
@@ -242,7 +252,7 @@ def save_checkpoint(case_dir, model, cfg, rank, world, dcp):
 
 def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
-    family, dcp, fault = split_variant(variant)
+    family, dcp, user_table, fault = split_variant(variant)
     make_config, auto_class = VARIANTS[family]
     rank, world = E.init_gloo()
     cfg = make_config()
@@ -258,6 +268,13 @@ def main():
     before = {k: v.clone() for k, v in model.state_dict().items()}
 
     gen_fsdp2.shard(model, wrapped_modules(model), gen_fsdp2.make_mesh(world, None, ("fsdp",)))
+    merge_args = []
+    if user_table:   # transformers loads by model_type; vmerge chooses its tables by architectures
+        cfg.architectures = [USER_ARCHITECTURE]
+        merge_args = ["--architecture_table", os.path.join(case_dir, os.path.basename(USER_TABLE))]
+        if rank == 0:
+            os.makedirs(case_dir, exist_ok=True)
+            shutil.copyfile(USER_TABLE, merge_args[1])
     checkpoint, backend, hf_config = save_checkpoint(case_dir, model, cfg, rank, world, dcp)
     if fault:
         dist.barrier()
@@ -272,7 +289,7 @@ def main():
         E.write_case(case_dir, producer=f"transformers {cfg.architectures[0]}, torch {torch.__version__} "
                      f"fully_shard ({variant}, {world} ranks), "
                      f"{'accelerate save_fsdp_model (DCP)' if dcp else 'verl file layout'}; oracle: save_pretrained",
-                     checkpoint=checkpoint, merge_args=["--backend", backend], hf_config=hf_config,
+                     checkpoint=checkpoint, merge_args=["--backend", backend] + merge_args, hf_config=hf_config,
                      output_dtype="bfloat16", oracle_dtypes=True, hf_load=not fault, logits_exact=True,
                      hf_auto_class=auto_class, expected_error=FAULTS.get(fault))
     dist.barrier()
