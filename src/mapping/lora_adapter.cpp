@@ -69,6 +69,17 @@ std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const T
 }
 
 
+// The task_type PEFT loads the adapter with when no adapter_config.json beside the checkpoint
+// states one: lora_train_meta.json's, else the caller's (a value model's TOKEN_CLS), else the
+// model's head: a score head without lm_head is a value model (a verl critic saved with the
+// actor's *ForCausalLM config.json), anything else a causal LM.
+std::string adapter_task_type(const PeftInventory& inv, const LoraOptions& options, const LoraHyperparameters& h) {
+    if (!h.train_meta_task_type.empty()) return h.train_meta_task_type;
+    if (!options.task_type.empty()) return options.task_type;
+    auto holds = [&](const char* name) { return inv.model_index.count(name) > 0 || inv.originals.count(name) > 0; };
+    return holds("score.weight") && !holds("lm_head.weight") ? "TOKEN_CLS" : "CAUSAL_LM";
+}
+
 // Extract: what the adapter_config.json PEFT loads the written adapter with states
 // (output/peft_adapter_config.h writes it).
 ExtractedAdapter extracted_adapter(const TensorMapping& mapping, const PeftInventory& inv, const LoraOptions& options,
@@ -86,7 +97,7 @@ ExtractedAdapter extracted_adapter(const TensorMapping& mapping, const PeftInven
     a.use_rslora = h.use_rslora;
     a.found_config = h.found_config;
     a.base_model_name_or_path = options.base_model_name_or_path;
-    a.task_type = options.task_type;
+    a.task_type = adapter_task_type(inv, options, h);
     return a;
 }
 
