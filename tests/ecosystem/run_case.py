@@ -97,12 +97,15 @@ def check_merge(args, case, np_, mode):
         return
     oracle = os.path.join(args.case, "oracle")
     dtype = getattr(torch, case["output_dtype"])
+    auto_class = case.get("hf_auto_class", "causal_lm")
     if mode == "exclude_frozen":  # the producer's own tool with the same flag is the oracle
         C.check_tensors_exact(target, os.path.join(oracle, case["exclude_frozen_oracle"]), dtype,
                               what="zero_to_fp32 --exclude_frozen_parameters")
     elif mode == "fold":
-        C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype)
-        C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False)
+        C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype,
+                              C.adapted_weights(os.path.join(oracle, "adapter.safetensors")))
+        C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False,
+                        auto_class=auto_class)
     else:
         # save_pretrained's own oracle keeps the dtypes the model keeps (fp32 MoE routers in a
         # bf16 model): the output must carry them, not the config's dtype.
@@ -115,9 +118,9 @@ def check_merge(args, case, np_, mode):
             # An adapter case's logits are the PEFT model's: checked through PeftModel below.
             logits = None if mode == "extract" else os.path.join(oracle, "logits.safetensors")
             C.check_hf_load(target, dtype, logits, exact=case.get("logits_exact", False),
-                            auto_class=case.get("hf_auto_class", "causal_lm"))
+                            auto_class=auto_class)
     if mode == "extract":
-        C.check_adapter(target, oracle, dtype)
+        C.check_adapter(target, oracle, dtype, auto_class)
     shutil.rmtree(target)
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 
