@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eco_checks as C  # noqa: E402
+import fold_error  # noqa: E402
 
 
 def run_vmerge(args, case, np_, target, extra):
@@ -104,6 +105,8 @@ def check_merge(args, case, np_, mode):
     elif mode == "fold":
         C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype,
                               C.adapted_weights(os.path.join(oracle, "adapter.safetensors")))
+        if os.path.isdir(os.path.join(oracle, "peft_saved")):
+            fold_error.check_fold_error(args.case, target)
         C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False,
                         auto_class=auto_class)
     else:
