@@ -29,6 +29,17 @@ std::vector<LoraDelta> lora_deltas(const PeftInventory& inv, const TensorMapping
     return deltas;
 }
 
+// Merge: the trained modules_to_save copy of `name`, in place of its original `original`.
+OutputTensor trained_copy(const PeftInventory& inv, const TensorMapping& mapping, const std::string& name,
+                          const OutputTensor& original, const std::string& where) {
+    OutputTensor replacement = mapping.tensors[inv.trained.at(name)];
+    replacement.name = name;
+    if (replacement.shape != original.shape)
+        throw Error(where + ": modules_to_save copy of '" + name + "' is " + shape_to_string(replacement.shape) +
+                    ", the original " + shape_to_string(original.shape));
+    return replacement;
+}
+
 // The mapping with PEFT names removed: base tensors under their HF names (each adapted weight
 // pointing at its delta, Merge), then the adapter's tensors under PEFT names (Extract).
 std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const TensorMapping& mapping, LoraMode mode,
@@ -41,20 +52,13 @@ std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const T
         if (p.kind == K::Plain || p.kind == K::Base) {
             t.name = p.name;
             if (auto it = delta_of.find(p.name); it != delta_of.end()) t.lora_delta = it->second;
-            model.push_back(std::move(t));
+            // A base tensor standing for an original_module the checkpoint left out (frozen).
+            const bool replaced = mode == LoraMode::Merge && inv.trained.count(p.name) && !inv.originals.count(p.name);
+            model.push_back(replaced ? trained_copy(inv, mapping, p.name, t, where) : std::move(t));
         } else if (p.kind == K::Original) {
             // Extract: the frozen copy is the base model's; Merge: the trained copy replaces it.
-            if (mode == LoraMode::Merge) {
-                OutputTensor replacement = mapping.tensors[inv.trained.at(p.name)];
-                replacement.name = p.name;
-                if (replacement.shape != t.shape)
-                    throw Error(where + ": modules_to_save copy of '" + p.name + "' is " + shape_to_string(replacement.shape) +
-                                ", the original " + shape_to_string(t.shape));
-                model.push_back(std::move(replacement));
-            } else {
-                t.name = p.name;
-                model.push_back(std::move(t));
-            }
+            t.name = p.name;
+            model.push_back(mode == LoraMode::Merge ? trained_copy(inv, mapping, p.name, t, where) : std::move(t));
         } else if (mode == LoraMode::Extract) {
             static const std::map<K, const char*> suffix{{K::LoraA, ".lora_A.weight"}, {K::LoraB, ".lora_B.weight"},
                                                          {K::EmbeddingA, ".lora_embedding_A"},

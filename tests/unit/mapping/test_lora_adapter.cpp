@@ -122,6 +122,40 @@ TEST(LoraAdapter, TaskTypeFollowsTheModelHeadUnlessAFileOrTheCallerSaysIt) {
     EXPECT_EQ(exported_task_type(value_model(), meta), "SEQ_CLS");
 }
 
+// HF Trainer under DeepSpeed leaves frozen parameters out, original_module included: the base
+// model's own score.weight (--lora_base) stands for it, in the base folder (export) and as the
+// tensor the trained copy replaces (fold).
+TensorMapping value_model_without_original() {
+    return mapping_of({{"model.layers.0.self_attn.q_proj.weight", {4, 4}},
+                       {"score.weight", {1, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                       {kP + "score.modules_to_save.default.weight", {1, 4}}});
+}
+
+TEST(LoraAdapter, ModulesToSaveWithoutOriginalUsesTheBaseTensor) {
+    TensorMapping extract = value_model_without_original();
+    apply_lora(extract, with_alpha(LoraMode::Extract, 8), "/ckpt");
+    EXPECT_EQ(names(extract), (std::vector<std::string>{
+                                  "model.layers.0.self_attn.q_proj.weight", "score.weight",
+                                  kP + "model.layers.0.self_attn.q_proj.lora_A.weight [adapter]",
+                                  kP + "model.layers.0.self_attn.q_proj.lora_B.weight [adapter]",
+                                  kP + "score.weight [adapter]"}));
+    EXPECT_EQ(extract.tensors[1].copies[0].source, 1u);     // the base's head
+    EXPECT_EQ(extract.tensors.back().copies[0].source, 4u); // the trained copy
+    TensorMapping merge = value_model_without_original();
+    apply_lora(merge, with_alpha(LoraMode::Merge, 8), "/ckpt");
+    ASSERT_EQ(merge.tensors.size(), 2u);
+    EXPECT_EQ(merge.tensors[1].name, "score.weight");
+    EXPECT_EQ(merge.tensors[1].copies[0].source, 4u);
+    // Neither an original_module copy nor a base tensor: nothing to put in the base folder.
+    TensorMapping orphan = mapping_of({{kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 4}},
+                                       {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                                       {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                                       {kP + "score.modules_to_save.default.weight", {1, 4}}});
+    EXPECT_THROW(apply_lora(orphan, with_alpha(LoraMode::Extract, 8), "/ckpt"), Error);
+}
+
 TEST(LoraAdapter, MergeAttachesDeltasWithAlphaOverRAndReplacesModulesToSave) {
     TensorMapping m = peft_model();
     LoraOptions o = with_alpha(LoraMode::Merge, 12);
