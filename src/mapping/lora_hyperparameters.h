@@ -34,6 +34,9 @@ struct LoraOptions {
     // (verl's PPO worker), <dir>/lora_train_meta.json and <dir>/../lora_train_meta.json (verl
     // >= 2026-02).
     std::string checkpoint_dir;
+    // A PEFT adapter export's adapter_config.json read instead of <dir>/lora_adapter/'s (HF
+    // Trainer's checkpoint-N/ beside a DeepSpeed save; empty: none).
+    std::string adapter_config;
     // The files above as read by another rank; without them apply_lora reads them itself.
     std::optional<LoraMetadataFiles> metadata;
     // Why the checkpoint records no alpha (Megatron-Bridge shards): the missing-alpha error says it.

@@ -31,6 +31,7 @@ LoraResult apply_lora_choice(MappedCheckpoint& mapped, const DetectedCheckpoint&
     LoraOptions lora = recipe.lora;
     lora.checkpoint_dir = checkpoint.dir;
     lora.alpha_unrecorded = mapped.lora_alpha_unrecorded;
+    if (!checkpoint.lora_adapter_dir.empty()) lora.adapter_config = checkpoint.lora_adapter_dir + "/adapter_config.json";
     // PeftModel.from_pretrained picks its model class by task_type: a value model's adapter
     // (score head in modules_to_save) must say TOKEN_CLS, as verl's critic and PEFT save it.
     const bool token_classifier = !config.architectures.empty() && config.architectures[0].ends_with("ForTokenClassification");
