@@ -53,7 +53,11 @@ def exact_folds(case_dir, dtype=None):
         raise SystemExit("fold_error.py: rank_pattern / alpha_pattern / rsLoRA adapters are not covered")
     scale = config["lora_alpha"] / config["r"]
     base = C.load_file(os.path.join(oracle, "weights.safetensors"))
-    adapter = C.load_file(os.path.join(oracle, "peft_saved", "adapter_model.safetensors"))
+    # The factors the fold reads: PEFT's export, or where the checkpoint holds them more precisely
+    # than the export (DeepSpeed's fp32 masters of a bf16 engine), the producer's own copy of those.
+    factors = os.path.join(oracle, "fold_factors.safetensors")
+    adapter = C.load_file(factors if os.path.exists(factors)
+                          else os.path.join(oracle, "peft_saved", "adapter_model.safetensors"))
     out = {}
     for name in sorted(C.adapted_weights(os.path.join(oracle, "peft_saved", "adapter_model.safetensors"))):
         module = "base_model.model." + name.removesuffix(".weight")
