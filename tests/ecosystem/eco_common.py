@@ -151,6 +151,7 @@ def write_case(case_dir, **fields):
       adapter        true: the output has a PEFT adapter (checked with PeftModel)
       base_model     folder of the base model for the adapter check (relative to the case)
       expected_error text the merge must fail with (a layout vmerge refuses by design)
+      error_without_base  an adapter-only case: text the merge without --lora_base must fail with
       quantized_modes  also merge with these quantizations and load each with its consumer
                      (run_case.py QUANT_MODES: int4, int8, fp8_dynamic, fp8_block, fp8_full_blocks)
       hdf5           true: also merge with --format hdf5 (plain and zstd) and read it with h5py

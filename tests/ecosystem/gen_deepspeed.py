@@ -392,6 +392,7 @@ def write_lora_case_json(case_dir, variant, stage, exclude_frozen, world):
                  # HF Trainer's exclusion leaves the base out of the ZeRO files: --lora_base gives it.
                  base_model="base" if exclude_frozen else None,
                  hf_config=None if exclude_frozen else "base",
+                 error_without_base="pass --lora_base" if exclude_frozen else None,
                  hf_auto_class=auto_class(variant in VALUE_HEAD_VARIANTS))
 
 

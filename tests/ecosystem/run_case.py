@@ -128,6 +128,14 @@ def check_merge(args, case, np_, mode):
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 
 
+def check_refused_without_base(args, case):
+    """An adapter-only checkpoint merged without --lora_base: refused with the case's text."""
+    target = os.path.join(args.work, f"{os.path.basename(args.case)}.nobase")
+    shutil.rmtree(target, ignore_errors=True)
+    run_vmerge(args, dict(case, base_model=None, expected_error=case["error_without_base"]), 1, target, [])
+    print(f"ok: {os.path.basename(args.case)} refused without --lora_base", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
@@ -141,6 +149,8 @@ def main():
     with open(os.path.join(args.case, "case.json")) as f:
         case = json.load(f)
     os.makedirs(args.work, exist_ok=True)
+    if case.get("error_without_base") and not args.modes:
+        check_refused_without_base(args, case)
     modes = ["extract", "fold"] if case.get("adapter") else ["plain"]
     if case.get("exclude_frozen_oracle"):
         modes.append("exclude_frozen")
