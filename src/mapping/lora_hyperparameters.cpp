@@ -133,7 +133,8 @@ LoraMetadataFiles deserialize_lora_metadata(const std::string& text) {
 }
 
 LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, const std::string& adapter_summary) {
-    const LoraMetadataFiles files = options.metadata ? *options.metadata : read_lora_metadata(options.checkpoint_dir, options.adapter_config);
+    const LoraMetadataFiles files =
+        options.metadata ? *options.metadata : read_lora_metadata(options.checkpoint_dir, options.adapter_config);
     LoraHyperparameters h;
     std::vector<FoundAlpha> found;
     if (files.adapter_config.exists)

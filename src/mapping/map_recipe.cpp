@@ -34,7 +34,8 @@ LoraResult apply_lora_choice(MappedCheckpoint& mapped, const DetectedCheckpoint&
     if (!checkpoint.lora_adapter_dir.empty()) lora.adapter_config = checkpoint.lora_adapter_dir + "/adapter_config.json";
     // PeftModel.from_pretrained picks its model class by task_type: a value model's adapter
     // (score head in modules_to_save) must say TOKEN_CLS, as verl's critic and PEFT save it.
-    const bool token_classifier = !config.architectures.empty() && config.architectures[0].ends_with("ForTokenClassification");
+    const bool token_classifier =
+        !config.architectures.empty() && config.architectures[0].ends_with("ForTokenClassification");
     if (recipe.map.is_value_model || token_classifier) lora.task_type = "TOKEN_CLS";
     LoraResult result = apply_lora(mapped.mapping, lora, checkpoint.dir);
     for (const auto& note : result.notes) mapped.notes.push_back(note);

@@ -31,14 +31,6 @@ const BackendFlag& exclude_frozen_flag() {
     return flag;
 }
 
-// A PEFT state-dict name of the adapter's own tensors (mapping/peft_names.h parses them in full:
-// formats/ only needs to tell them from base weights).
-bool is_adapter_tensor_name(const std::string& name) {
-    for (const char* part : {".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".modules_to_save."})
-        if (name.find(part) != std::string::npos) return true;
-    return false;
-}
-
 // HF Trainer saves a PeftModel under ZeRO with save_checkpoint(exclude_frozen_parameters=True)
 // (transformers trainer.py, _save_checkpoint): the ZeRO files then hold the adapter's masters
 // and no frozen base weight (no base_layer, no frozen_param_fragments).
@@ -46,7 +38,7 @@ bool holds_adapter_only(const TensorMapping& mapping) {
     bool adapter = false;
     for (const OutputTensor& t : mapping.tensors) {
         if (t.name.find(".base_layer.") != std::string::npos) return false;
-        adapter = adapter || is_adapter_tensor_name(t.name);
+        adapter = adapter || is_peft_adapter_tensor(t.name);
     }
     return adapter;
 }

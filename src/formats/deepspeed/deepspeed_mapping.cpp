@@ -344,11 +344,9 @@ void assemble(Zero& z, std::vector<std::string>& notes) {
 // how the output cast rounds too). Folds read the masters at full precision.
 void keep_adapter_module_dtype(Zero& z) {
     for (OutputTensor& t : z.mapping.tensors) {
-        bool adapter = false;
-        for (const char* part : {".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".modules_to_save."})
-            adapter = adapter || t.name.find(part) != std::string::npos;
         const auto it = z.module[0].find(t.name);
-        if (adapter && it != z.module[0].end() && is_floating(it->second->dtype)) t.dtype = it->second->dtype;
+        if (is_peft_adapter_tensor(t.name) && it != z.module[0].end() && is_floating(it->second->dtype))
+            t.dtype = it->second->dtype;
     }
 }
 
@@ -396,6 +394,12 @@ uint64_t drop_unwritten(const Zero& z, SourceLedger& ledger) {
 }
 
 }  // namespace
+
+bool is_peft_adapter_tensor(const std::string& name) {
+    for (const char* part : {".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".modules_to_save."})
+        if (name.find(part) != std::string::npos) return true;
+    return false;
+}
 
 TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans, SourceLedger& ledger,
                             bool exclude_frozen_parameters, std::set<std::string>& left_out, nlohmann::ordered_json& facts,
