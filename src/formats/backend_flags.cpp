@@ -31,10 +31,11 @@ const BackendFlag& lora_base_flag() {
     static const BackendFlag flag{
         "lora_base", BackendFlag::Kind::Folder, "",
         "checkpoints that hold only the adapter (Megatron adapter_checkpoint/, Megatron-Bridge LoRA, verl FSDP "
-        "save_lora_only): the Hugging Face base model the adapter was trained on",
+        "save_lora_only, DeepSpeed ZeRO saves of a PEFT model by HF Trainer): the Hugging Face base model the "
+        "adapter was trained on",
         "the Hugging Face base model folder",
         "holds no adapter-only weights to add a base model to (--lora_base is for Megatron adapter_checkpoint/, "
-        "Megatron-Bridge LoRA and verl FSDP save_lora_only checkpoints)"};
+        "Megatron-Bridge LoRA, verl FSDP save_lora_only and HF Trainer DeepSpeed PEFT checkpoints)"};
     return flag;
 }
 

@@ -29,6 +29,17 @@ std::vector<LoraDelta> lora_deltas(const PeftInventory& inv, const TensorMapping
     return deltas;
 }
 
+// Merge: the trained modules_to_save copy of `name`, in place of its original `original`.
+OutputTensor trained_copy(const PeftInventory& inv, const TensorMapping& mapping, const std::string& name,
+                          const OutputTensor& original, const std::string& where) {
+    OutputTensor replacement = mapping.tensors[inv.trained.at(name)];
+    replacement.name = name;
+    if (replacement.shape != original.shape)
+        throw Error(where + ": modules_to_save copy of '" + name + "' is " + shape_to_string(replacement.shape) +
+                    ", the original " + shape_to_string(original.shape));
+    return replacement;
+}
+
 // The mapping with PEFT names removed: base tensors under their HF names (each adapted weight
 // pointing at its delta, Merge), then the adapter's tensors under PEFT names (Extract).
 std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const TensorMapping& mapping, LoraMode mode,
@@ -41,20 +52,13 @@ std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const T
         if (p.kind == K::Plain || p.kind == K::Base) {
             t.name = p.name;
             if (auto it = delta_of.find(p.name); it != delta_of.end()) t.lora_delta = it->second;
-            model.push_back(std::move(t));
+            // A base tensor standing for an original_module the checkpoint left out (frozen).
+            const bool replaced = mode == LoraMode::Merge && inv.trained.count(p.name) && !inv.originals.count(p.name);
+            model.push_back(replaced ? trained_copy(inv, mapping, p.name, t, where) : std::move(t));
         } else if (p.kind == K::Original) {
             // Extract: the frozen copy is the base model's; Merge: the trained copy replaces it.
-            if (mode == LoraMode::Merge) {
-                OutputTensor replacement = mapping.tensors[inv.trained.at(p.name)];
-                replacement.name = p.name;
-                if (replacement.shape != t.shape)
-                    throw Error(where + ": modules_to_save copy of '" + p.name + "' is " + shape_to_string(replacement.shape) +
-                                ", the original " + shape_to_string(t.shape));
-                model.push_back(std::move(replacement));
-            } else {
-                t.name = p.name;
-                model.push_back(std::move(t));
-            }
+            t.name = p.name;
+            model.push_back(mode == LoraMode::Merge ? trained_copy(inv, mapping, p.name, t, where) : std::move(t));
         } else if (mode == LoraMode::Extract) {
             static const std::map<K, const char*> suffix{{K::LoraA, ".lora_A.weight"}, {K::LoraB, ".lora_B.weight"},
                                                          {K::EmbeddingA, ".lora_embedding_A"},
@@ -68,6 +72,17 @@ std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const T
     return model;
 }
 
+
+// The task_type PEFT loads the adapter with when no adapter_config.json beside the checkpoint
+// states one: lora_train_meta.json's, else the caller's (a value model's TOKEN_CLS), else the
+// model's head: a score head without lm_head is a value model (a verl critic saved with the
+// actor's *ForCausalLM config.json), anything else a causal LM.
+std::string adapter_task_type(const PeftInventory& inv, const LoraOptions& options, const LoraHyperparameters& h) {
+    if (!h.train_meta_task_type.empty()) return h.train_meta_task_type;
+    if (!options.task_type.empty()) return options.task_type;
+    auto holds = [&](const char* name) { return inv.model_index.count(name) > 0 || inv.originals.count(name) > 0; };
+    return holds("score.weight") && !holds("lm_head.weight") ? "TOKEN_CLS" : "CAUSAL_LM";
+}
 
 // Extract: what the adapter_config.json PEFT loads the written adapter with states
 // (output/peft_adapter_config.h writes it).
@@ -86,7 +101,7 @@ ExtractedAdapter extracted_adapter(const TensorMapping& mapping, const PeftInven
     a.use_rslora = h.use_rslora;
     a.found_config = h.found_config;
     a.base_model_name_or_path = options.base_model_name_or_path;
-    a.task_type = options.task_type;
+    a.task_type = adapter_task_type(inv, options, h);
     return a;
 }
 

@@ -133,7 +133,8 @@ LoraMetadataFiles deserialize_lora_metadata(const std::string& text) {
 }
 
 LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, const std::string& adapter_summary) {
-    const LoraMetadataFiles files = options.metadata ? *options.metadata : read_lora_metadata(options.checkpoint_dir);
+    const LoraMetadataFiles files =
+        options.metadata ? *options.metadata : read_lora_metadata(options.checkpoint_dir, options.adapter_config);
     LoraHyperparameters h;
     std::vector<FoundAlpha> found;
     if (files.adapter_config.exists)
@@ -143,6 +144,7 @@ LoraHyperparameters resolve_lora_hyperparameters(const LoraOptions& options, con
         const nlohmann::json m = parse_json_text(files.train_meta.contents(), files.train_meta.path);
         if (auto a = number_field(m, "lora_alpha", meta)) found.push_back({*a, meta});
         if (auto r = rank_field(m, "r", meta); r && !h.r) h.r = *r;
+        if (m.contains("task_type") && m["task_type"].is_string()) h.train_meta_task_type = m["task_type"].get<std::string>();
     });
     choose_alpha(h, found, options, adapter_summary);
     if (options.use_rslora) h.use_rslora = *options.use_rslora;

@@ -34,11 +34,17 @@ struct LoraOptions {
     // (verl's PPO worker), <dir>/lora_train_meta.json and <dir>/../lora_train_meta.json (verl
     // >= 2026-02).
     std::string checkpoint_dir;
+    // A PEFT adapter export's adapter_config.json read instead of <dir>/lora_adapter/'s (HF
+    // Trainer's checkpoint-N/ beside a DeepSpeed save; empty: none).
+    std::string adapter_config;
     // The files above as read by another rank; without them apply_lora reads them itself.
     std::optional<LoraMetadataFiles> metadata;
     // Why the checkpoint records no alpha (Megatron-Bridge shards): the missing-alpha error says it.
     std::string alpha_unrecorded;
-    std::string task_type = "CAUSAL_LM";
+    // adapter_config.json's task_type when no file found beside the checkpoint records one:
+    // TOKEN_CLS for a value model (--is_value_model, a *ForTokenClassification config); empty:
+    // apply_lora decides from the model's head (score.weight without lm_head.weight: TOKEN_CLS).
+    std::string task_type;
     std::string base_model_name_or_path;  // used when no found adapter config names one
 };
 
@@ -50,6 +56,7 @@ struct LoraHyperparameters {
     nlohmann::json rank_pattern = nlohmann::json::object();
     nlohmann::json alpha_pattern = nlohmann::json::object();
     nlohmann::json found_config;  // the adapter_config.json found beside the checkpoint, if any
+    std::string train_meta_task_type;  // lora_train_meta.json's task_type (verl: the LoraConfig's)
     std::string source;           // for people: "--lora_alpha", a file path
     std::vector<std::string> notes;
 };

@@ -26,11 +26,17 @@ void write_mtp_copies(MappedCheckpoint& mapped, const MapOptions& options, bool 
 }
 
 // The adapter found in the mapping, extracted or folded as the recipe says.
-LoraResult apply_lora_choice(MappedCheckpoint& mapped, const DetectedCheckpoint& checkpoint, const MapRecipe& recipe) {
+LoraResult apply_lora_choice(MappedCheckpoint& mapped, const DetectedCheckpoint& checkpoint, const HfConfig& config,
+                             const MapRecipe& recipe) {
     LoraOptions lora = recipe.lora;
     lora.checkpoint_dir = checkpoint.dir;
     lora.alpha_unrecorded = mapped.lora_alpha_unrecorded;
-    lora.task_type = recipe.map.is_value_model ? "TOKEN_CLS" : "CAUSAL_LM";
+    if (!checkpoint.lora_adapter_dir.empty()) lora.adapter_config = checkpoint.lora_adapter_dir + "/adapter_config.json";
+    // PeftModel.from_pretrained picks its model class by task_type: a value model's adapter
+    // (score head in modules_to_save) must say TOKEN_CLS, as verl's critic and PEFT save it.
+    const bool token_classifier =
+        !config.architectures.empty() && config.architectures[0].ends_with("ForTokenClassification");
+    if (recipe.map.is_value_model || token_classifier) lora.task_type = "TOKEN_CLS";
     LoraResult result = apply_lora(mapped.mapping, lora, checkpoint.dir);
     for (const auto& note : result.notes) mapped.notes.push_back(note);
     return result;
@@ -61,7 +67,7 @@ MappedModel map_model(MappedCheckpoint mapped, const DetectedCheckpoint& checkpo
     const bool tied = recipe.tie_word_embedding || config.tie_word_embeddings;
     // The checkpoint's own MTP copies against the bytes they copy, before a LoRA update is attached.
     if (checks.mtp_copies) checks.mtp_copies(m.mapping, m.mtp_shared_copies, tied);
-    model.lora = apply_lora_choice(m, checkpoint, recipe);
+    model.lora = apply_lora_choice(m, checkpoint, config, recipe);
     // --tie_word_embedding acts here, after mapping: a Megatron output_layer has become
     // lm_head.weight and is compared with the embedding before the output rules drop it.
     if (checks.tied_head) checks.tied_head(m.mapping, config, recipe.tie_word_embedding);

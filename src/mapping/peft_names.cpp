@@ -138,15 +138,18 @@ PeftInventory inventory_peft_names(const TensorMapping& mapping, const std::stri
         for (const auto& a : adapters) list += (list.empty() ? "" : ", ") + a;
         throw Error(where + ": holds several LoRA adapters (" + list + "); vmerge handles one adapter per checkpoint");
     }
-    for (const auto& [name, index] : inv.trained)
-        if (!inv.originals.count(name))
-            throw Error(where + ": '" + mapping.tensors[index].name + "' (modules_to_save) has no original_module copy");
     for (size_t i = 0; i < inv.parsed.size(); ++i) {
         if (inv.parsed[i].kind == K::Plain || inv.parsed[i].kind == K::Base) {
             if (!inv.model_index.emplace(inv.parsed[i].name, i).second)
                 throw Error(where + ": '" + inv.parsed[i].name + "' appears twice once the PEFT names are removed");
         }
     }
+    // The original is the frozen original_module copy, or, where the checkpoint left frozen
+    // parameters out (HF Trainer under DeepSpeed), the base model's own tensor (--lora_base).
+    for (const auto& [name, index] : inv.trained)
+        if (!inv.originals.count(name) && !inv.model_index.count(name))
+            throw Error(where + ": '" + mapping.tensors[index].name +
+                        "' (modules_to_save) has no original: no original_module copy and no base tensor '" + name + "'");
     return inv;
 }
 

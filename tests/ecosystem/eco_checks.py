@@ -76,21 +76,39 @@ def check_tensors_exact(folder, oracle_file, dtype, what="the oracle", partial=F
     print(f"  safetensors: {count} tensors bit-equal to {what}", flush=True)
 
 
-def check_tensors_close(folder, oracle_file, dtype, rel=1e-2):
-    """Folded weights: each within the fold's tolerance of PEFT's own merge_and_unload."""
+def adapted_weights(adapter_file):
+    """The HF names of the weights an adapter changes (PEFT's export names its lora_A per module)."""
+    out = set()
+    for key in load_file(adapter_file):
+        for marker in (".lora_A.weight", ".lora_embedding_A"):
+            if key.endswith(marker):
+                out.add(key.removeprefix("base_model.model.").removesuffix(marker) + ".weight")
+    return out
+
+
+def check_tensors_close(folder, oracle_file, dtype, adapted, rel=1e-2):
+    """Folded weights: each adapted weight within the fold's tolerance of PEFT's own
+    merge_and_unload (PEFT adds a bf16-rounded delta to the bf16 weight, rounding twice; the fold
+    rounds once), every other tensor (modules_to_save heads included) bit-equal to it."""
     got, want = output_tensors(folder), load_file(oracle_file)
     compare_key_sets(got, want, folder)
-    worst = 0.0
+    worst, exact = 0.0, 0
     for key, ref in want.items():
         out = got[key]
         if out.dtype != dtype or out.shape != ref.shape:
             fail(f"{key}: {out.dtype} {tuple(out.shape)}, PEFT's fold {ref.dtype} {tuple(ref.shape)}")
+        if key not in adapted:
+            if not torch.equal(out, ref.to(dtype)):
+                fail(f"{key}: not adapted, yet differs from PEFT's merge_and_unload "
+                     f"(max |diff| {(out.float() - ref.float()).abs().max().item():g})")
+            exact += 1
+            continue
         err = (out.float() - ref.float()).abs().max().item() / max(ref.float().abs().max().item(), 1e-6)
         worst = max(worst, err)
         if err > rel:
             fail(f"{key}: relative difference {err:g} from PEFT's merge_and_unload (> {rel})")
-    print(f"  fold: {len(got)} tensors within {worst:.2g} (relative) of PEFT's merge_and_unload",
-          flush=True)
+    print(f"  fold: {len(got) - exact} adapted tensors within {worst:.2g} (relative) of PEFT's merge_and_unload, "
+          f"{exact} others bit-equal to it", flush=True)
 
 
 def load_hf_model(folder, dtype, auto_class="causal_lm", unexpected_ok=None):
@@ -134,18 +152,51 @@ def check_hf_load(folder, dtype, logits_file, exact, auto_class="causal_lm", une
         print("  transformers: loads with no missing or unexpected keys", flush=True)
 
 
-def check_adapter(folder, oracle, dtype):
-    """The extracted adapter: its tensors equal PEFT's own export, and PeftModel on the merged
-    base gives the live PEFT model's logits."""
+# adapter_config.json fields that decide what PEFT builds and loads: the exported adapter must state
+# them as PeftModel.save_pretrained states them for the live model.
+ADAPTER_CONFIG_FIELDS = ("peft_type", "r", "lora_alpha", "use_rslora", "task_type", "bias", "fan_in_fan_out")
+
+
+def check_adapter_config(adapter_dir, saved_dir):
+    """vmerge's adapter_config.json against PEFT's own save_pretrained one: the fields PEFT builds
+    the modules from, the modules_to_save set, and target_modules matching the same modules."""
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        got = json.load(f)
+    with open(os.path.join(saved_dir, "adapter_config.json")) as f:
+        want = json.load(f)
+    for key in ADAPTER_CONFIG_FIELDS:
+        if got.get(key) != want.get(key):
+            fail(f"{adapter_dir}/adapter_config.json: {key} {got.get(key)!r}, PEFT saves {want.get(key)!r}")
+    # PEFT's token-classification model appends its classifier names ("classifier", "score") to
+    # the list it was given, so it saves duplicates and names absent from the model: as sets,
+    # vmerge's list must be the ones that exist among them.
+    got_saved, want_saved = set(got.get("modules_to_save") or []), set(want.get("modules_to_save") or [])
+    if not got_saved <= want_saved or (want_saved and not got_saved):
+        fail(f"{adapter_dir}/adapter_config.json: modules_to_save {sorted(got_saved)}, PEFT saves {sorted(want_saved)}")
+    print(f"  adapter_config.json: {', '.join(ADAPTER_CONFIG_FIELDS)} and modules_to_save "
+          f"{sorted(got_saved)} as PEFT's save_pretrained states them", flush=True)
+
+
+def check_adapter(folder, oracle, dtype, auto_class="causal_lm"):
+    """The extracted adapter: its tensors equal PEFT's own export (save_pretrained's
+    adapter_model.safetensors where the case has it: names and bits), its config states what
+    PEFT's does, and PeftModel on the merged base gives the live PEFT model's logits."""
     from peft import PeftModel
     adapter_dir = os.path.join(folder, "lora_adapter")
     got = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
-    want = load_file(os.path.join(oracle, "adapter.safetensors"))
+    saved_dir = os.path.join(oracle, "peft_saved")
+    has_saved = os.path.isdir(saved_dir)
+    want = load_file(os.path.join(saved_dir, "adapter_model.safetensors") if has_saved
+                     else os.path.join(oracle, "adapter.safetensors"))
     compare_key_sets(got, want, adapter_dir)
     for key, ref in want.items():
-        if not torch.equal(got[key], ref):
+        if got[key].dtype != ref.dtype or not torch.equal(got[key], ref):
             fail(f"{adapter_dir}: {key} differs from PEFT's export")
-    model = PeftModel.from_pretrained(load_hf_model(folder, dtype), adapter_dir).eval()
+    print(f"  adapter_model.safetensors: {len(want)} tensors bit-equal to PEFT's "
+          f"{'save_pretrained' if has_saved else 'get_peft_model_state_dict'}", flush=True)
+    if has_saved:
+        check_adapter_config(adapter_dir, saved_dir)
+    model = PeftModel.from_pretrained(load_hf_model(folder, dtype, auto_class), adapter_dir).eval()
     compare_logits(model, os.path.join(oracle, "logits.safetensors"), True, "PeftModel")
 
 

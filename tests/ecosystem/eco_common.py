@@ -24,9 +24,10 @@ FIXED_INPUT = [[5, 17, 42, 99, 3, 250, 7, 128, 64, 11, 200, 31]]
 SIZES_128 = dict(hidden_size=128, intermediate_size=256, head_dim=64)
 
 
-def tiny_config(family="qwen2", tie=False, dtype="bfloat16", layers=2, sizes=None):
+def tiny_config(family="qwen2", tie=False, dtype="bfloat16", layers=2, sizes=None, value_head=False):
     """A two-layer HF config of the given family (Qwen2 with QKV bias, or Llama); `sizes`
-    overrides hidden/intermediate/head_dim (SIZES_128)."""
+    overrides hidden/intermediate/head_dim (SIZES_128); `value_head`: the token-classification
+    model of one label a value or reward model is (its `score` head instead of lm_head)."""
     from transformers import LlamaConfig, Qwen2Config
     common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=88, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -36,15 +37,19 @@ def tiny_config(family="qwen2", tie=False, dtype="bfloat16", layers=2, sizes=Non
     cfg = cls(**common)
     cfg.dtype = dtype
     cfg.architectures = [{"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[family]]
+    if value_head:
+        cfg.num_labels = 1
+        cfg.architectures = [cfg.architectures[0].replace("ForCausalLM", "ForTokenClassification")]
     return cfg
 
 
 def auto_model_class(name="causal_lm"):
     """The transformers Auto class a case's model loads with (case.json `hf_auto_class`): VL
-    models are not causal LMs to transformers 5."""
+    models are not causal LMs to transformers 5; value models are token classifiers."""
     import transformers
     return getattr(transformers, {"causal_lm": "AutoModelForCausalLM",
-                                  "image_text_to_text": "AutoModelForImageTextToText"}[name])
+                                  "image_text_to_text": "AutoModelForImageTextToText",
+                                  "token_classification": "AutoModelForTokenClassification"}[name])
 
 
 def build_model(cfg, seed=1234, auto_class="causal_lm"):
@@ -139,14 +144,16 @@ def write_case(case_dir, **fields):
       oracle_dtypes  true: every output tensor in its oracle tensor's dtype (save_pretrained keeps
                      some in float32 in a bf16 model), not cast to output_dtype
       hf_load        true: transformers' from_pretrained must load the output
-      hf_auto_class  the Auto class of that load: "causal_lm" (AutoModelForCausalLM, the default)
-                     or "image_text_to_text" (VL models; logits on the same text-only input_ids)
+      hf_auto_class  the Auto class of that load: "causal_lm" (AutoModelForCausalLM, the default),
+                     "image_text_to_text" (VL models; logits on the same text-only input_ids) or
+                     "token_classification" (value models: AutoModelForTokenClassification)
       hf_unexpected_keys  a regex: output keys transformers' load may leave unloaded (layers it
                      does not build: DeepSeek-V3's MTP layers); at least one must be there
       logits_exact   true: the loaded model's logits must equal the live ones bit for bit
       adapter        true: the output has a PEFT adapter (checked with PeftModel)
       base_model     folder of the base model for the adapter check (relative to the case)
       expected_error text the merge must fail with (a layout vmerge refuses by design)
+      error_without_base  an adapter-only case: text the merge without --lora_base must fail with
       quantized_modes  also merge with these quantizations and load each with its consumer
                      (run_case.py QUANT_MODES: int4, int8, fp8_dynamic, fp8_block, fp8_full_blocks)
       hdf5           true: also merge with --format hdf5 (plain and zstd) and read it with h5py

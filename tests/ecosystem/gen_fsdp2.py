@@ -13,6 +13,9 @@ VARIANT (N ranks):
                  "dp": _StridedShard placements
   lora           PEFT LoRA (q/k/v/o/gate/up/down, r 4) on Qwen2 bf16 under FSDP2, full state dict
   lora_only      the same with verl's save_lora_only (only lora_ keys) and the base as an HF folder
+  lora_value_head  a value model: Qwen2ForTokenClassification (num_labels 1) with LoRA on q/k/v/o
+                 and modules_to_save=["score"] (PEFT's ModulesToSaveWrapper: score.original_module
+                 and score.modules_to_save.default, the trained copy changed so the two differ)
 
 Files as verl's FSDPCheckpointManager writes them: model_/optim_/extra_state_world_size_W_rank_R.pt,
 fsdp_config.json, huggingface/ (config, generation config, tokenizer), lora_train_meta.json.
@@ -37,7 +40,10 @@ VARIANTS = {
     "tp2d": ("llama", False, "bfloat16", "bfloat16", (2, 2), ("dp", "tp")),
     "lora": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
     "lora_only": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
+    "lora_value_head": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
 }
+# The value model's head: one label, the Auto class transformers loads it with.
+VALUE_HEAD_VARIANTS = {"lora_value_head"}
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -67,17 +73,25 @@ def shard(model, layers, mesh):
     fully_shard(model, mesh=mesh)
 
 
-def add_lora(model):
-    """PEFT LoRA with random B (PEFT starts B at zero, which would make the adapter a no-op)."""
+def add_lora(model, value_head=False):
+    """PEFT LoRA with random B (PEFT starts B at zero, which would make the adapter a no-op). The
+    value head variant: TOKEN_CLS with modules_to_save=["score"]; the trained copy of the head is
+    moved off the original (PEFT starts it as a copy), so a merge that writes the wrong one fails."""
     from peft import LoraConfig, get_peft_model
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS, task_type="CAUSAL_LM",
-                     lora_dropout=0.0)
+    if value_head:
+        cfg = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS[:4], task_type="TOKEN_CLS",
+                         modules_to_save=["score"], lora_dropout=0.0)
+    else:
+        cfg = LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS, task_type="CAUSAL_LM",
+                         lora_dropout=0.0)
     peft_model = get_peft_model(model, cfg)
     torch.manual_seed(99)
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn_like(p) * 0.2)
+            if ".modules_to_save." in name:
+                p.add_(torch.randn_like(p) * 0.05)
     return peft_model.eval()
 
 
@@ -90,6 +104,9 @@ def lora_oracle(case_dir, peft_model):
     os.makedirs(folder, exist_ok=True)
     adapter = {k: v.detach().contiguous().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
     save_file(adapter, os.path.join(folder, "adapter.safetensors"))
+    # What a user's PeftModel.save_pretrained writes (adapter_model.safetensors, adapter_config.json):
+    # the adapter check compares vmerge's files with these, names, bits and config fields.
+    peft_model.save_pretrained(os.path.join(folder, "peft_saved"))
     folded = copy.deepcopy(peft_model).merge_and_unload()
     save_file({k: v.detach().contiguous() for k, v in folded.state_dict().items()},
               os.path.join(folder, "folded.safetensors"))
@@ -98,12 +115,15 @@ def lora_oracle(case_dir, peft_model):
 
 
 def base_names(tensors):
-    """PEFT state-dict names of the base weights -> HF names; adapter tensors dropped."""
+    """PEFT state-dict names of the base weights -> HF names; adapter tensors dropped. A
+    modules_to_save module: the base model is its original_module (what PEFT's
+    get_base_model() holds), the trained modules_to_save copy belongs to the adapter."""
     out = {}
     for name, t in tensors.items():
-        if "lora_" in name:
+        if "lora_" in name or ".modules_to_save." in name:
             continue
-        out[name.replace("base_model.model.", "", 1).replace(".base_layer.", ".")] = t
+        hf = name.replace("base_model.model.", "", 1).replace(".base_layer.", ".")
+        out[hf.replace(".original_module.", ".")] = t
     return out
 
 
@@ -123,7 +143,7 @@ def write_verl_files(actor, model, rank, world, cfg, peft_model=None, lora_only=
         if peft_model is not None:
             pc = peft_model.peft_config["default"]
             with open(os.path.join(actor, "lora_train_meta.json"), "w") as f:
-                json.dump({"r": pc.r, "lora_alpha": pc.lora_alpha, "task_type": "CAUSAL_LM"}, f, indent=4)
+                json.dump({"r": pc.r, "lora_alpha": pc.lora_alpha, "task_type": str(pc.task_type)}, f, indent=4)
 
 
 def main():
@@ -131,8 +151,10 @@ def main():
     family, tie, pdtype, cdtype, shape, names = VARIANTS[variant]
     rank, world = E.init_gloo()
     sizes = E.SIZES_128 if variant == "w2_bf16_128" else None
-    cfg = E.tiny_config(family, tie=tie, dtype=cdtype, sizes=sizes)
-    model = E.build_model(E.tiny_config(family, tie=tie, dtype=pdtype, sizes=sizes))
+    value_head = variant in VALUE_HEAD_VARIANTS
+    cfg = E.tiny_config(family, tie=tie, dtype=cdtype, sizes=sizes, value_head=value_head)
+    model = E.build_model(E.tiny_config(family, tie=tie, dtype=pdtype, sizes=sizes, value_head=value_head),
+                          auto_class="token_classification" if value_head else "causal_lm")
     model.config.dtype = cdtype
     lora = variant.startswith("lora")
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
@@ -142,7 +164,7 @@ def main():
             model.save_pretrained(os.path.join(case_dir, "base"))
             E.save_hf_files(cfg, os.path.join(case_dir, "base"))
     dist.barrier()
-    peft_model = add_lora(model) if lora else None
+    peft_model = add_lora(model, value_head) if lora else None
     live = peft_model if lora else model
     # Where the merge casts, the oracle logits are the live model's cast with torch's .to().
     logits = E.live_logits(live if cdtype == pdtype else E.cast_model(live, cdtype))
@@ -178,6 +200,7 @@ def write_case_json(case_dir, variant, family, cdtype, pdtype, world, shape):
                  output_dtype=cdtype, hf_load=True, logits_exact=True,
                  adapter=lora, base_model="base" if variant == "lora_only" else None,
                  verl_merger=variant in ("w2_bf16", "w3_fp32_tied", "hsdp"),
+                 hf_auto_class="token_classification" if variant in VALUE_HEAD_VARIANTS else "causal_lm",
                  **quantized_fields(variant))
 
 

@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eco_checks as C  # noqa: E402
+import fold_error  # noqa: E402
 
 
 def run_vmerge(args, case, np_, target, extra):
@@ -97,12 +98,17 @@ def check_merge(args, case, np_, mode):
         return
     oracle = os.path.join(args.case, "oracle")
     dtype = getattr(torch, case["output_dtype"])
+    auto_class = case.get("hf_auto_class", "causal_lm")
     if mode == "exclude_frozen":  # the producer's own tool with the same flag is the oracle
         C.check_tensors_exact(target, os.path.join(oracle, case["exclude_frozen_oracle"]), dtype,
                               what="zero_to_fp32 --exclude_frozen_parameters")
     elif mode == "fold":
-        C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype)
-        C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False)
+        C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype,
+                              C.adapted_weights(os.path.join(oracle, "adapter.safetensors")))
+        if os.path.isdir(os.path.join(oracle, "peft_saved")):
+            fold_error.check_fold_error(args.case, target)
+        C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False,
+                        auto_class=auto_class)
     else:
         # save_pretrained's own oracle keeps the dtypes the model keeps (fp32 MoE routers in a
         # bf16 model): the output must carry them, not the config's dtype.
@@ -115,12 +121,19 @@ def check_merge(args, case, np_, mode):
             # An adapter case's logits are the PEFT model's: checked through PeftModel below.
             logits = None if mode == "extract" else os.path.join(oracle, "logits.safetensors")
             C.check_hf_load(target, dtype, logits, exact=case.get("logits_exact", False),
-                            auto_class=case.get("hf_auto_class", "causal_lm"),
-                            unexpected_ok=case.get("hf_unexpected_keys"))
+                            auto_class=auto_class, unexpected_ok=case.get("hf_unexpected_keys"))
     if mode == "extract":
-        C.check_adapter(target, oracle, dtype)
+        C.check_adapter(target, oracle, dtype, auto_class)
     shutil.rmtree(target)
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
+
+
+def check_refused_without_base(args, case):
+    """An adapter-only checkpoint merged without --lora_base: refused with the case's text."""
+    target = os.path.join(args.work, f"{os.path.basename(args.case)}.nobase")
+    shutil.rmtree(target, ignore_errors=True)
+    run_vmerge(args, dict(case, base_model=None, expected_error=case["error_without_base"]), 1, target, [])
+    print(f"ok: {os.path.basename(args.case)} refused without --lora_base", flush=True)
 
 
 def main():
@@ -136,6 +149,8 @@ def main():
     with open(os.path.join(args.case, "case.json")) as f:
         case = json.load(f)
     os.makedirs(args.work, exist_ok=True)
+    if case.get("error_without_base") and not args.modes:
+        check_refused_without_base(args, case)
     modes = ["extract", "fold"] if case.get("adapter") else ["plain"]
     if case.get("exclude_frozen_oracle"):
         modes.append("exclude_frozen")

@@ -3,9 +3,11 @@
 // master partitions of the optimizer files.
 #include <filesystem>
 
+#include "core/error.h"
 #include "formats/backend.h"
 #include "formats/deepspeed/deepspeed_mapping.h"
 #include "formats/deepspeed/deepspeed_scan.h"
+#include "formats/hf_safetensors/hf_safetensors_layout.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -29,10 +31,44 @@ const BackendFlag& exclude_frozen_flag() {
     return flag;
 }
 
+// HF Trainer saves a PeftModel under ZeRO with save_checkpoint(exclude_frozen_parameters=True)
+// (transformers trainer.py, _save_checkpoint): the ZeRO files then hold the adapter's masters
+// and no frozen base weight (no base_layer, no frozen_param_fragments).
+bool holds_adapter_only(const TensorMapping& mapping) {
+    bool adapter = false;
+    for (const OutputTensor& t : mapping.tensors) {
+        if (t.name.find(".base_layer.") != std::string::npos) return false;
+        adapter = adapter || is_peft_adapter_tensor(t.name);
+    }
+    return adapter;
+}
+
+// The base model the adapter was trained on, before the adapter (apply_lora pairs them); a
+// checkpoint that holds its base (a plain save_checkpoint) does not read --lora_base, and says so.
+void add_lora_base(const DetectedCheckpoint& d, MappedCheckpoint& m) {
+    const std::string lora_base = d.flags.text("lora_base");
+    if (!holds_adapter_only(m.mapping)) {
+        if (!lora_base.empty())
+            m.notes.push_back("LoRA: --lora_base " + lora_base + " is not read: the frozen base is in " + d.weights_dir);
+        return;
+    }
+    if (lora_base.empty())
+        throw Error(d.weights_dir + ": the ZeRO files hold a PEFT adapter and no base weights (HF Trainer saves a PEFT "
+                    "model with save_checkpoint(exclude_frozen_parameters=True)); pass --lora_base with the Hugging "
+                    "Face model the run started from");
+    TensorMapping merged = map_hf_safetensors(lora_base);
+    append_mapping(merged, m.mapping);
+    m.mapping = std::move(merged);
+    m.notes.push_back("LoRA: the adapter from the ZeRO masters in " + d.weights_dir + ", the base weights from --lora_base " +
+                      lora_base);
+}
+
 class DeepSpeedBackend final : public Backend {
 public:
     std::string name() const override { return "deepspeed"; }
-    std::vector<const BackendFlag*> flags() const override { return {&tag_flag(), &exclude_frozen_flag()}; }
+    std::vector<const BackendFlag*> flags() const override {
+        return {&tag_flag(), &exclude_frozen_flag(), &lora_base_flag()};
+    }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         if (!looks_like_deepspeed(request.local_dir)) return {false, "no latest file or *_optim_states.pt"};
@@ -51,6 +87,17 @@ public:
             d.training_files = {"latest", "zero_to_fp32.py", "zero_to_torch.py", "trainer_state.json", "latest_universal"};
             if (fs::path(c.tag_dir).parent_path() == fs::path(c.save_dir))
                 d.training_files.push_back(fs::path(c.tag_dir).filename().string() + "/");
+        } else if (request.flags.given("lora_base")) {
+            // HF Trainer with a PeftModel saves adapter files, not config.json: the base has it.
+            d.default_hf_dir = request.flags.text("lora_base");
+        }
+        // PeftModel.save_pretrained's adapter_config.json beside `latest` records alpha and r.
+        if (fs::exists(fs::path(c.save_dir) / "adapter_config.json", ec)) {
+            d.lora_adapter_dir = c.save_dir;
+            if (!request.flags.given("lora_base") && !fs::exists(fs::path(c.save_dir) / "config.json", ec))
+                d.config_missing = c.save_dir + " holds a PEFT adapter saved by HF Trainer (adapter_config.json, no "
+                                   "config.json); pass --lora_base with the Hugging Face model the run started from "
+                                   "(its config.json, tokenizer and base weights)";
         }
         for (const auto& f : c.optim_files) d.jobs.push_back({f});
         for (const auto& f : c.model_files) d.jobs.push_back({f});
@@ -68,6 +115,7 @@ public:
              MappedCheckpoint& m, SourceLedger& ledger) const override {
         m.mapping = map_deepspeed(d.kept<DeepSpeedCheckpoint>(), scans, ledger, d.flags.given("exclude_frozen_parameters"),
                                   m.left_out, m.facts, m.notes);
+        add_lora_base(d, m);
     }
 
     bool names_own_tensors() const override { return true; }

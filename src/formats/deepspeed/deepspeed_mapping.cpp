@@ -337,6 +337,19 @@ void assemble(Zero& z, std::vector<std::string>& notes) {
                         "training copy (ZeRO-" + std::to_string(z.stage) + " saves no frozen fp32 fragments)");
 }
 
+// A PEFT adapter's own tensors (LoRA factors, modules_to_save copies) are exported in the dtype the
+// engine's module held them in (bf16 under "bf16", fp32 without mixed precision), as
+// PeftModel.save_pretrained of that module (HF Trainer's save_model) writes them; the fp32 master
+// is still what is read (the bit16 copy is the master rounded with round-to-nearest-even, which is
+// how the output cast rounds too). Folds read the masters at full precision.
+void keep_adapter_module_dtype(Zero& z) {
+    for (OutputTensor& t : z.mapping.tensors) {
+        const auto it = z.module[0].find(t.name);
+        if (is_peft_adapter_tensor(t.name) && it != z.module[0].end() && is_floating(it->second->dtype))
+            t.dtype = it->second->dtype;
+    }
+}
+
 // zero_to_fp32.py's --exclude_frozen_parameters: the frozen parameters (and names shared_params
 // maps to one) are left out, each source dropped with the flag as its reason.
 void exclude_frozen(Zero& z, SourceLedger& ledger, std::set<std::string>& left_out, std::vector<std::string>& notes) {
@@ -382,6 +395,12 @@ uint64_t drop_unwritten(const Zero& z, SourceLedger& ledger) {
 
 }  // namespace
 
+bool is_peft_adapter_tensor(const std::string& name) {
+    for (const char* part : {".lora_A.", ".lora_B.", ".lora_embedding_A.", ".lora_embedding_B.", ".modules_to_save."})
+        if (name.find(part) != std::string::npos) return true;
+    return false;
+}
+
 TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans, SourceLedger& ledger,
                             bool exclude_frozen_parameters, std::set<std::string>& left_out, nlohmann::ordered_json& facts,
                             std::vector<std::string>& notes) {
@@ -391,6 +410,7 @@ TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<Scan
     require_distinct_names(z);
     index_files(z);
     assemble(z, notes);
+    keep_adapter_module_dtype(z);
     if (exclude_frozen_parameters) exclude_frozen(z, ledger, left_out, notes);
     // Before the rest is dropped as training copies, so a persistent rotary buffer keeps its own reason.
     drop_non_weight_buffers(z.mapping, ledger, notes);

@@ -22,6 +22,11 @@ TensorMapping map_deepspeed(const DeepSpeedCheckpoint& c, const std::vector<Scan
                             bool exclude_frozen_parameters, std::set<std::string>& left_out, nlohmann::ordered_json& facts,
                             std::vector<std::string>& notes);
 
+// Whether a PEFT state-dict name is the adapter's own tensor (a LoRA factor or a modules_to_save
+// trained copy) rather than a base weight (mapping/peft_names.h parses the names in full; a
+// format only needs to tell the two apart).
+bool is_peft_adapter_tensor(const std::string& name);
+
 // The flat groups for inspect: "ZeRO-2 param group 0 (...)" -> parameter names.
 nlohmann::ordered_json deepspeed_groups(const DeepSpeedCheckpoint& c, const std::vector<ScannedFile>& scans);
 

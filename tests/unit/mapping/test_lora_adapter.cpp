@@ -92,6 +92,70 @@ TEST(LoraAdapter, ExtractGivesCleanBaseNamesAndPeftAdapterNames) {
     EXPECT_EQ(c["use_rslora"], false);
 }
 
+// A value model's adapter (a verl critic: score head in modules_to_save, no lm_head) must say
+// TOKEN_CLS, or PeftModel.from_pretrained builds a causal-LM wrapper around the token classifier.
+TensorMapping value_model() {
+    return mapping_of({{kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                       {kP + "score.original_module.weight", {1, 4}},
+                       {kP + "score.modules_to_save.default.weight", {1, 4}}});
+}
+
+std::string exported_task_type(TensorMapping m, const LoraOptions& o) {
+    const LoraResult r = apply_lora(m, o, "/ckpt");
+    return peft_adapter_config(*r.extracted)["task_type"].get<std::string>();
+}
+
+TEST(LoraAdapter, TaskTypeFollowsTheModelHeadUnlessAFileOrTheCallerSaysIt) {
+    const LoraOptions plain = with_alpha(LoraMode::Extract, 8);
+    EXPECT_EQ(exported_task_type(value_model(), plain), "TOKEN_CLS");
+    EXPECT_EQ(exported_task_type(peft_model(), plain), "CAUSAL_LM");   // lm_head: a causal LM
+    LoraOptions value = plain;
+    value.task_type = "TOKEN_CLS";  // --is_value_model or a *ForTokenClassification config.json
+    EXPECT_EQ(exported_task_type(peft_model(), value), "TOKEN_CLS");
+    // lora_train_meta.json records the LoraConfig's task_type: it wins over the guess.
+    TempDir dir;
+    std::ofstream(dir.path() + "/lora_train_meta.json") << R"({"r": 2, "lora_alpha": 8, "task_type": "SEQ_CLS"})";
+    LoraOptions meta = plain;
+    meta.checkpoint_dir = dir.path();
+    EXPECT_EQ(exported_task_type(value_model(), meta), "SEQ_CLS");
+}
+
+// HF Trainer under DeepSpeed leaves frozen parameters out, original_module included: the base
+// model's own score.weight (--lora_base) stands for it, in the base folder (export) and as the
+// tensor the trained copy replaces (fold).
+TensorMapping value_model_without_original() {
+    return mapping_of({{"model.layers.0.self_attn.q_proj.weight", {4, 4}},
+                       {"score.weight", {1, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                       {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                       {kP + "score.modules_to_save.default.weight", {1, 4}}});
+}
+
+TEST(LoraAdapter, ModulesToSaveWithoutOriginalUsesTheBaseTensor) {
+    TensorMapping extract = value_model_without_original();
+    apply_lora(extract, with_alpha(LoraMode::Extract, 8), "/ckpt");
+    EXPECT_EQ(names(extract), (std::vector<std::string>{
+                                  "model.layers.0.self_attn.q_proj.weight", "score.weight",
+                                  kP + "model.layers.0.self_attn.q_proj.lora_A.weight [adapter]",
+                                  kP + "model.layers.0.self_attn.q_proj.lora_B.weight [adapter]",
+                                  kP + "score.weight [adapter]"}));
+    EXPECT_EQ(extract.tensors[1].copies[0].source, 1u);     // the base's head
+    EXPECT_EQ(extract.tensors.back().copies[0].source, 4u); // the trained copy
+    TensorMapping merge = value_model_without_original();
+    apply_lora(merge, with_alpha(LoraMode::Merge, 8), "/ckpt");
+    ASSERT_EQ(merge.tensors.size(), 2u);
+    EXPECT_EQ(merge.tensors[1].name, "score.weight");
+    EXPECT_EQ(merge.tensors[1].copies[0].source, 4u);
+    // Neither an original_module copy nor a base tensor: nothing to put in the base folder.
+    TensorMapping orphan = mapping_of({{kP + "model.layers.0.self_attn.q_proj.base_layer.weight", {4, 4}},
+                                       {kP + "model.layers.0.self_attn.q_proj.lora_A.default.weight", {2, 4}},
+                                       {kP + "model.layers.0.self_attn.q_proj.lora_B.default.weight", {4, 2}},
+                                       {kP + "score.modules_to_save.default.weight", {1, 4}}});
+    EXPECT_THROW(apply_lora(orphan, with_alpha(LoraMode::Extract, 8), "/ckpt"), Error);
+}
+
 TEST(LoraAdapter, MergeAttachesDeltasWithAlphaOverRAndReplacesModulesToSave) {
     TensorMapping m = peft_model();
     LoraOptions o = with_alpha(LoraMode::Merge, 12);
