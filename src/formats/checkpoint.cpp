@@ -118,7 +118,8 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
     // without it unless the checkpoint holds it.
     bool mtp = false;
     for (const OutputTensor& t : m.mapping.tensors) mtp = mtp || t.name.ends_with(".enorm.weight");
-    const bool value_model = options.is_value_model || (score_head && !lm_head);
+    const bool value_model =
+        options.is_value_model || (score_head && !lm_head) || architecture.ends_with("ForTokenClassification");
     std::optional<ExpectedTensors> expected =
         architecture.empty() ? std::nullopt
                              : expected_tensors_for(config, options.loaded_tables(), architecture, value_model,
@@ -140,8 +141,7 @@ void check_output_against_config(MappedCheckpoint& m, const DetectedCheckpoint& 
         named.shape = t.shape;
         model.tensors.push_back(std::move(named));
     }
-    check_against_config(model, config, architecture, *expected,
-                         value_model || architecture.ends_with("ForTokenClassification"));
+    check_against_config(model, config, architecture, *expected, value_model);
 }
 
 std::string dropped_summary(const SourceAccount& account) {

@@ -56,9 +56,7 @@ void add_lora_base(const DetectedCheckpoint& d, MappedCheckpoint& m) {
         throw Error(d.weights_dir + ": the ZeRO files hold a PEFT adapter and no base weights (HF Trainer saves a PEFT "
                     "model with save_checkpoint(exclude_frozen_parameters=True)); pass --lora_base with the Hugging "
                     "Face model the run started from");
-    TensorMapping merged = map_hf_safetensors(lora_base);
-    append_mapping(merged, m.mapping);
-    m.mapping = std::move(merged);
+    put_lora_base_first(m.mapping, lora_base);
     m.notes.push_back("LoRA: the adapter from the ZeRO masters in " + d.weights_dir + ", the base weights from --lora_base " +
                       lora_base);
 }

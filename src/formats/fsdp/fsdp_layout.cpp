@@ -42,9 +42,7 @@ void add_lora_base(const FsdpCheckpoint& fsdp, const std::string& lora_base, Map
         throw Error(fsdp.dir + ": a verl FSDP save_lora_only checkpoint (the rank files hold only lora_ adapter "
                     "tensors; the frozen base is saved nowhere); pass --lora_base with the Hugging Face model it was "
                     "trained on (actor_rollout_ref.model.path)");
-    TensorMapping merged = map_hf_safetensors(lora_base);
-    append_mapping(merged, m.mapping);
-    m.mapping = std::move(merged);
+    put_lora_base_first(m.mapping, lora_base);
     m.notes.push_back("LoRA-only checkpoint (save_lora_only): base weights from " + lora_base);
 }
 

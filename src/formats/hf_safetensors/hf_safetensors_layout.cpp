@@ -70,6 +70,12 @@ TensorMapping map_hf_safetensors(const std::string& dir) {
     return mapping;
 }
 
+void put_lora_base_first(TensorMapping& adapter, const std::string& base_dir) {
+    TensorMapping merged = map_hf_safetensors(base_dir);
+    append_mapping(merged, adapter);
+    adapter = std::move(merged);
+}
+
 TensorMapping map_safetensors_file(const std::string& path) {
     TensorMapping mapping;
     add_file(mapping, read_safetensors_header(path));

@@ -8,6 +8,9 @@ namespace vmerge {
 // An HF safetensors folder as it is: every tensor copied whole (also the base weights a
 // Megatron LoRA adapter checkpoint is merged onto).
 TensorMapping map_hf_safetensors(const std::string& dir);
+// `adapter` (a checkpoint that saved only its LoRA adapter) with the HF base model in `base_dir`
+// put before it, as apply_lora pairs them.
+void put_lora_base_first(TensorMapping& adapter, const std::string& base_dir);
 // One safetensors file as it is (a PEFT adapter_model.safetensors).
 TensorMapping map_safetensors_file(const std::string& path);
 
