@@ -25,7 +25,7 @@ const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "sou
                                        "config_check", "tensor_set", "keep_fp32", "mtp_shared_copies", "rules",
                                        "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "layer_offset",
-                                      "split", "tp", "value_head", "note"};
+                                      "split", "tp", "value_head", "groups", "note"};
 // torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
 // (global layer and expert numbers); hf: facts of the HF architecture itself (its tensor set,
 // keep_fp32, mtp_shared_copies), applied whatever the checkpoint layout, and rules from the
@@ -98,7 +98,8 @@ NameSplit parse_split(const std::string& text, const std::string& where) {
     if (text == "qkv") return NameSplit::Qkv;
     if (text == "gate_up") return NameSplit::GateUp;
     if (text == "vocab") return NameSplit::Vocab;
-    throw Error(where + ": unknown split '" + text + "' (expected none, qkv, gate_up or vocab)");
+    if (text == "qkv_per_head") return NameSplit::QkvPerHead;
+    throw Error(where + ": unknown split '" + text + "' (expected none, qkv, qkv_per_head, gate_up or vocab)");
 }
 
 TpRule parse_tp(const std::string& text, const std::string& where) {
@@ -142,7 +143,7 @@ std::string rule_targets(const nlohmann::json& j, NameSplit split, const std::st
 // The Megatron-only keys of a rule; a torchtitan rule may not use them (nor a Megatron rule
 // the torchtitan transforms).
 void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatron, const std::string& where) {
-    for (const char* key : {"split", "tp", "value_head"})
+    for (const char* key : {"split", "tp", "value_head", "groups"})
         if (!megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'megatron' tables");
     for (const char* key : {"transform", "heads", "layer_offset"})
         if (megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'torchtitan' tables");
@@ -151,6 +152,11 @@ void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatr
     rule.tp = parse_tp(string_field(j, "tp", where, false), where);
     rule.value_head = bool_field(j, "value_head", where);
     rule.to = rule_targets(j, rule.split, where);
+    const std::string groups = string_field(j, "groups", where, false);
+    if ((rule.split == NameSplit::QkvPerHead) != !groups.empty())
+        throw Error(where + ": 'groups' (an expression over config.json giving the head count) goes with split "
+                    "qkv_per_head, and only there");
+    if (!groups.empty()) rule.groups = ConfigExpression::parse(groups, where + ": 'groups'");
 }
 
 // A rule's layer_offset: an expression over config.json, for a rule that maps a layer number ({i}
@@ -250,6 +256,7 @@ const char* name_split_name(NameSplit s) {
         case NameSplit::Qkv: return "qkv";
         case NameSplit::GateUp: return "gate_up";
         case NameSplit::Vocab: return "vocab";
+        case NameSplit::QkvPerHead: return "qkv_per_head";
     }
     return "none";
 }

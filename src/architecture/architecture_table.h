@@ -26,6 +26,9 @@ enum class NameSplit {
     Qkv,     // grouped [q heads, k, v] per query group -> q_proj | k_proj | v_proj
     GateUp,  // [gate; up] -> gate | up
     Vocab,   // rows trimmed (or zero-padded) to config vocab_size
+    // Rows grouped per head [q_h; k_h; v_h] (`groups` heads, no GQA) -> ONE tensor [Q; K; V], as
+    // a ViT's fused qkv (Qwen2.5-VL's visual.blocks.{i}.attn.qkv) holds them.
+    QkvPerHead,
 };
 
 // How the tensor-parallel shards of one Megatron tensor combine (docs/reference/megatron-formats.md
@@ -54,6 +57,8 @@ struct TableRule {
     NameSplit split = NameSplit::None;
     TpRule tp = TpRule::Replicated;
     bool value_head = false;
+    // QkvPerHead only: the head count (an expression over config.json, e.g. vision_config.num_heads).
+    std::optional<ConfigExpression> groups;
 };
 
 // An architecture table (share/vmerge/architectures/*.json, docs/architecture-tables.md): the

@@ -18,6 +18,12 @@ std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t lay
     return is_inner ? layer + std::string(m[2]) : layer + "mtp." + std::string(m[2]) + "." + std::string(m[3]);
 }
 
+std::string_view megatron_submodel_prefix(std::string_view key) {
+    for (std::string_view prefix : {"language_model.", "vision_model."})
+        if (key.starts_with(prefix)) return key.substr(0, prefix.size());
+    return {};
+}
+
 namespace {
 
 // The source 'megatron' table for `architecture` (nullptr when none).
@@ -83,12 +89,12 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
         throw Error(table->file + ": config_check '" + table->config_check + "' is not an architecture with a tensor_set "
                     "(an 'hf' table's)");
     arch.value_model = value_model || arch.name.ends_with("ForTokenClassification");
-    arch.hidden = config_int(config, "hidden_size");
-    arch.heads = config_int(config, "num_attention_heads");
-    arch.kv_heads = config_int(config, "num_key_value_heads", arch.heads);
-    arch.head_dim = config_int(config, "head_dim", arch.heads ? arch.hidden / arch.heads : 0);
-    arch.vocab = config_int(config, "vocab_size");
-    arch.layers = config_int(config, "num_hidden_layers");
+    arch.hidden = text_config_int(config, "hidden_size");
+    arch.heads = text_config_int(config, "num_attention_heads");
+    arch.kv_heads = text_config_int(config, "num_key_value_heads", arch.heads);
+    arch.head_dim = text_config_int(config, "head_dim", arch.heads ? arch.hidden / arch.heads : 0);
+    arch.vocab = text_config_int(config, "vocab_size");
+    arch.layers = text_config_int(config, "num_hidden_layers");
     arch.drop_mtp = drop_mtp;
     arch.mtp_layers = drop_mtp ? 0 : config_int(config, "num_nextn_predict_layers", 0);
     if (const ArchitectureTable* hf = find_architecture_table(tables, "hf", arch.name)) arch.mtp_shared_copies = hf->mtp_shared_copies;
@@ -145,12 +151,14 @@ std::vector<std::string> split_names(std::string_view names) {
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& key) {
     static const TextPattern layer(R"((decoder\.layers\.)(\d+)(\..*))");
     static const TextPattern expert(R"((.*\.experts\.)(\d+)(\..*))");
-    std::string pattern = key, layer_index, expert_index;
+    const std::string prefix(megatron_submodel_prefix(key));
+    std::string pattern = key.substr(prefix.size()), layer_index, expert_index;
     TextMatch m;
     if (layer.full_match(pattern, m)) {
         layer_index = m[2];
         pattern = std::string(m[1]) + "{i}" + std::string(m[3]);
     }
+    pattern = prefix + pattern;
     if (expert.full_match(pattern, m)) {
         expert_index = m[2];
         pattern = std::string(m[1]) + "{e}" + std::string(m[3]);

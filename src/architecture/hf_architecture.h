@@ -47,6 +47,12 @@ std::optional<TensorSet> tensor_set_for(const ArchitectureTables& tables, const 
 ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp,
                                   const ArchitectureTables& tables);
 
+// The part a multimodal Megatron model nests a key under: "language_model." (its GPTModel) or
+// "vision_model." (its vision encoder and projector), as megatron-core's LLaVA, mbridge's
+// Qwen2.5-VL and Megatron-Bridge's Qwen3-VL name them; "" for a plain GPTModel key. Each part
+// numbers its own decoder layers: the rest of the key reads as a GPTModel key does.
+std::string_view megatron_submodel_prefix(std::string_view key);
+
 // A Megatron MTP key (mtp.layers.{k}.transformer_layer.<rest>, also the runtime name
 // mtp_model_layer, and the MTP block's own enorm/hnorm/eh_proj/final_layernorm) as the
 // canonical decoder key of HF layer L + k that the name rules map (Megatron-Bridge's MTP

@@ -99,4 +99,13 @@ int64_t config_int(const HfConfig& config, const std::string& key, std::optional
     return json_int_within(*it, lo, hi, path + ": " + key);
 }
 
+int64_t text_config_int(const HfConfig& config, const std::string& key, std::optional<int64_t> fallback) {
+    auto text = config.json.find("text_config");
+    if (text == config.json.end() || !text->is_object()) return config_int(config, key, fallback);
+    auto it = text->find(key);
+    if (it == text->end() || it->is_null()) return config_int(config, key, fallback);
+    const auto [lo, hi] = config_int_bounds(key);
+    return json_int_within(*it, lo, hi, config.dir + "/config.json: text_config." + key);
+}
+
 }  // namespace vmerge

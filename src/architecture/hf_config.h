@@ -34,6 +34,10 @@ HfConfig parse_hf_config(const std::string& dir, const std::string& text);
 // lo..hi". A missing (or null) key is `fallback`, or an Error naming the key without one.
 int64_t config_int(const HfConfig& config, const std::string& key, std::optional<int64_t> fallback = std::nullopt);
 
+// The text model's integer `key`: text_config.<key> where config.json nests the text model's
+// sizes there (transformers 5's vision-language configs), else config_int's <key>.
+int64_t text_config_int(const HfConfig& config, const std::string& key, std::optional<int64_t> fallback = std::nullopt);
+
 // The [lo, hi] a config.json integer key must lie in (a logic error for a key not listed:
 // every key vmerge reads has its bounds here).
 std::pair<int64_t, int64_t> config_int_bounds(const std::string& key);

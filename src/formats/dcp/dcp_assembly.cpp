@@ -15,9 +15,10 @@ struct AxisSplit {
     std::string prefix, suffix;  // key = prefix + index + suffix
 };
 
+// A multimodal model's parts (language_model., vision_model.) hold only model tensors.
 bool is_model_key(const std::string& key) {
-    return key.starts_with("embedding.") || key.starts_with("decoder.") || key.starts_with("output_layer.") ||
-           key.starts_with("mtp.");
+    return !megatron_submodel_prefix(key).empty() || key.starts_with("embedding.") || key.starts_with("decoder.") ||
+           key.starts_with("output_layer.") || key.starts_with("mtp.");
 }
 
 }  // namespace
@@ -56,16 +57,19 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         // How many leading axes are layer/expert axes, and the key pattern they produce.
         std::vector<AxisSplit> axes;
         TextMatch m;
-        if (split_megatron_axes && stacked.full_match(t.fqn, m)) {
+        // Each part of a multimodal model stacks its own layers: split as a GPTModel's, under its prefix.
+        const std::string part(megatron_submodel_prefix(t.fqn));
+        const std::string key = t.fqn.substr(part.size());
+        if (split_megatron_axes && stacked.full_match(key, m)) {
             std::string rest = m[1];
             if (rest.starts_with("mlp.experts.experts.")) {
-                axes.push_back({"decoder.layers.", ".mlp.experts."});
+                axes.push_back({part + "decoder.layers.", ".mlp.experts."});
                 axes.push_back({"", "." + rest.substr(std::string("mlp.experts.experts.").size())});
             } else {
-                axes.push_back({"decoder.layers.", "." + rest});
+                axes.push_back({part + "decoder.layers.", "." + rest});
             }
-        } else if (split_megatron_axes && per_layer_experts.full_match(t.fqn, m)) {
-            axes.push_back({std::string(m[1]), "." + std::string(m[2])});
+        } else if (split_megatron_axes && per_layer_experts.full_match(key, m)) {
+            axes.push_back({part + std::string(m[1]), "." + std::string(m[2])});
         }
         // What stays of the shape once the layer/expert axes are split off.
         const Shape shape(t.size.begin() + static_cast<std::ptrdiff_t>(std::min(axes.size(), t.size.size())), t.size.end());

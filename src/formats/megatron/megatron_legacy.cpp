@@ -3,6 +3,7 @@
 #include <cctype>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "core/text_pattern.h"
 #include "core/box_region.h"
@@ -41,6 +42,7 @@ struct Piece {
 // an expert tensor (grouped `mlp.experts.linear_fcN.<param><expert>` or sequential
 // `mlp.experts.local_experts.<expert>.<what>`) its local expert index and the name after it.
 struct RankKey {
+    std::string part;  // a multimodal model's part (megatron_submodel_prefix), "" for a GPTModel
     int64_t layer = -1;
     std::string mtp_layer;  // "mtp.layers.<k>.transformer_layer." of an MTP key, else ""
     std::string rest;
@@ -57,10 +59,12 @@ RankKey parse_rank_key(const std::string& key, const std::string& where) {
     RankKey k;
     TextMatch m, x;
     const std::string source = where + ": key '" + key + "':";
-    if (mtp_key.full_match(key, m)) {
+    k.part = megatron_submodel_prefix(key);
+    const std::string in_part = key.substr(k.part.size());
+    if (k.part.empty() && mtp_key.full_match(key, m)) {
         k.mtp_layer = m[1];
         k.rest = m[2];
-    } else if (layer_key.full_match(key, m)) {
+    } else if (layer_key.full_match(in_part, m)) {
         k.layer = parse_bounded_int(m.str(1), 0, kMaxLayers - 1, source + " layer number");
         k.rest = m[2];
     } else {
@@ -208,7 +212,8 @@ SettledRanks settle_rank_indices(MegatronLegacyCheckpoint ckpt, const std::vecto
         for (size_t i = 0; i < ckpt.files.size(); ++i) {
             if (ckpt.files[i].more[0] == 0) continue;
             for (const auto& e : scans[i].tensors)
-                if (e.key == "embedding.word_embeddings.weight") second_is_ep = true;
+                if (e.key.substr(megatron_submodel_prefix(e.key).size()) == "embedding.word_embeddings.weight")
+                    second_is_ep = true;
         }
     }
     for (auto& f : ckpt.files) {
@@ -249,20 +254,28 @@ SettledRanks settle_rank_indices(MegatronLegacyCheckpoint ckpt, const std::vecto
 
 // Step 2, global layer offsets by walking chunks virtual-stage outer, pipeline stage inner
 // (docs/reference/megatron-formats.md §4): correct for even, uneven and empty stages alike.
-std::map<std::pair<int, int>, int64_t> global_layer_offsets(const std::vector<ScannedFile>& scans,
-                                                            const std::vector<std::vector<RankKey>>& keys,
-                                                            const RankIndex& by_rank, const MegatronParallelism& found) {
-    std::map<std::pair<int, int>, int64_t> layer_offset;  // (pp, chunk) -> offset
-    int64_t layers_so_far = 0;
-    for (int v = 0; v < found.vpp; ++v)
-        for (int p = 0; p < found.pp; ++p) {
-            std::set<int64_t> local;
-            const size_t file = by_rank.at({0, p, 0});
-            for (size_t k = 0; k < keys[file].size(); ++k)
-                if (scans[file].tensors[k].chunk == v && keys[file][k].layer >= 0) local.insert(keys[file][k].layer);
-            layer_offset[{p, v}] = layers_so_far;
-            layers_so_far += static_cast<int64_t>(local.size());
-        }
+// Each part of a multimodal model counts its own layers (its vision encoder lives on the first
+// stage only and numbers its blocks from 0).
+using LayerOffsets = std::map<std::tuple<std::string, int, int>, int64_t>;  // (part, pp, chunk) -> offset
+LayerOffsets global_layer_offsets(const std::vector<ScannedFile>& scans, const std::vector<std::vector<RankKey>>& keys,
+                                  const RankIndex& by_rank, const MegatronParallelism& found) {
+    std::set<std::string> parts;
+    for (const auto& file_keys : keys)
+        for (const RankKey& k : file_keys) parts.insert(k.part);
+    LayerOffsets layer_offset;
+    for (const std::string& part : parts) {
+        int64_t layers_so_far = 0;
+        for (int v = 0; v < found.vpp; ++v)
+            for (int p = 0; p < found.pp; ++p) {
+                std::set<int64_t> local;
+                const size_t file = by_rank.at({0, p, 0});
+                for (size_t k = 0; k < keys[file].size(); ++k)
+                    if (scans[file].tensors[k].chunk == v && keys[file][k].layer >= 0 && keys[file][k].part == part)
+                        local.insert(keys[file][k].layer);
+                layer_offset[{part, p, v}] = layers_so_far;
+                layers_so_far += static_cast<int64_t>(local.size());
+            }
+    }
     return layer_offset;
 }
 
@@ -271,7 +284,7 @@ std::map<std::pair<int, int>, int64_t> global_layer_offsets(const std::vector<Sc
 // _extra_state and replicas are dropped in `ledger`.
 Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector<ScannedFile>& scans,
                          const std::vector<std::vector<RankKey>>& keys,
-                         const std::map<std::pair<int, int>, int64_t>& layer_offset, const MegatronParallelism& found,
+                         const LayerOffsets& layer_offset, const MegatronParallelism& found,
                          const ArchitectureInfo& arch, std::vector<std::string>& order, SourceLedger* ledger) {
     std::map<int, int64_t> experts_per_rank;  // by pp stage: max local expert index + 1
     for (size_t i = 0; i < scans.size(); ++i)
@@ -290,11 +303,11 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
             std::string key = e.key;
             const bool expert = k.expert >= 0;
             if (k.layer >= 0) {
-                const int64_t global = layer_offset.at({f.pp, e.chunk}) + k.layer;
+                const int64_t global = layer_offset.at({k.part, f.pp, e.chunk}) + k.layer;
                 const std::string rest =
                     expert ? "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." + k.expert_rest
                            : k.rest;
-                key = "decoder.layers." + std::to_string(global) + "." + rest;
+                key = k.part + "decoder.layers." + std::to_string(global) + "." + rest;
             } else if (expert) {  // an MTP depth's expert, numbered like the decoder's
                 key = k.mtp_layer + "mlp.experts." + std::to_string(f.ep * experts_per_rank[f.pp] + k.expert) + "." +
                       k.expert_rest;
@@ -314,7 +327,8 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
                 pieces.resize(found.tp, Piece{nullptr, nullptr});
                 order.push_back(key);
             }
-            if (pieces[f.tp].tensor && !(arch.value_model || key.starts_with("output_layer")))
+            const bool output_layer = key.substr(megatron_submodel_prefix(key).size()).starts_with("output_layer");
+            if (pieces[f.tp].tensor && !(arch.value_model || output_layer))
                 throw Error(f.path + ": '" + key + "' is also in " + pieces[f.tp].file->path);
             if (!pieces[f.tp].tensor) pieces[f.tp] = {&e.tensor, &f};
             else if (ledger) ledger->drop_replica(key, e.tensor, *pieces[f.tp].tensor);  // a pipeline stage's output_layer copy

@@ -1,10 +1,12 @@
 #include <algorithm>
+#include <array>
 #include <map>
 #include <set>
 
 #include "core/box_region.h"
 #include "core/error.h"
 #include "architecture/config_check.h"
+#include "architecture/config_expression.h"
 #include "architecture/hf_tensor_order.h"
 #include "formats/megatron/megatron_backend.h"
 
@@ -52,6 +54,34 @@ std::string missing_shards_hint(const OutputTensor& t, int64_t expected) {
     return "; it is assembled from " + std::to_string(pieces) + " tensor-parallel shards of " + std::to_string(per_piece) +
            " rows, and config.json implies " + std::to_string(expected / per_piece) +
            ": are tensor-parallel rank folders (files) missing?";
+}
+
+// Where one of q, k, v goes: its output tensor and the row its first head starts at.
+struct QkvPart {
+    OutputTensor* tensor;
+    int64_t base_row;
+};
+
+// Megatron's fused qkv rows, grouped per query group g of ng: [the group's nq/ng q heads; its k
+// head; its v head], each head d rows (docs/reference/megatron-formats.md §3.7). Head h of q
+// (k, v: group g) lands at row base + h*d of its part: separate q/k/v tensors (base 0 each) or
+// one [Q; K; V] tensor (bases 0, nq*d, (nq+ng)*d). Whole-row box copies, nothing computed.
+void regroup_qkv(const OutputTensor& t, int64_t nq, int64_t ng, int64_t d, const std::array<QkvPart, 3>& parts) {
+    const int64_t per_group = nq / ng;
+    for (int64_t g = 0; g < ng; ++g) {
+        const int64_t base = g * (per_group + 2) * d;
+        take_rows(t, base, per_group * d, *parts[0].tensor, parts[0].base_row + g * per_group * d);
+        take_rows(t, base + per_group * d, d, *parts[1].tensor, parts[1].base_row + g * d);
+        take_rows(t, base + (per_group + 1) * d, d, *parts[2].tensor, parts[2].base_row + g * d);
+    }
+}
+
+// An Error unless `t` has the (nq + 2 ng) d rows of a fused qkv; `sizes` says how they add up.
+void check_qkv_rows(const OutputTensor& t, int64_t nq, int64_t ng, int64_t d, const std::string& sizes) {
+    const int64_t want = (nq + 2 * ng) * d;
+    if (t.shape.empty() || t.shape[0] != want)
+        throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but " + sizes + " = " + std::to_string(want) +
+                    missing_shards_hint(t, want));
 }
 
 }  // namespace
@@ -108,24 +138,36 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
             if (ng <= 0 || nq % ng != 0)
                 throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
                             " is not a multiple of num_key_value_heads " + std::to_string(ng));
-            if (t.shape.empty() || t.shape[0] != (nq + 2 * ng) * d)
-                throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but (heads " + std::to_string(nq) +
-                            " + 2 x kv heads " + std::to_string(ng) + ") x head_dim " + std::to_string(d) + " = " +
-                            std::to_string((nq + 2 * ng) * d) + missing_shards_hint(t, (nq + 2 * ng) * d));
-            const int64_t per_group = nq / ng;
+            check_qkv_rows(t, nq, ng, d, "(heads " + std::to_string(nq) + " + 2 x kv heads " + std::to_string(ng) +
+                                             ") x head_dim " + std::to_string(d));
             Shape q = t.shape, kv = t.shape;
             q[0] = nq * d;
             kv[0] = ng * d;
-            OutputTensor oq = new_output(t, names[0], q), ok = new_output(t, names[1], kv), ov = new_output(t, names[2], kv);
-            for (int64_t g = 0; g < ng; ++g) {
-                const int64_t base = g * (per_group + 2) * d;
-                take_rows(t, base, per_group * d, oq, g * per_group * d);
-                take_rows(t, base + per_group * d, d, ok, g * d);
-                take_rows(t, base + (per_group + 1) * d, d, ov, g * d);
-            }
-            made.push_back(std::move(oq));
-            made.push_back(std::move(ok));
-            made.push_back(std::move(ov));
+            std::vector<OutputTensor> parts{new_output(t, names[0], q), new_output(t, names[1], kv),
+                                            new_output(t, names[2], kv)};
+            regroup_qkv(t, nq, ng, d, {QkvPart{&parts[0], 0}, QkvPart{&parts[1], 0}, QkvPart{&parts[2], 0}});
+            for (auto& part : parts) made.push_back(std::move(part));
+            break;
+        }
+        case NameSplit::QkvPerHead: {
+            // Rows grouped per head: [q_h; k_h; v_h], every head its own group; HF's fused qkv
+            // holds [Q; K; V] in one tensor.
+            const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
+            const int64_t heads = evaluate_int(*match.rule->groups, scope);
+            const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
+            const std::string counted = " heads (" + match.rule->groups->text() + " in " + config.dir + "/config.json)";
+            if (heads <= 0 || rows % (3 * heads) != 0)
+                throw Error(t.name + ": " + shape_to_string(t.shape) + " rows are not q, k and v of " +
+                            std::to_string(heads) + counted + " of one head dim");
+            const int64_t d = rows / (3 * heads);
+            // The rows config.json implies, when the tensor set knows the output: a shortfall
+            // is named here, before the regroup would scatter the rows it has.
+            if (auto it = arch.expected.required.find(names[0]); it != arch.expected.required.end() && !it->second.empty())
+                check_qkv_rows(t, heads, heads, it->second[0] / (3 * heads), "3 x" + counted + " x head dim " +
+                                   std::to_string(it->second[0] / (3 * heads)));
+            OutputTensor o = new_output(t, names[0], t.shape);
+            regroup_qkv(t, heads, heads, d, {QkvPart{&o, 0}, QkvPart{&o, heads * d}, QkvPart{&o, 2 * heads * d}});
+            made.push_back(std::move(o));
             break;
         }
     }

@@ -86,7 +86,8 @@ bool discover_torch_dist(const std::string& folder, DetectedCheckpoint& d, std::
     DcpMetadata meta = read_dcp_metadata(candidate.string());
     bool has_model = false;
     for (const auto& t : meta.tensors)
-        has_model = has_model || t.fqn.starts_with("decoder.") || t.fqn.starts_with("embedding.");
+        has_model = has_model || t.fqn.starts_with("decoder.") || t.fqn.starts_with("embedding.") ||
+                    !megatron_submodel_prefix(t.fqn).empty();
     if (!has_model) {  // verl >= 0.7: dist_ckpt holds only optimizer state
         evidence = candidate.string() + " holds no model tensors";
         return false;
