@@ -9,6 +9,9 @@ gen_families.qwen2_5_vl_config: 2 text layers, 2 vision blocks of 2 heads, bf16)
                            sharded_state_dict() into ckpt/global_step_1/actor/dist_ckpt/ (verl's
                            layout with use_dist_checkpointing before the v2 refactor, formats-today.md
                            §1.6), config and tokenizer in actor/huggingface/
+  qwen2_5_vl_tp2pp2_dist_missing_block
+                           the same with config.json claiming a vision block more than the
+                           checkpoint holds: the merge must refuse it, naming the block's tensors
 
 How the model is made: transformers builds the HF model (seeded) and save_pretrained writes it;
 mbridge's Qwen2_5VLBridge (the wheel's own name mapping and _weight_to_mcore_format, the vision
@@ -43,6 +46,7 @@ Patched, because this host has neither Transformer Engine nor a GPU, and said so
     provider passes vocab_size to VocabParallelEmbedding unpadded.
 """
 import copy
+import json
 import os
 import sys
 
@@ -55,7 +59,9 @@ import gen_families as G  # noqa: E402
 import gen_megatron as GM  # noqa: E402
 
 TP, PP = 2, 2
-VARIANTS = ("qwen2_5_vl_tp2pp2_dist",)
+VARIANTS = ("qwen2_5_vl_tp2pp2_dist", "qwen2_5_vl_tp2pp2_dist_missing_block")
+# The planted fault: config.json claims a third vision block; the merge must name what is missing.
+MISSING_BLOCK_ERROR = "missing: visual.blocks.2.attn.proj.bias"
 AUTO_CLASS = "image_text_to_text"
 
 
@@ -168,6 +174,18 @@ def save_dist_ckpt(model, ckpt_dir):
         dist_checkpointing.save(model.sharded_state_dict(), ckpt_dir)
 
 
+def claim_one_more_vision_block(hf_dir):
+    """The planted fault: config.json says the vision tower has a block the checkpoint lacks
+    (a stacked torch_dist tensor cannot lose one layer and stay a valid archive: megatron-core
+    and DCP both check that the chunks cover it)."""
+    path = os.path.join(hf_dir, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["vision_config"]["depth"] += 1
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
 def read_safetensors(folder):
     from safetensors.torch import load_file
     tensors = {}
@@ -203,9 +221,12 @@ def main():
         model = build_model(bridge, cfg)
     bridge.load_weights([model], hf_dir)
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
+    missing_block = variant.endswith("_missing_block")
     save_dist_ckpt(model, os.path.join(actor, "dist_ckpt"))
     if rank == 0:
         E.save_hf_files(cfg, os.path.join(actor, "huggingface"))
+        if missing_block:
+            claim_one_more_vision_block(os.path.join(actor, "huggingface"))
         import megatron.core
         import mbridge
         E.write_oracle(case_dir, read_safetensors(hf_dir), logits)
@@ -213,8 +234,9 @@ def main():
                      f"save_pretrained), megatron-core {megatron.core.__version__} local spec, TP {TP} x PP {PP} "
                      "on gloo, torch_dist (dist_checkpointing.save), verl dist_ckpt layout",
                      checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
-                     output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True,
-                     hf_auto_class=AUTO_CLASS)
+                     output_dtype="bfloat16", oracle_dtypes=True, hf_load=not missing_block,
+                     logits_exact=True, hf_auto_class=AUTO_CLASS,
+                     expected_error=MISSING_BLOCK_ERROR if missing_block else None)
     dist.barrier()
     ps.destroy_model_parallel()
     dist.destroy_process_group()

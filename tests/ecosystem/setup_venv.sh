@@ -1,7 +1,8 @@
 #!/bin/bash
 # Makes, or reuses when its requirements have not changed, a virtual environment of the
 # ecosystem tests under build/, and prints its python:
-#   setup_venv.sh main [DIR]   DIR default build/eco-venv (requirements.txt + requirements-deepspeed.txt)
+#   setup_venv.sh main [DIR]   DIR default build/eco-venv (requirements.txt + requirements-deepspeed.txt
+#                              + requirements-mbridge.txt)
 #   setup_venv.sh verl [DIR]   DIR default build/eco-verl-venv (requirements-verl.txt: verl's own merger)
 # torch==2.13.0 (the CPU build on this machine's disk) goes in first, so that no later package
 # resolves torch to a CUDA build of several GB.
@@ -9,7 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 case ${1:-main} in
-    main) venv=${2:-$root/build/eco-venv} requirements=(requirements.txt requirements-deepspeed.txt) ;;
+    main) venv=${2:-$root/build/eco-venv} requirements=(requirements.txt requirements-deepspeed.txt requirements-mbridge.txt) ;;
     verl) venv=${2:-$root/build/eco-verl-venv} requirements=(requirements-verl.txt) ;;
     *) echo "usage: setup_venv.sh main|verl [VENV_DIR]" >&2; exit 2 ;;
 esac
@@ -27,6 +28,8 @@ pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 for file in "${requirements[@]}"; do
     extra=()
     [[ $file == requirements-deepspeed.txt ]] && extra=(--no-build-isolation)
+    # mbridge's own requirements would move transformers and megatron-core off their pins.
+    [[ $file == requirements-mbridge.txt ]] && extra=(--no-deps)
     # Every package of verl's environment is pinned in its file: no resolution, no downloads of
     # the training stack verl lists but the merger never imports.
     [[ $file == requirements-verl.txt ]] && extra=(--no-deps --no-build-isolation)
