@@ -163,7 +163,7 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
             // The rows config.json implies, when the tensor set knows the output: a shortfall
             // is named here, before the regroup would scatter the rows it has.
             if (auto it = arch.expected.required.find(names[0]); it != arch.expected.required.end() && !it->second.empty())
-                check_qkv_rows(t, heads, heads, it->second[0] / (3 * heads), "3 x" + counted + " x head dim " +
+                check_qkv_rows(t, heads, heads, it->second[0] / (3 * heads), "3 x " + std::to_string(heads) + counted + " x head dim " +
                                    std::to_string(it->second[0] / (3 * heads)));
             OutputTensor o = new_output(t, names[0], t.shape);
             regroup_qkv(t, heads, heads, d, {QkvPart{&o, 0}, QkvPart{&o, heads * d}, QkvPart{&o, 2 * heads * d}});

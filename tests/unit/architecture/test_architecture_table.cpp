@@ -89,7 +89,17 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "tp": "rows"})"),
               "t.json: rule 0 (from 'a'): unknown tp 'rows' (expected dim0, dim1, replicated, glu_halves or replicated_if_full)");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "split": "halves"})"),
-              "t.json: rule 0 (from 'a'): unknown split 'halves' (expected none, qkv, gate_up or vocab)");
+              "t.json: rule 0 (from 'a'): unknown split 'halves' (expected none, qkv, qkv_per_head, gate_up or vocab)");
+    EXPECT_EQ(megatron_error(R"({"from": "v.{i}.qkv", "to": "b.{i}", "split": "qkv_per_head", "groups": "vision_config.num_heads"})"), "");
+    EXPECT_EQ(megatron_error(R"({"from": "v.{i}.qkv", "to": "b.{i}", "split": "qkv_per_head"})"),
+              "t.json: rule 0 (from 'v.{i}.qkv'): 'groups' (an expression over config.json giving the head count) goes "
+              "with split qkv_per_head, and only there");
+    EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "groups": "num_heads"})"),
+              "t.json: rule 0 (from 'a'): 'groups' (an expression over config.json giving the head count) goes with "
+              "split qkv_per_head, and only there");
+    EXPECT_NE(megatron_error(R"({"from": "a", "to": "b", "split": "qkv_per_head", "groups": "num_heads +"})"), "");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "groups": "h"})")),
+              "t.json: rule 0 (from 'a'): 'groups' belongs to source 'megatron' tables");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "transform": "rope_permute", "heads": "h"})"),
               "t.json: rule 0 (from 'a'): 'transform' belongs to source 'torchtitan' tables");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b.{e}"})"), "t.json: rule 0 (from 'a'): 'to' uses {e}, which 'from' does not bind");

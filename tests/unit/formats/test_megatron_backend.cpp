@@ -53,5 +53,89 @@ TEST(ArchitectureTable, ShippedMegatronTablesGiveTheTensorParallelRules) {
     EXPECT_EQ(qkv->hf_names, std::vector<std::string>{"model.layers.1.self_attn.q_a_proj.weight"});
 }
 
+// A tiny Qwen2.5-VL config.json as transformers 5 writes it: the text sizes in text_config only.
+HfConfig qwen2_5_vl_config() {
+    return parse_hf_config("/hf", R"({"architectures": ["Qwen2_5_VLForConditionalGeneration"],
+        "text_config": {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+                        "vocab_size": 64, "intermediate_size": 24},
+        "vision_config": {"depth": 2, "hidden_size": 4, "intermediate_size": 6, "num_heads": 2, "patch_size": 2,
+                          "temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 16}})");
+}
+
+// mbridge's names: each part of the model (language_model., vision_model.) numbers its own
+// layers; the text sizes come from text_config; the ViT's layers are tensor-parallel like the
+// text layers', its projector column- then row-parallel.
+TEST(ArchitectureTable, MultimodalPartsKeepTheirPrefixAndTheirRules) {
+    const ArchitectureInfo arch = architecture_for(qwen2_5_vl_config(), false, false, testing::shipped_tables());
+    EXPECT_TRUE(arch.table_file.ends_with("megatron_qwen2_5_vl.json")) << arch.table_file;
+    EXPECT_EQ(arch.hidden, 16);
+    EXPECT_EQ(arch.kv_heads, 2);
+    EXPECT_EQ(arch.head_dim, 4);
+    EXPECT_EQ(arch.vocab, 64);
+    EXPECT_EQ(megatron_submodel_prefix("vision_model.decoder.layers.0.x"), "vision_model.");
+    EXPECT_EQ(megatron_submodel_prefix("decoder.layers.0.x"), "");
+    const std::vector<std::pair<std::string, TpRule>> expected{
+        {"language_model.embedding.word_embeddings.weight", TpRule::Concat0},
+        {"language_model.decoder.layers.1.self_attention.linear_qkv.bias", TpRule::Concat0},
+        {"language_model.decoder.layers.1.mlp.linear_fc1.weight", TpRule::GluHalves},
+        {"vision_model.decoder.layers.1.self_attention.linear_qkv.weight", TpRule::Concat0},
+        {"vision_model.decoder.layers.1.self_attention.linear_proj.weight", TpRule::Concat1},
+        {"vision_model.decoder.layers.1.self_attention.linear_proj.bias", TpRule::Replicated},
+        {"vision_model.decoder.layers.0.mlp.linear_fc1.bias", TpRule::GluHalves},
+        {"vision_model.decoder.layers.0.mlp.linear_fc2.weight", TpRule::Concat1},
+        {"vision_model.projection.encoder.linear_fc1.weight", TpRule::Concat0},
+        {"vision_model.projection.encoder.linear_fc2.weight", TpRule::Concat1},
+        {"vision_model.patch_embed.proj.weight", TpRule::Replicated},
+    };
+    for (const auto& [key, rule] : expected) {
+        const auto got = megatron_tp_rule(key, arch);
+        ASSERT_TRUE(got) << key;
+        EXPECT_EQ(tp_rule_name(*got), std::string(tp_rule_name(rule))) << key;
+    }
+    const auto norm = match_rule(arch, "vision_model.decoder.layers.1.self_attention.linear_qkv.layer_norm_weight");
+    ASSERT_TRUE(norm);
+    EXPECT_EQ(norm->hf_names, std::vector<std::string>{"visual.blocks.1.norm1.weight"});
+    const auto text = match_rule(arch, "language_model.decoder.layers.1.input_layernorm.weight");
+    ASSERT_TRUE(text);
+    EXPECT_EQ(text->hf_names, std::vector<std::string>{"model.layers.1.input_layernorm.weight"});
+    EXPECT_FALSE(match_rule(arch, "decoder.layers.1.input_layernorm.weight"));  // a GPTModel's name is not the VL's
+}
+
+// Which source row each output row of `t` copies (every copy of one source).
+std::vector<int64_t> row_sources(const OutputTensor& t) {
+    std::vector<int64_t> rows(static_cast<size_t>(t.shape[0]), -1);
+    for (const BoxCopy& c : t.copies)
+        for (int64_t k = 0; k < c.extent[0]; ++k) rows[static_cast<size_t>(c.dst_start[0] + k)] = c.src_start[0] + k;
+    return rows;
+}
+
+// The ViT's qkv, [q_h; k_h; v_h] per head h, becomes HF's one [Q; K; V] tensor: head h of q at
+// rows h*d, of k at Hv + h*d, of v at 2Hv + h*d (vision_config.num_heads 2, head dim 2).
+TEST(MegatronToHf, QkvPerHeadWritesOneQkvTensor) {
+    const HfConfig config = qwen2_5_vl_config();
+    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
+    const std::string key = "vision_model.decoder.layers.1.self_attention.linear_qkv.weight";
+    const auto match = match_rule(arch, key);
+    ASSERT_TRUE(match);
+    OutputTensor qkv = testing::tensor(key, DType::BF16, {12, 4});
+    qkv.copies.push_back({0, {0, 0}, {0, 0}, {12, 4}});
+    std::vector<std::string> notes;
+    const auto made = split_to_hf(qkv, *match, arch, config, notes);
+    ASSERT_EQ(made.size(), 1u);
+    EXPECT_EQ(made[0].name, "visual.blocks.1.attn.qkv.weight");
+    EXPECT_EQ(made[0].shape, (Shape{12, 4}));
+    EXPECT_EQ(row_sources(made[0]), (std::vector<int64_t>{0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11}));
+    // Half the rows (a tensor-parallel shard short): named against what config.json implies.
+    OutputTensor half = testing::tensor(key, DType::BF16, {6, 4});
+    half.copies.push_back({0, {0, 0}, {0, 0}, {6, 4}});
+    EXPECT_TRUE(testing::contains(testing::error_of([&] { split_to_hf(half, *match, arch, config, notes); }),
+                                  "[6, 4] rows, but 3 x 2 heads (vision_config.num_heads in /hf/config.json) x head dim 2 = 12"))
+        << testing::error_of([&] { split_to_hf(half, *match, arch, config, notes); });
+    OutputTensor odd = testing::tensor(key, DType::BF16, {10, 4});
+    odd.copies.push_back({0, {0, 0}, {0, 0}, {10, 4}});
+    EXPECT_TRUE(testing::contains(testing::error_of([&] { split_to_hf(odd, *match, arch, config, notes); }),
+                                  "rows are not q, k and v of 2 heads"));
+}
+
 }  // namespace
 }  // namespace vmerge
