@@ -9,6 +9,8 @@ gen_families.qwen2_5_vl_config: 2 text layers, 2 vision blocks of 2 heads, bf16)
                            sharded_state_dict() into ckpt/global_step_1/actor/dist_ckpt/ (verl's
                            layout with use_dist_checkpointing before the v2 refactor, formats-today.md
                            §1.6), config and tokenizer in actor/huggingface/
+  qwen2_5_vl_tp2pp2_legacy verl's legacy per-rank files (<= v0.4): actor/model/mp_rank_TT_PPP/
+                           model.pt, a list of the model's state_dict_for_save_checkpoint()
   qwen2_5_vl_tp2pp2_dist_missing_block
                            the same with config.json claiming a vision block more than the
                            checkpoint holds: the merge must refuse it, naming the block's tensors
@@ -59,7 +61,7 @@ import gen_families as G  # noqa: E402
 import gen_megatron as GM  # noqa: E402
 
 TP, PP = 2, 2
-VARIANTS = ("qwen2_5_vl_tp2pp2_dist", "qwen2_5_vl_tp2pp2_dist_missing_block")
+VARIANTS = ("qwen2_5_vl_tp2pp2_dist", "qwen2_5_vl_tp2pp2_dist_missing_block", "qwen2_5_vl_tp2pp2_legacy")
 # The planted fault: config.json claims a third vision block; the merge must name what is missing.
 MISSING_BLOCK_ERROR = "missing: visual.blocks.2.attn.proj.bias"
 AUTO_CLASS = "image_text_to_text"
@@ -174,6 +176,17 @@ def save_dist_ckpt(model, ckpt_dir):
         dist_checkpointing.save(model.sharded_state_dict(), ckpt_dir)
 
 
+def save_verl_legacy(model, actor):
+    """verl's legacy Megatron files (<= v0.4): actor/model/mp_rank_TT_PPP/model.pt, a list of
+    one state dict per virtual-pipeline chunk (one here), each the model's
+    state_dict_for_save_checkpoint()."""
+    from megatron.core import parallel_state as ps
+    tp, pp = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
+    rank_dir = os.path.join(actor, "model", f"mp_rank_{tp:02d}_{pp:03d}")
+    os.makedirs(rank_dir)
+    torch.save([model.state_dict_for_save_checkpoint()], os.path.join(rank_dir, "model.pt"))
+
+
 def claim_one_more_vision_block(hf_dir):
     """The planted fault: config.json says the vision tower has a block the checkpoint lacks
     (a stacked torch_dist tensor cannot lose one layer and stay a valid archive: megatron-core
@@ -222,7 +235,11 @@ def main():
     bridge.load_weights([model], hf_dir)
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
     missing_block = variant.endswith("_missing_block")
-    save_dist_ckpt(model, os.path.join(actor, "dist_ckpt"))
+    legacy = variant.endswith("_legacy")
+    if legacy:
+        save_verl_legacy(model, actor)
+    else:
+        save_dist_ckpt(model, os.path.join(actor, "dist_ckpt"))
     if rank == 0:
         E.save_hf_files(cfg, os.path.join(actor, "huggingface"))
         if missing_block:
@@ -232,7 +249,8 @@ def main():
         E.write_oracle(case_dir, read_safetensors(hf_dir), logits)
         E.write_case(case_dir, producer=f"mbridge {mbridge.__version__} Qwen2_5VLModel (bridge load_weights from "
                      f"save_pretrained), megatron-core {megatron.core.__version__} local spec, TP {TP} x PP {PP} "
-                     "on gloo, torch_dist (dist_checkpointing.save), verl dist_ckpt layout",
+                     "on gloo, " + ("verl legacy model/mp_rank_TT_PPP/model.pt" if legacy else
+                                   "torch_dist (dist_checkpointing.save), verl dist_ckpt layout"),
                      checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
                      output_dtype="bfloat16", oracle_dtypes=True, hf_load=not missing_block,
                      logits_exact=True, hf_auto_class=AUTO_CLASS,
