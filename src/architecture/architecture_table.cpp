@@ -218,8 +218,8 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
 
 bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
 
-// Matches `key` against `pattern` whose {i}/{e} stand for decimal numbers and a final {*} for
-// the rest of the name (not empty); fills them in `m`.
+}  // namespace
+
 bool match_pattern(const std::string& pattern, const std::string& key, TableMatch& m) {
     size_t p = 0, k = 0;
     while (p < pattern.size()) {
@@ -241,6 +241,8 @@ bool match_pattern(const std::string& pattern, const std::string& key, TableMatc
     }
     return k == key.size();
 }
+
+namespace {
 
 fs::path running_binary_dir() {
     std::error_code ec;

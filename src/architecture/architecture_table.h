@@ -124,6 +124,9 @@ struct TableMatch {
     std::string rest;    // what a final {*} matched ("" when none)
 };
 std::optional<TableMatch> match_table_rule(const ArchitectureTable& table, const std::string& key);
+// Matches `key` against one rule pattern whose {i}/{e} stand for decimal numbers and a final {*}
+// for the rest of the name (not empty); fills them in `m`. Every table's rules match by it.
+bool match_pattern(const std::string& pattern, const std::string& key, TableMatch& m);
 
 // `pattern` with {i}, {e} and {*} replaced.
 std::string fill_table_pattern(const std::string& pattern, const std::string& layer, const std::string& expert,

@@ -149,25 +149,12 @@ std::vector<std::string> split_names(std::string_view names) {
 }
 
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& key) {
-    static const TextPattern layer(R"((decoder\.layers\.)(\d+)(\..*))");
-    static const TextPattern expert(R"((.*\.experts\.)(\d+)(\..*))");
-    const std::string prefix(megatron_submodel_prefix(key));
-    std::string pattern = key.substr(prefix.size()), layer_index, expert_index;
-    TextMatch m;
-    if (layer.full_match(pattern, m)) {
-        layer_index = m[2];
-        pattern = std::string(m[1]) + "{i}" + std::string(m[3]);
-    }
-    pattern = prefix + pattern;
-    if (expert.full_match(pattern, m)) {
-        expert_index = m[2];
-        pattern = std::string(m[1]) + "{e}" + std::string(m[3]);
-    }
     for (const TableRule& rule : arch.rules) {
-        if (rule.from != pattern) continue;
+        TableMatch m;
+        if (!match_pattern(rule.from, key, m)) continue;
         RuleMatch match;
         match.rule = &rule;
-        match.hf_names = split_names(substitute_rule(rule.to, layer_index, expert_index));
+        match.hf_names = split_names(fill_table_pattern(rule.to, m.layer, m.expert, m.rest));
         return match;
     }
     return std::nullopt;
