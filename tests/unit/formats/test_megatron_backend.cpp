@@ -101,6 +101,30 @@ TEST(ArchitectureTable, MultimodalPartsKeepTheirPrefixAndTheirRules) {
     EXPECT_FALSE(match_rule(arch, "decoder.layers.1.input_layernorm.weight"));  // a GPTModel's name is not the VL's
 }
 
+// Megatron-Bridge's Qwen3-VL keeps transformers' vision model whole under vision_model.: one
+// {*} rule renames it (replicated over TP); the text model is Qwen3's under language_model.
+TEST(ArchitectureTable, Qwen3VlVisionModelIsRenamedWhole) {
+    const HfConfig config = parse_hf_config("/hf", R"({"architectures": ["Qwen3VLForConditionalGeneration"],
+        "text_config": {"hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+                        "vocab_size": 64, "intermediate_size": 24, "head_dim": 8},
+        "vision_config": {"depth": 2, "hidden_size": 4, "intermediate_size": 6, "num_heads": 2, "patch_size": 2,
+                          "temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 16,
+                          "num_position_embeddings": 4, "deepstack_visual_indexes": [0]}})");
+    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
+    EXPECT_TRUE(arch.table_file.ends_with("megatron_qwen3_vl.json")) << arch.table_file;
+    EXPECT_EQ(arch.head_dim, 8);
+    const auto vision = match_rule(arch, "vision_model.deepstack_merger_list.0.linear_fc1.weight");
+    ASSERT_TRUE(vision);
+    EXPECT_EQ(vision->hf_names, std::vector<std::string>{"model.visual.deepstack_merger_list.0.linear_fc1.weight"});
+    EXPECT_EQ(tp_rule_name(*megatron_tp_rule("vision_model.blocks.1.attn.qkv.weight", arch)), std::string("replicated"));
+    const auto qkv = match_rule(arch, "language_model.decoder.layers.1.self_attention.linear_qkv.weight");
+    ASSERT_TRUE(qkv);
+    EXPECT_EQ(qkv->hf_names[2], "model.language_model.layers.1.self_attn.v_proj.weight");
+    const auto norm = match_rule(arch, "language_model.decoder.layers.0.self_attention.k_layernorm.weight");
+    ASSERT_TRUE(norm);
+    EXPECT_EQ(norm->hf_names, std::vector<std::string>{"model.language_model.layers.0.self_attn.k_norm.weight"});
+}
+
 // Which source row each output row of `t` copies (every copy of one source).
 std::vector<int64_t> row_sources(const OutputTensor& t) {
     std::vector<int64_t> rows(static_cast<size_t>(t.shape[0]), -1);
