@@ -123,6 +123,7 @@ nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const s
         if (rule->drop.empty()) j["to"] = split_names(rule->to);
         else j["drop"] = rule->drop;
         if (rule->split != NameSplit::None) j["split"] = name_split_name(rule->split);
+        if (rule->groups) j["groups"] = rule->groups->text();
         j["tp"] = tp_rule_name(rule->tp);
         if (rule->tied_head) j["tied_head"] = true;
         j["tensors"] = it->second;
