@@ -89,8 +89,9 @@ TableTransform parse_transform(const std::string& text, const std::string& where
     if (text == "rope_permute") return TableTransform::RopePermute;
     if (text == "split_experts") return TableTransform::SplitExperts;
     if (text == "split_experts_gate_up") return TableTransform::SplitExpertsGateUp;
+    if (text == "transpose") return TableTransform::Transpose;
     throw Error(where + ": unknown transform '" + text +
-                "' (expected none, rope_permute, split_experts or split_experts_gate_up)");
+                "' (expected none, rope_permute, split_experts, split_experts_gate_up or transpose)");
 }
 
 NameSplit parse_split(const std::string& text, const std::string& where) {
@@ -280,6 +281,7 @@ const char* table_transform_name(TableTransform t) {
         case TableTransform::RopePermute: return "rope_permute";
         case TableTransform::SplitExperts: return "split_experts";
         case TableTransform::SplitExpertsGateUp: return "split_experts_gate_up";
+        case TableTransform::Transpose: return "transpose";
     }
     return "none";
 }

@@ -9,8 +9,8 @@
 
 namespace vmerge {
 
-// How one checkpoint tensor becomes its Hugging Face tensor(s) under a table rule. Each is a
-// pure regrouping of rows, planned as box copies (no element-wise path).
+// How one checkpoint tensor becomes its Hugging Face tensor(s) under a table rule, planned as
+// box copies (no element-wise arithmetic).
 enum class TableTransform {
     None,          // same tensor, new name
     RopePermute,   // per head, rows 2p + j -> j*(d/2) + p (interleaved RoPE -> HF rotate-half)
@@ -18,6 +18,10 @@ enum class TableTransform {
     // A grouped [E, 2F, ...] tensor whose rows are [gate; up] per expert -> the gate and the up
     // tensor [F, ...] of each expert (`to` names both; transformers 5's fused MoE experts).
     SplitExpertsGateUp,
+    // The last two axes swapped ([..., a, b] -> [..., b, a]): a grouped expert tensor stored
+    // [E, out, in] whose Hugging Face form is [E, in, out] (GPT-OSS). Copies read a transposed
+    // view of their source, so this one is a strided copy, not a regrouping of rows.
+    Transpose,
 };
 
 // How a Megatron tensor splits into HF tensors (source 'megatron' tables).

@@ -16,6 +16,7 @@
 #include "exec/fp8_quantize.h"
 #include "exec/int_quantize.h"
 #include "exec/lora_kernel.h"
+#include "exec/strided_copy.h"
 #include "core/stopwatch.h"
 
 namespace vmerge {
@@ -625,7 +626,7 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
                        static_cast<uint64_t>(dst_strides[0]) * esize);
         return;
     }
-    // General case: read the covering span once, then gather row by row along the last dim.
+    // General case: read the covering span once, then gather the box out of it.
     if (span > max_memory_ / 2 && ndim > 0 && extent[0] > 1) {
         // Split along dim 0 so the span stays bounded.
         const int64_t half = extent[0] / 2;
@@ -641,32 +642,8 @@ void CopyExecutor::copy_box(const TensorRef& src, const Shape& src_start, const 
     span_.resize(span);
     read(src.storage, file, file_offset, span_.data(), span);
     block_hash_.disturb();
-    const int64_t inner = ndim ? extent[ndim - 1] : 1;
-    const int64_t inner_src_stride = ndim ? src.stride[ndim - 1] : 1;
-    std::vector<int64_t> index(ndim > 0 ? ndim - 1 : 0, 0);
-    while (true) {
-        int64_t s = 0, t = first_dst;
-        for (size_t d = 0; d + 1 < ndim; ++d) {
-            s += index[d] * src.stride[d];
-            t += index[d] * dst_strides[d];
-        }
-        const unsigned char* from = span_.data() + s * esize;
-        unsigned char* to = block + t * esize;
-        if (inner_src_stride == 1) {
-            std::memcpy(to, from, inner * esize);
-        } else {
-            for (int64_t k = 0; k < inner; ++k)
-                std::memcpy(to + k * esize, from + k * inner_src_stride * esize, esize);
-        }
-        size_t d = index.size();
-        while (d > 0) {
-            --d;
-            if (++index[d] < extent[d]) break;
-            index[d] = 0;
-            if (d == 0) return;
-        }
-        if (index.empty()) return;
-    }
+    // The span starts at the box's first element, so the box's offsets there are the strides'.
+    copy_strided_box(span_.data(), src.stride, block + first_dst * esize, dst_strides, extent, esize);
 }
 
 }  // namespace vmerge

@@ -105,6 +105,31 @@ std::vector<OutputTensor> split_experts(const OutputTensor& grouped, const std::
     return out;
 }
 
+OutputTensor transposed(const OutputTensor& assembled, const std::string& name, std::vector<TensorRef>& sources) {
+    const size_t rank = assembled.shape.size();
+    if (rank < 2) throw Error(assembled.name + ": " + shape_to_string(assembled.shape) + " has no two axes to transpose");
+    auto swap_last = [rank](Shape s) {
+        std::swap(s[rank - 2], s[rank - 1]);
+        return s;
+    };
+    OutputTensor out = renamed(assembled, name);
+    out.shape = swap_last(assembled.shape);
+    out.copies.clear();
+    for (const BoxCopy& c : assembled.copies) {
+        TensorRef view = sources[c.source];
+        if (view.shape.size() != rank)  // a flat buffer's copies index it as its own 1-D tensor
+            throw Error(assembled.name + ": stored as " + shape_to_string(view.shape) + ", not as " +
+                        std::to_string(rank) + "-axis pieces, so it cannot be read transposed");
+        view.shape = swap_last(view.shape);
+        view.stride = swap_last(view.stride);
+        view.dtensor.reset();
+        const uint32_t source = static_cast<uint32_t>(sources.size());
+        sources.push_back(std::move(view));
+        add_copy(out, source, swap_last(c.src_start), swap_last(c.dst_start), swap_last(c.extent));
+    }
+    return out;
+}
+
 std::vector<OutputTensor> split_experts_gate_up(const OutputTensor& grouped, const std::string& names,
                                                const std::string& layer, std::vector<TensorRef>& sources) {
     const std::vector<std::string> patterns = split_names(names);
@@ -145,6 +170,7 @@ std::vector<OutputTensor> apply_rule(const OutputTensor& t, const TableMatch& ma
             return split_experts(t, fill_table_pattern(rule.to, layer, "{e}", match.rest), layer, sources);
         case TableTransform::SplitExpertsGateUp:
             return split_experts_gate_up(t, fill_table_pattern(rule.to, layer, "{e}", match.rest), layer, sources);
+        case TableTransform::Transpose: return {transposed(t, name, sources)};
     }
     return {};
 }

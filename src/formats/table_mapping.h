@@ -23,6 +23,10 @@ OutputTensor rope_permuted(const OutputTensor& assembled, int64_t heads, const s
 std::vector<OutputTensor> split_experts(const OutputTensor& grouped, const std::string& name_pattern,
                                         const std::string& layer, std::vector<TensorRef>& sources);
 
+// `assembled` with its last two axes swapped, named `name`: each copy reads a transposed view of
+// its source (appended to `sources`). Error for a tensor of fewer than two axes.
+OutputTensor transposed(const OutputTensor& assembled, const std::string& name, std::vector<TensorRef>& sources);
+
 // What applying a table did: the output tensors in HF order, and per rule how many
 // checkpoint tensors it took (inspect --json's "architecture_table").
 struct TableApplication {

@@ -19,12 +19,17 @@ VARIANT (N ranks, 2 unless said):
   torchtitan_deepseek_v3  the same for torchtitan's DeepSeek-V3 (its layer builder: MLA with
                         q_lora_rank, a dense first layer, 4 sigmoid-routed experts with a shared
                         expert and a nonzero expert_bias_E, one MTP depth)
+  torchtitan_gpt_oss    the same for torchtitan's GPT-OSS (its layer builder: attention sinks,
+                        q/k/v/o biases, alternate sliding-window layers, YaRN, 4 experts with
+                        biases stored [E, out, in]); the oracle's experts are transposed here, as
+                        torchtitan 0.3.0's to_hf drops them (gpt_oss_to_hf says why)
 
 The DCP folders carry no config: config.json and the tokenizer go to <case>/hf_config, passed
 with --hf_config. torchtitan oracles are the producer's own conversion: state_dict_adapter.to_hf
 of the full state dict; the logits are those of the matching transformers model loading them,
-checked against torchtitan's own forward.
+checked against torchtitan's own forward (GPT-OSS: see gpt_oss_to_hf).
 """
+import copy
 import os
 import shutil
 import sys
@@ -48,7 +53,13 @@ DSV3_DENSE_HIDDEN, DSV3_MTP_DEPTHS = 88, 1
 # to the largest logit. torchtitan's GroupedExperts runs the experts' grouped matmuls in bf16
 # (x.bfloat16(), w.bfloat16(), torch._grouped_mm) by design; routing is the same (checked: same
 # experts, same weights), so only the MoE case needs bf16's tolerance.
-FORWARD_TOLERANCE = {"torchtitan_llama3": 1e-5, "torchtitan_qwen3_moe": 1e-2, "torchtitan_deepseek_v3": 1e-2}
+# GPT-OSS's experts return bf16 into the fp32 residual's scatter_add, which refuses the mix: its
+# reference forward runs on a bf16 copy of the model (its mixed-precision training dtype).
+FORWARD_TOLERANCE = {"torchtitan_llama3": 1e-5, "torchtitan_qwen3_moe": 1e-2, "torchtitan_deepseek_v3": 1e-2,
+                     "torchtitan_gpt_oss": 3e-2}
+# torchtitan's GPT-OSS builder fixes the attention at 64 heads of 64, 8 KV heads; the experts'
+# width differs from dim so that an untransposed expert fails by shape.
+GPT_OSS_HIDDEN = 48
 
 
 def randomize(module):
@@ -150,8 +161,8 @@ def import_torchtitan_models():
             return needs_triton
         stand_in.__getattr__ = missing
         sys.modules.setdefault(kernels, stand_in)
-    from torchtitan.models import deepseek_v3, llama3, qwen3
-    return {"llama3": llama3, "qwen3": qwen3, "deepseek_v3": deepseek_v3}
+    from torchtitan.models import deepseek_v3, gpt_oss, llama3, qwen3
+    return {"llama3": llama3, "qwen3": qwen3, "deepseek_v3": deepseek_v3, "gpt_oss": gpt_oss}
 
 
 def llama3_configs(llama3):
@@ -239,11 +250,66 @@ def deepseek_v3_configs(deepseek_v3):
     return tt, hf, deepseek_v3.DeepSeekV3StateDictAdapter
 
 
+def gpt_oss_configs(gpt_oss):
+    """torchtitan's GPT-OSS layer builder with shrunk dims (its attention is always 64 heads of 64
+    with 8 KV heads; even layers slide over a 128-token window), and the GptOssConfig of the same
+    network: YaRN as torchtitan's debugmodel sets it, softmax over the top-k router logits, eps 1e-5."""
+    from transformers import GptOssConfig
+    from torchtitan.models.common import CosSinRoPE, Embedding, Linear, RMSNorm
+    yarn = dict(rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                original_max_position_embeddings=4096)
+    rope = CosSinRoPE.Config(dim=64, max_seq_len=64, theta=yarn["rope_theta"], scaling="yarn",
+                             rope_factor=yarn["factor"], beta_fast=yarn["beta_fast"], beta_slow=yarn["beta_slow"],
+                             truncate=False, original_seq_len=yarn["original_max_position_embeddings"])
+    tt = gpt_oss.GptOssModel.Config(
+        vocab_size=E.VOCAB, dim=TT_DIM,
+        tok_embeddings=Embedding.Config(num_embeddings=E.VOCAB, embedding_dim=TT_DIM, param_init=gpt_oss._EMBEDDING_INIT),
+        norm=RMSNorm.Config(normalized_shape=TT_DIM, param_init=gpt_oss._NORM_INIT),
+        lm_head=Linear.Config(in_features=TT_DIM, out_features=E.VOCAB, param_init=gpt_oss._output_linear_init(TT_DIM)),
+        layers=gpt_oss._build_gptoss_layers(
+            fuse_qkv=True, dim=TT_DIM, n_layers=TT_LAYERS, hidden_dim=GPT_OSS_HIDDEN, num_experts=MOE_EXPERTS,
+            top_k=MOE_TOP_K, load_balance_coeff=1e-3, attn_backend="flex", moe_comm_backend="standard", rope=rope))
+    hf = GptOssConfig(vocab_size=E.VOCAB, hidden_size=TT_DIM, intermediate_size=GPT_OSS_HIDDEN,
+                      num_hidden_layers=TT_LAYERS, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                      num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, sliding_window=128,
+                      layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(TT_LAYERS)],
+                      attention_bias=True, rms_norm_eps=1e-5, swiglu_limit=7.0, max_position_embeddings=131072,
+                      rope_parameters={"rope_type": "yarn", **yarn}, tie_word_embeddings=False,
+                      bos_token_id=1, eos_token_id=2)
+    hf.dtype, hf.architectures = "float32", ["GptOssForCausalLM"]
+    return tt, hf, gpt_oss.GptOssStateDictAdapter
+
+
+def gpt_oss_to_hf(adapter_cls, tt_config, full):
+    """torchtitan 0.3.0's GptOssStateDictAdapter.to_hf keys the experts as ...inner_experts.mlp1_weight
+    (and mlp1_bias, mlp2_weight, mlp2_bias) while the module's parameters are mlp1_weight_EGD,
+    mlp1_bias_EG, mlp2_weight_EDF and mlp2_bias_ED, so to_hf drops every expert tensor (and it would
+    name the bf16 weights *_blocks, the MXFP4 names). Its output is kept for everything else; the
+    experts are added by GPT-OSS's definition: HF's gate_up_proj [E, H, 2F] is mlp1_weight_EGD
+    [E, 2F, H] transposed (gate and up stay interleaved: both forwards take [..., ::2] and
+    [..., 1::2]), down_proj [E, F, H] is mlp2_weight_EDF transposed, the biases as they are.
+    transformers reproducing torchtitan's own forward from these tensors is the check."""
+    hf = adapter_cls(tt_config, None).to_hf(full)
+    if any(".mlp.experts." in k for k in hf):
+        raise SystemExit("torchtitan's GPT-OSS to_hf now writes experts: use its output as the oracle")
+    for key, value in full.items():
+        if ".inner_experts." not in key:
+            continue
+        layer = key.split(".")[1]
+        prefix = f"model.layers.{layer}.mlp.experts."
+        name = key.rsplit(".", 1)[1]
+        hf[prefix + {"mlp1_weight_EGD": "gate_up_proj", "mlp1_bias_EG": "gate_up_proj_bias",
+                     "mlp2_weight_EDF": "down_proj", "mlp2_bias_ED": "down_proj_bias"}[name]] = \
+            value.transpose(1, 2).contiguous() if name.endswith(("_EGD", "_EDF")) else value
+    return hf
+
+
 # variant: (torchtitan model package, config builder, whether the HF model has the router bias
 # expert_bias_E becomes: Qwen3-MoE has none, so there to_hf drops it and it must stay zero).
 TORCHTITAN_MODELS = {"torchtitan_llama3": ("llama3", llama3_configs, False),
                      "torchtitan_qwen3_moe": ("qwen3", qwen3_moe_configs, False),
-                     "torchtitan_deepseek_v3": ("deepseek_v3", deepseek_v3_configs, True)}
+                     "torchtitan_deepseek_v3": ("deepseek_v3", deepseek_v3_configs, True),
+                     "torchtitan_gpt_oss": ("gpt_oss", gpt_oss_configs, False)}
 
 
 def randomize_expert_bias(model):
@@ -324,7 +390,7 @@ def run_torchtitan(case_dir, variant, rank, world):
     package, configs, expert_bias = TORCHTITAN_MODELS[variant]
     tt_config, hf_config, adapter_cls = configs(import_torchtitan_models()[package])
     model = build_torchtitan(tt_config, expert_bias)
-    tt_logits = torchtitan_logits(model)
+    tt_logits = torchtitan_logits(copy.deepcopy(model).to(torch.bfloat16) if package == "gpt_oss" else model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     mtp_layers = list(model.mtp_layers) if getattr(model, "mtp_layers", None) is not None else []
     shard(model, [model.tok_embeddings, *model.layers.values(), *mtp_layers, model.norm, model.lm_head])
@@ -332,7 +398,8 @@ def run_torchtitan(case_dir, variant, rank, world):
     dcp_save(ModelWrapper([model]).state_dict(), checkpoint_id=step_dir)
     full = check_gather(model, before)
     if rank == 0:
-        hf_tensors = adapter_cls(tt_config, None).to_hf(full)
+        hf_tensors = (gpt_oss_to_hf(adapter_cls, tt_config, full) if package == "gpt_oss"
+                      else adapter_cls(tt_config, None).to_hf(full))
         logits = transformers_logits(hf_config, main_model_tensors(hf_tensors, hf_config),
                                      os.path.join(case_dir, "hf_reference"))
         diff = (logits - tt_logits).abs().max().item()
@@ -351,7 +418,8 @@ def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_ke
                 "accelerate_zstd": "dcp.save with FileSystemWriter(_extensions=[ZStandard()])",
                 "torchtitan_llama3": "torchtitan Llama3 + ModelWrapper + dcp.save",
                 "torchtitan_qwen3_moe": "torchtitan Qwen3 MoE + ModelWrapper + dcp.save",
-                "torchtitan_deepseek_v3": "torchtitan DeepSeek-V3 (MTP) + ModelWrapper + dcp.save"}[variant]
+                "torchtitan_deepseek_v3": "torchtitan DeepSeek-V3 (MTP) + ModelWrapper + dcp.save",
+                "torchtitan_gpt_oss": "torchtitan GPT-OSS + ModelWrapper + dcp.save"}[variant]
     # to_hf writes no embedding / head copies in an MTP layer: the merge leaves the release's out.
     mtp_args = ["--no_mtp_shared_copies"] if mtp_keys else []
     E.write_case(case_dir, producer=f"torch {torch.__version__} {producer}, fully_shard over {world} ranks",
@@ -365,7 +433,7 @@ def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_ke
 
 VARIANTS = {"accelerate_fsdp2": run_accelerate, "accelerate_zstd": run_accelerate,
             "torchtitan_llama3": run_torchtitan, "torchtitan_qwen3_moe": run_torchtitan,
-            "torchtitan_deepseek_v3": run_torchtitan}
+            "torchtitan_deepseek_v3": run_torchtitan, "torchtitan_gpt_oss": run_torchtitan}
 
 
 def main():

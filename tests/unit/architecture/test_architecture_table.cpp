@@ -48,8 +48,8 @@ TEST(ArchitectureTable, RulesMatchLayerNumbers) {
 
 TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(error_of(with_rules(R"({"from": "a.{i}", "to": "b.{i}", "transform": "rotate"})")),
-              "t.json: rule 0 (from 'a.{i}'): unknown transform 'rotate' (expected none, rope_permute, split_experts or "
-              "split_experts_gate_up)");
+              "t.json: rule 0 (from 'a.{i}'): unknown transform 'rotate' (expected none, rope_permute, split_experts, "
+              "split_experts_gate_up or transpose)");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b.{i}"})")), "t.json: rule 0 (from 'a'): 'to' uses {i}, which 'from' does not bind");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "drop": "why"})")),
               "t.json: rule 0 (from 'a'): give exactly one of 'to' (its HF name) and 'drop' (why)");

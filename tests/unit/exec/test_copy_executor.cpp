@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "exec/copy_executor.h"
 #include "exec/source_reader.h"
+#include "formats/table_mapping.h"
 
 namespace vmerge {
 namespace {
@@ -116,6 +117,45 @@ TEST(CopyExecutor, ShardsSplitAlongDimOneLandInTheirColumns) {
         for (int c = 0; c < 6; ++c)
             EXPECT_EQ(written[r * 6 + c], c < 3 ? static_cast<float>(r * 3 + c) : 100.0f + static_cast<float>(r * 3 + c - 3))
                 << r << "," << c;
+}
+
+// GPT-OSS experts as torchtitan stores them, [E, out, in] in two FSDP chunks along E, written
+// as Hugging Face stores them, [E, in, out]: the transposed views read through the executor,
+// in blocks of one expert.
+TEST(CopyExecutor, TransposedExpertsLandTransposed) {
+    const int64_t experts = 4, out_dim = 3, in_dim = 5;
+    TensorMapping mapping;
+    for (const std::string name : {"memory:fsdp0", "memory:fsdp1"})
+        mapping.sources.push_back(float_source(name, {experts / 2, out_dim, in_dim}));
+    OutputTensor grouped;
+    grouped.name = "mlp1_weight_EGD";
+    grouped.source_dtype = grouped.dtype = DType::F32;
+    grouped.shape = {experts, out_dim, in_dim};
+    grouped.copies.push_back({0, {0, 0, 0}, {0, 0, 0}, {experts / 2, out_dim, in_dim}});
+    grouped.copies.push_back({1, {0, 0, 0}, {experts / 2, 0, 0}, {experts / 2, out_dim, in_dim}});
+    mapping.tensors.push_back(transposed(grouped, "gate_up_proj", mapping.sources));
+    EXPECT_EQ(mapping.tensors[0].shape, (Shape{experts, in_dim, out_dim}));
+    const int64_t per_chunk = experts / 2 * out_dim * in_dim;
+    const auto chunk0 = counting_floats(static_cast<size_t>(per_chunk));
+    std::vector<float> values(static_cast<size_t>(per_chunk));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(per_chunk + static_cast<int64_t>(i));
+    std::vector<unsigned char> chunk1(values.size() * sizeof(float));
+    std::memcpy(chunk1.data(), values.data(), chunk1.size());
+    int reads = 0;
+    CopyExecutor executor(mapping, in_dim * out_dim * 4 * 2);  // one expert a block
+    executor.read_sources_with([&](const std::string& file) -> std::unique_ptr<SourceReader> {
+        return std::make_unique<MemorySource>(file == "memory:fsdp0" ? chunk0 : chunk1, reads);
+    });
+    std::vector<float> written(static_cast<size_t>(experts * in_dim * out_dim), -1.0f);
+    executor.run({{0, 0, experts}}, [&](const RowBlock& b) {
+        std::memcpy(written.data() + b.row_begin * in_dim * out_dim, b.data, b.size);
+    });
+    // HF [e][i][o] is torchtitan's [e][o][i]; the counting values are that element's flat index.
+    for (int64_t e = 0; e < experts; ++e)
+        for (int64_t i = 0; i < in_dim; ++i)
+            for (int64_t o = 0; o < out_dim; ++o)
+                EXPECT_EQ(written[static_cast<size_t>((e * in_dim + i) * out_dim + o)],
+                          static_cast<float>((e * out_dim + o) * in_dim + i)) << e << "," << i << "," << o;
 }
 
 TEST(CopyExecutor, TaskDoneFollowsTheTasksLastBlock) {
