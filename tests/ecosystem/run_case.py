@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--vmerge", required=True)
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--np", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--np", type=int, nargs="+", help="rank counts (default: the case's `ranks`, else 1 2 3)")
     ap.add_argument("--modes", nargs="+", help="only these modes (plain, int4, ..., hdf5_zstd)")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -155,6 +155,7 @@ def main():
     if case.get("exclude_frozen_oracle"):
         modes.append("exclude_frozen")
     wanted = (lambda m: not args.modes or m in args.modes)
+    args.np = args.np or case.get("ranks", [1, 2, 3])
     for np_ in args.np:
         for mode in filter(wanted, modes):
             check_merge(args, case, np_, mode)
