@@ -432,7 +432,9 @@ def write_case_folder(case_dir, variant, full, ep):
     common = dict(producer=f"megatron-core {megatron.core.__version__} MoE GPTModel (SequentialMLP) with Megatron-"
                   f"Bridge 0.3.1's LoRA layout, TP 1 x PP {PP} x EP {ep} on gloo, {layout}",
                   checkpoint="ckpt", merge_args=["--backend", "megatron", "--lora_alpha", str(ALPHA)],
-                  hf_config="hf", output_dtype="bfloat16", hf_load=True, adapter=True, ranks=[1, 3])
+                  hf_config="hf", output_dtype="bfloat16", hf_load=True, adapter=True, ranks=[1, 3],
+                  adapter_oracle="the live adapter as Megatron-Bridge's PEFT export names and splits it",
+                  fold_oracle="W + (alpha/r)·B·A in float64 from the live tensors, cast once")
     if variant == "adapter_ckpt":
         common.update(base_model="base", error_without_base="pass --lora_base")
     E.write_case(case_dir, **common)
