@@ -86,10 +86,11 @@ def adapted_weights(adapter_file):
     return out
 
 
-def check_tensors_close(folder, oracle_file, dtype, adapted, rel=1e-2):
+def check_tensors_close(folder, oracle_file, dtype, adapted, rel=1e-2, what="PEFT's merge_and_unload"):
     """Folded weights: each adapted weight within the fold's tolerance of PEFT's own
     merge_and_unload (PEFT adds a bf16-rounded delta to the bf16 weight, rounding twice; the fold
-    rounds once), every other tensor (modules_to_save heads included) bit-equal to it."""
+    rounds once), every other tensor (modules_to_save heads included) bit-equal to it. `what`
+    names the oracle in the messages."""
     got, want = output_tensors(folder), load_file(oracle_file)
     compare_key_sets(got, want, folder)
     worst, exact = 0.0, 0
@@ -99,15 +100,15 @@ def check_tensors_close(folder, oracle_file, dtype, adapted, rel=1e-2):
             fail(f"{key}: {out.dtype} {tuple(out.shape)}, PEFT's fold {ref.dtype} {tuple(ref.shape)}")
         if key not in adapted:
             if not torch.equal(out, ref.to(dtype)):
-                fail(f"{key}: not adapted, yet differs from PEFT's merge_and_unload "
+                fail(f"{key}: not adapted, yet differs from {what} "
                      f"(max |diff| {(out.float() - ref.float()).abs().max().item():g})")
             exact += 1
             continue
         err = (out.float() - ref.float()).abs().max().item() / max(ref.float().abs().max().item(), 1e-6)
         worst = max(worst, err)
         if err > rel:
-            fail(f"{key}: relative difference {err:g} from PEFT's merge_and_unload (> {rel})")
-    print(f"  fold: {len(got) - exact} adapted tensors within {worst:.2g} (relative) of PEFT's merge_and_unload, "
+            fail(f"{key}: relative difference {err:g} from {what} (> {rel})")
+    print(f"  fold: {len(got) - exact} adapted tensors within {worst:.2g} (relative) of {what}, "
           f"{exact} others bit-equal to it", flush=True)
 
 
@@ -177,10 +178,11 @@ def check_adapter_config(adapter_dir, saved_dir):
           f"{sorted(got_saved)} as PEFT's save_pretrained states them", flush=True)
 
 
-def check_adapter(folder, oracle, dtype, auto_class="causal_lm"):
+def check_adapter(folder, oracle, dtype, auto_class="causal_lm", what=None):
     """The extracted adapter: its tensors equal PEFT's own export (save_pretrained's
     adapter_model.safetensors where the case has it: names and bits), its config states what
-    PEFT's does, and PeftModel on the merged base gives the live PEFT model's logits."""
+    PEFT's does, and PeftModel on the merged base gives the live PEFT model's logits. `what`
+    names the adapter oracle in the messages (default: PEFT's export)."""
     from peft import PeftModel
     adapter_dir = os.path.join(folder, "lora_adapter")
     got = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
@@ -188,12 +190,12 @@ def check_adapter(folder, oracle, dtype, auto_class="causal_lm"):
     has_saved = os.path.isdir(saved_dir)
     want = load_file(os.path.join(saved_dir, "adapter_model.safetensors") if has_saved
                      else os.path.join(oracle, "adapter.safetensors"))
+    what = what or ("PEFT's save_pretrained" if has_saved else "PEFT's get_peft_model_state_dict")
     compare_key_sets(got, want, adapter_dir)
     for key, ref in want.items():
         if got[key].dtype != ref.dtype or not torch.equal(got[key], ref):
-            fail(f"{adapter_dir}: {key} differs from PEFT's export")
-    print(f"  adapter_model.safetensors: {len(want)} tensors bit-equal to PEFT's "
-          f"{'save_pretrained' if has_saved else 'get_peft_model_state_dict'}", flush=True)
+            fail(f"{adapter_dir}: {key} differs from {what}")
+    print(f"  adapter_model.safetensors: {len(want)} tensors bit-equal to {what}", flush=True)
     if has_saved:
         check_adapter_config(adapter_dir, saved_dir)
     model = PeftModel.from_pretrained(load_hf_model(folder, dtype, auto_class), adapter_dir).eval()

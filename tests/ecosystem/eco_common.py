@@ -160,6 +160,9 @@ def write_case(case_dir, **fields):
       extra_oracles  more tensor oracles the plain/extract output must equal, e.g. the producer's
                      own consolidation tool: [{"file": name in oracle/, "what": text for the
                      report, "partial": true if it may lack some output tensors}]
+      ranks          the rank counts run_case.py merges with (default [1, 2, 3])
+      adapter_oracle, fold_oracle  what oracle/adapter.safetensors and folded.safetensors are,
+                     for the report (default: PEFT's export and merge_and_unload)
       exclude_frozen_oracle  a DeepSpeed case: oracle/ file of zero_to_fp32's
                      --exclude_frozen_parameters, which merge with the same flag must equal
     """

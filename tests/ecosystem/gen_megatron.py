@@ -23,7 +23,7 @@ no_cuda_rng_fork); each rank prints which it hit.
 No MoE variant: with TP 2 x EP 2 megatron-core requires sequence parallelism, which the local
 spec's WrappedTorchNorm refuses; the alltoall dispatcher builds a torch.cuda.Stream in __init__.
 TP 1 x PP 2 x EP 2 with the allgather dispatcher does build and torch_dist-save on CPU with the
-same two patches, but is not wired in here yet.
+same two patches: gen_megatron_lora.py builds one (with Megatron-Bridge's LoRA layout).
 """
 import argparse
 import contextlib

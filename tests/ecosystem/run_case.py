@@ -104,7 +104,8 @@ def check_merge(args, case, np_, mode):
                               what="zero_to_fp32 --exclude_frozen_parameters")
     elif mode == "fold":
         C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype,
-                              C.adapted_weights(os.path.join(oracle, "adapter.safetensors")))
+                              C.adapted_weights(os.path.join(oracle, "adapter.safetensors")),
+                              what=case.get("fold_oracle", "PEFT's merge_and_unload"))
         if os.path.isdir(os.path.join(oracle, "peft_saved")):
             fold_error.check_fold_error(args.case, target)
         C.check_hf_load(target, dtype, os.path.join(oracle, "folded_logits.safetensors"), exact=False,
@@ -123,7 +124,7 @@ def check_merge(args, case, np_, mode):
             C.check_hf_load(target, dtype, logits, exact=case.get("logits_exact", False),
                             auto_class=auto_class, unexpected_ok=case.get("hf_unexpected_keys"))
     if mode == "extract":
-        C.check_adapter(target, oracle, dtype, auto_class)
+        C.check_adapter(target, oracle, dtype, auto_class, what=case.get("adapter_oracle"))
     shutil.rmtree(target)
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 
@@ -142,7 +143,7 @@ def main():
     ap.add_argument("--vmerge", required=True)
     ap.add_argument("--mpiexec", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--np", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--np", type=int, nargs="+", help="rank counts (default: the case's `ranks`, else 1 2 3)")
     ap.add_argument("--modes", nargs="+", help="only these modes (plain, int4, ..., hdf5_zstd)")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -155,6 +156,7 @@ def main():
     if case.get("exclude_frozen_oracle"):
         modes.append("exclude_frozen")
     wanted = (lambda m: not args.modes or m in args.modes)
+    args.np = args.np or case.get("ranks", [1, 2, 3])
     for np_ in args.np:
         for mode in filter(wanted, modes):
             check_merge(args, case, np_, mode)

@@ -62,6 +62,14 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         const std::string key = t.fqn.substr(part.size());
         if (split_megatron_axes && stacked.full_match(key, m)) {
             std::string rest = m[1];
+            if (rest.starts_with("mlp.experts.experts.") && rest.find(".adapter.") != std::string::npos &&
+                t.size.size() != 4)
+                // SequentialMLP's per-expert adapters are [layers, experts, rows, cols]; a grouped
+                // MLP's one adapter per layer has no expert axis to split (megatron_lora.cpp).
+                throw Error(meta.dir + "/.metadata: '" + t.fqn + "' is " + shape_to_string(t.size) +
+                            ", expected [layers, experts, rows, columns]: a Megatron-Bridge adapter shared by the "
+                            "grouped experts (TEGroupedMLP), which vmerge does not support (torch_dist keeps only "
+                            "expert-parallel rank 0's copy of it)");
             if (rest.starts_with("mlp.experts.experts.")) {
                 axes.push_back({part + "decoder.layers.", ".mlp.experts."});
                 axes.push_back({"", "." + rest.substr(std::string("mlp.experts.experts.").size())});

@@ -192,16 +192,28 @@ namespace {
 using RankIndex = std::map<std::tuple<int, int, int>, size_t>;  // (tp, pp, ep) -> file index
 using Shards = std::map<std::string, std::vector<Piece>>;        // canonical key -> pieces by tp rank
 
+// How many decoder layers the file of `scan` holds (the highest local layer number + 1).
+int64_t local_layer_count(const ScannedFile& scan, const std::string& where) {
+    int64_t count = 0;
+    for (const auto& e : scan.tensors) {
+        const RankKey k = parse_rank_key(e.key, where);
+        count = std::max(count, k.layer + 1);
+    }
+    return count;
+}
+
 // Step 1, which index is which: a lone second index is the pipeline stage unless the
-// embedding lives in more than one of those folders (then it is the expert rank). Returns the
-// files with their pp and ep set, and `found`'s sizes; a missing rank folder or a differing
-// chunk count is an Error. The discovery result stays as detect made it.
+// embedding lives in more than one of those folders, or (verl's adapter files, which hold no
+// embedding: mp_rank_TT_EEE without pipeline parallelism) every file already holds all
+// `config_layers` layers; then it is the expert rank. Returns the files with their pp and ep
+// set, and `found`'s sizes; a missing rank folder or a differing chunk count is an Error. The
+// discovery result stays as detect made it.
 struct SettledRanks {
     MegatronLegacyCheckpoint ckpt;
     RankIndex by_rank;
 };
 SettledRanks settle_rank_indices(MegatronLegacyCheckpoint ckpt, const std::vector<ScannedFile>& scans,
-                                 MegatronParallelism& found) {
+                                 int64_t config_layers, MegatronParallelism& found) {
     size_t index_count = ckpt.files.front().more.size();
     for (const auto& f : ckpt.files)
         if (f.more.size() != index_count)
@@ -209,12 +221,16 @@ SettledRanks settle_rank_indices(MegatronLegacyCheckpoint ckpt, const std::vecto
                         f.dir_name + ")");
     bool second_is_ep = false;
     if (index_count == 1) {
+        bool every_file_all_layers = config_layers > 0;
         for (size_t i = 0; i < ckpt.files.size(); ++i) {
+            every_file_all_layers =
+                every_file_all_layers && local_layer_count(scans[i], ckpt.files[i].path) == config_layers;
             if (ckpt.files[i].more[0] == 0) continue;
             for (const auto& e : scans[i].tensors)
                 if (e.key.substr(megatron_submodel_prefix(e.key).size()) == "embedding.word_embeddings.weight")
                     second_is_ep = true;
         }
+        second_is_ep = second_is_ep || (every_file_all_layers && ckpt.files.size() > 1);
     }
     for (auto& f : ckpt.files) {
         f.pp = 0;
@@ -457,7 +473,7 @@ OutputTensor assemble_tp_tensor(const std::string& dir, const std::string& key, 
 TensorMapping assemble_megatron_legacy(const MegatronLegacyCheckpoint& detected, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
                                        SourceLedger* ledger) {
-    const SettledRanks settled = settle_rank_indices(detected, scans, found);
+    const SettledRanks settled = settle_rank_indices(detected, scans, arch.layers, found);
     const MegatronLegacyCheckpoint& ckpt = settled.ckpt;
     const RankIndex& by_rank = settled.by_rank;
     // Every key taken apart once: steps 2-4 all need its layer and expert numbers.

@@ -58,6 +58,10 @@ TensorMapping take_megatron_adapters(TensorMapping& canonical) {
 TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const ArchitectureInfo& arch,
                                         const HfConfig& config, std::vector<std::string>& notes) {
     static const TextPattern adapter_key(R"(^(decoder\.layers\.(\d+)\..*)\.adapter\.(linear_in|linear_out)\.weight$)");
+    // A grouped-experts adapter has no expert number: `mlp.experts.linear_fcN.adapter.*`
+    // (per-expert ones are `mlp.experts.<e>.linear_fcN.adapter.*` once the rank files or the
+    // archive's expert axis are read).
+    static const TextPattern grouped_expert_adapter(R"(^.*\.mlp\.experts\.linear_fc[12]\.adapter\..*$)");
     TensorMapping out;
     out.sources = canonical.sources;
     std::set<int64_t> layers;
@@ -65,8 +69,11 @@ TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const Ar
         TextMatch m;
         if (t.name.find("weight_magnitude") != std::string::npos)
             throw Error("'" + t.name + "' is a DoRA magnitude: DoRA is not a plain LoRA update and vmerge does not support it");
-        if (t.name.find(".experts.") != std::string::npos)
-            throw Error("'" + t.name + "': adapters on MoE experts are not supported yet");
+        if (grouped_expert_adapter.full_match(t.name))
+            throw Error("'" + t.name + "': one adapter shared by the grouped experts (TEGroupedMLP) of an expert-parallel "
+                        "rank; Megatron-Bridge exports it to every expert of that rank, a layout vmerge could not confirm "
+                        "from a real checkpoint (it needs transformer-engine), so it is not supported. Adapters on "
+                        "SequentialMLP experts (mlp.experts.local_experts.<e>) and on shared experts are supported");
         if (!adapter_key.full_match(t.name, m))
             throw Error("'" + t.name + "': expected <module>.adapter.linear_in.weight or .adapter.linear_out.weight "
                         "(Megatron-Bridge LoRA; canonical_lora's per-projection adapters are not supported)");
