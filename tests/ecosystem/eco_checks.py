@@ -7,6 +7,7 @@ import re
 import torch
 
 import eco_common as E
+import fp4_oracle
 
 
 class CheckFailed(AssertionError):
@@ -219,12 +220,20 @@ def quantized_bound(kind, ref, scale):
     if kind in ("int4", "int8"):
         levels = 7.5 if kind == "int4" else 127.5
         return scale * (0.5 + levels * BF16_U + BF16_U) + BF16_U * ref.abs()
+    if kind in ("nvfp4", "mxfp4"):
+        # E2M1's widest step is 4 -> 6: half of it is 1 (scale: the group's effective multiplier);
+        # the group's largest value lands at most 6.375 (NVFP4: its E4M3 scale rounded down by
+        # 2^-4) or 7 (MXFP4: the power of two rounded down from under 1.75·2^k) before the clamp at
+        # 6, within 1 as well; plus the bf16 rounding of the dequantized product.
+        return scale * 1.0 + BF16_U * ref.abs()
     return ref.abs() * (E4M3_REL + 3 * BF16_U) + scale * E4M3_SUB
 
 
-def expand_scale(kind, scale, shape):
+def expand_scale(kind, scale, shape, files=None, module=None):
     """A file's scale tensor as one value per weight element."""
     rows, cols = shape
+    if kind in ("nvfp4", "mxfp4"):
+        return fp4_oracle.effective_scale(files, module, kind, shape)
     scale = scale.float()
     if kind == "fp8_block":   # [ceil(N/128), ceil(K/128)]
         return scale.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
@@ -256,6 +265,14 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
         fail(f"{folder}: modules both quantized and listed as unquantized: {sorted(ignored & set(quantized))}")
     state = {k: v for k, v in model.state_dict().items()}
     oracle = load_file(os.path.join(oracle_dir, "weights.safetensors"))
+    if kind in ("nvfp4", "mxfp4"):
+        # Codes and scales bit-equal to compressed-tensors' own quantizer on the producer's weights,
+        # and what transformers loaded equal to its decompressor on vmerge's tensors.
+        fp4_oracle.check_bit_exact(files, oracle, kind)
+        for module in quantized:
+            got, want = state[module + ".weight"], fp4_oracle.decompressed(files, module, kind)
+            if got.dtype != want.dtype or not torch.equal(got, want):
+                fail(f"{module}.weight: transformers' load differs from compressed-tensors' decompression")
     compare_key_sets({k: v for k, v in state.items() if k in oracle or not k.endswith(
         ("_scale", "_scale_inv", "_packed", "_shape", "_zero_point"))}, oracle, f"{folder} (loaded)")
     worst, exact = 0.0, 0
@@ -266,7 +283,7 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
             if not got.is_floating_point() or got.element_size() < 2 or got.shape != ref.shape:
                 fail(f"{key}: loaded as {got.dtype} {tuple(got.shape)}, not dequantized to the oracle's shape")
             r = ref.float()
-            bound = quantized_bound(kind, r, expand_scale(kind, files[module + scale_suffix], ref.shape))
+            bound = quantized_bound(kind, r, expand_scale(kind, files[module + scale_suffix], ref.shape, files, module))
             err = (got.float() - r).abs()
             over = (err > bound).sum().item()
             if over:

@@ -52,13 +52,16 @@ def run_vmerge(args, case, np_, target, extra):
 # the bf16 model's logits over their max |value|). The tolerances are a few times what these tiny
 # random models show (README: measured), loose enough for rounding-order changes in a consumer,
 # tight enough that a wrong scale, code or transposed block fails by far: int4 in groups of 32
-# (step amax/7.5) moves the logits most, int8 per channel and both FP8s (2^-4 relative) least.
+# (step amax/7.5) and the 4-bit floats move the logits most, int8 per channel and both FP8s (2^-4
+# relative) least.
 QUANT_MODES = {
     "int4": (["--quantize", "--bits", "4", "--group_size", "32"], 0.25),
     "int8": (["--quantize", "--bits", "8", "--group_size", "0"], 0.03),
     "fp8_dynamic": (["--quantize=fp8-dynamic"], 0.08),
     "fp8_block": (["--quantize=fp8"], 0.08),
     "fp8_full_blocks": (["--quantize=fp8", "--fp8_full_blocks_only"], 0.08),
+    "nvfp4": (["--quantize=nvfp4"], 0.3),
+    "mxfp4": (["--quantize=mxfp4"], 0.3),
 }
 ARCHIVE_MODES = {"hdf5": ["--format", "hdf5"], "hdf5_zstd": ["--format", "hdf5", "--compress", "zstd"]}
 
