@@ -87,7 +87,7 @@ void check_output_choices(Options& o, const std::string& compress, bool compress
     if (compress_given && !format.compression)
         throw UsageError("--compress applies to --format " + output_formats_with(&OutputFormatInfo::compression));
     const bool float4 = o.quantize_spec.scheme == QuantScheme::Nvfp4 || o.quantize_spec.scheme == QuantScheme::Mxfp4;
-    if (o.command == "merge" && o.quantize && float4 && o.format != output_formats().front().name)
+    if (o.quantize && float4 && o.format != output_formats().front().name)  // merge and watch
         throw UsageError("--quantize=" + quant_scheme_name(o.quantize_spec.scheme) + " writes a safetensors folder; --format " +
                          o.format + " does not take the 4-bit float schemes");
     if (o.command == "merge" && ((o.quantize && !format.quantized) || (o.output.resume && !format.resumable)))
