@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eco_checks as C  # noqa: E402
 import fold_error  # noqa: E402
+import fp4_oracle  # noqa: E402
 
 
 def run_vmerge(args, case, np_, target, extra):
@@ -73,8 +74,12 @@ def check_quantized(args, case, np_, mode):
     flags, tol = QUANT_MODES[mode]
     run_vmerge(args, case, np_, target, flags)
     kind = "fp8_block" if mode == "fp8_full_blocks" else mode
-    C.check_quantized_load(target, kind, os.path.join(args.case, "oracle"),
-                           tol if case.get("quantized_logits", True) else None)
+    if case.get("quantized_load", True):
+        C.check_quantized_load(target, kind, os.path.join(args.case, "oracle"),
+                               tol if case.get("quantized_logits", True) else None)
+    else:
+        fp4_oracle.check_bit_exact(C.output_tensors(target), C.load_file(os.path.join(args.case, "oracle",
+                                                                                     "weights.safetensors")), kind)
     shutil.rmtree(target)
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 
