@@ -469,6 +469,22 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     stats_.bytes_written += zero_bytes;
 }
 
+namespace {
+
+// The largest |w| of `count` source values as a float's bits, read from the source bits without
+// converting each value (the bits of a magnitude order as its values in F32, BF16 and F16 alike);
+// nothing for another source dtype. A non-finite value gives bits at or above kNonFiniteMagnitude.
+std::optional<uint32_t> source_max_magnitude(const unsigned char* data, DType dtype, size_t count) {
+    if (dtype == DType::F32) return max_magnitude_bits(reinterpret_cast<const float*>(data), static_cast<int64_t>(count));
+    if (dtype != DType::BF16 && dtype != DType::F16) return std::nullopt;
+    const uint16_t* values = reinterpret_cast<const uint16_t*>(data);
+    uint16_t top = 0;
+    for (size_t i = 0; i < count; ++i) top = std::max<uint16_t>(top, values[i] & 0x7FFFu);
+    return std::bit_cast<uint32_t>(dtype == DType::BF16 ? bf16_to_f32(top) : f16_to_f32(top));
+}
+
+}  // namespace
+
 float CopyExecutor::global_scale(size_t tensor) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t key = t.global_scale_group.front();
@@ -485,11 +501,25 @@ float CopyExecutor::global_scale(size_t tensor) {
             block_.resize(static_cast<size_t>((end - row) * cols) * element_size(m.source_dtype));
             if (m.zero_fill) std::fill(block_.begin(), block_.end(), 0);
             assemble(m, row, end, block_.data());
-            // The values exactly as the quantizer sees them: after a fold, in the model dtype.
-            quantizer_input(m, m.quantize_from, row, end, lora);
-            const uint32_t block_top = max_magnitude_bits(floats_.data(), (end - row) * cols);
-            if (block_top >= kNonFiniteMagnitude)
-                require_finite(floats_.data(), end - row, cols, cols, {weight, row, WeightUse::Quantize});
+            const size_t count = static_cast<size_t>((end - row) * cols);
+            // Without a fold, the largest value rounded to the model dtype is the rounded largest
+            // value (rounding is monotonic): one rounding instead of one per weight.
+            uint32_t block_top = kNonFiniteMagnitude;
+            if (const auto raw = lora ? std::nullopt : source_max_magnitude(block_.data(), m.source_dtype, count);
+                raw && *raw < kNonFiniteMagnitude) {
+                const float largest = std::bit_cast<float>(*raw);
+                float rounded;
+                round_through(&largest, DType::F32, m.quantize_from, &rounded, 1);
+                block_top = std::bit_cast<uint32_t>(rounded) & 0x7FFFFFFFu;
+            }
+            if (block_top >= kNonFiniteMagnitude) {
+                // The values exactly as the quantizer sees them: after a fold, in the model dtype
+                // (and a non-finite one refused by the quantizer's own message).
+                quantizer_input(m, m.quantize_from, row, end, lora);
+                block_top = max_magnitude_bits(floats_.data(), static_cast<int64_t>(count));
+                if (block_top >= kNonFiniteMagnitude)
+                    require_finite(floats_.data(), end - row, cols, cols, {weight, row, WeightUse::Quantize});
+            }
             top = std::max(top, block_top);
         }
     }
