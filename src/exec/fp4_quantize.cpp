@@ -101,9 +101,9 @@ VMERGE_VECTOR_CLONES void quantize_nvfp4_rows(const float* x, int64_t rows, int6
                                               const std::string& tensor, int64_t first_row) {
     const int64_t groups = cols / kNvfp4Group;
     float t[kNvfp4Group];
-    float sum = 0.0f;
-    uint32_t max = 0;
     for (int64_t r = 0; r < rows; ++r) {
+        float sum = 0.0f;  // per row, added to the double totals
+        uint32_t max = 0;
         const float* row = x + r * cols;
         check_row(row, cols, tensor, first_row + r);
         for (int64_t j = 0; j < groups; ++j) {
@@ -117,8 +117,8 @@ VMERGE_VECTOR_CLONES void quantize_nvfp4_rows(const float* x, int64_t rows, int6
             for (int64_t c = 0; c < kNvfp4Group; ++c) t[c] = w[c] / effective;
             encode_group<kNvfp4Group>(w, t, effective, packed + (r * cols + j * kNvfp4Group) / 2, sum, max);
         }
+        add_errors(error, sum, max);
     }
-    add_errors(error, sum, max);
     error.count += static_cast<uint64_t>(rows * cols);
 }
 
@@ -150,9 +150,9 @@ VMERGE_VECTOR_CLONES void mxfp4_rows(const float* x, int64_t rows, int64_t cols,
                                      QuantError& error, const std::string& tensor, int64_t first_row) {
     const int64_t groups = cols / kMxfp4Group;
     float t[kMxfp4Group];
-    float sum = 0.0f;
-    uint32_t max = 0;
     for (int64_t r = 0; r < rows; ++r) {
+        float sum = 0.0f;  // per row, added to the double totals
+        uint32_t max = 0;
         const float* row = x + r * cols;
         check_row(row, cols, tensor, first_row + r);
         for (int64_t j = 0; j < groups; ++j) {
@@ -163,8 +163,8 @@ VMERGE_VECTOR_CLONES void mxfp4_rows(const float* x, int64_t rows, int64_t cols,
             for (int64_t c = 0; c < kMxfp4Group; ++c) t[c] = round_quotient<D>(w[c] / s.scale);
             encode_group<kMxfp4Group>(w, t, s.scale, packed + (r * cols + j * kMxfp4Group) / 2, sum, max);
         }
+        add_errors(error, sum, max);
     }
-    add_errors(error, sum, max);
     error.count += static_cast<uint64_t>(rows * cols);
 }
 
