@@ -86,6 +86,10 @@ void check_output_choices(Options& o, const std::string& compress, bool compress
     const OutputFormatInfo& format = *find_output_format(o.format);
     if (compress_given && !format.compression)
         throw UsageError("--compress applies to --format " + output_formats_with(&OutputFormatInfo::compression));
+    const bool float4 = o.quantize_spec.scheme == QuantScheme::Nvfp4 || o.quantize_spec.scheme == QuantScheme::Mxfp4;
+    if (o.quantize && float4 && o.format != output_formats().front().name)  // merge and watch
+        throw UsageError("--quantize=" + quant_scheme_name(o.quantize_spec.scheme) + " writes a safetensors folder; --format " +
+                         o.format + " does not take the 4-bit float schemes");
     if (o.command == "merge" && ((o.quantize && !format.quantized) || (o.output.resume && !format.resumable)))
         throw UsageError("--format " + o.format + " does not combine with " + (o.quantize && !format.quantized ? "--quantize" : "--resume"));
     if (!o.output.reuse.empty()) {
@@ -196,7 +200,7 @@ void check_quantize_scheme(Options& o, const RawFlags& raw, const po::variables_
         throw UsageError("--fp8_full_blocks_only applies to --quantize=fp8 (block FP8)");
     if (!o.quantize) return;
     const auto scheme = parse_quant_scheme(raw.quantize);
-    if (!scheme) throw UsageError("--quantize " + raw.quantize + ": expected int, fp8 or fp8-dynamic");
+    if (!scheme) throw UsageError("--quantize " + raw.quantize + ": expected int, fp8, fp8-dynamic, nvfp4 or mxfp4");
     o.quantize_spec.scheme = *scheme;
     if (o.quantize_spec.fp8_full_blocks_only && *scheme != QuantScheme::Fp8Block)
         throw UsageError("--fp8_full_blocks_only applies to --quantize=fp8 (block FP8); --quantize=" +
@@ -205,7 +209,8 @@ void check_quantize_scheme(Options& o, const RawFlags& raw, const po::variables_
     for (const char* flag : {"bits", "group_size", "symmetric", "asymmetric", "allow_unsupported_quantization"})
         if (vm.count(flag) && !vm[flag].defaulted())
             throw UsageError("--" + std::string(flag) + " applies to --quantize=int; --quantize=" + quant_scheme_name(*scheme) +
-                             " writes 8-bit floats with its own scales (docs/quantization.md)");
+                             " writes " + (*scheme == QuantScheme::Nvfp4 || *scheme == QuantScheme::Mxfp4 ? "4" : "8") +
+                             "-bit floats with its own scales (docs/quantization.md)");
 }
 
 // The dtype, quantization and LoRA flags, in the order their errors are reported.

@@ -111,7 +111,8 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.quantizing.add_options()
         ("quantize", po::value(&raw.quantize)->implicit_value("int"),
          "write Linear weights quantized, weights only: int (alone: compressed-tensors pack-quantized, --bits), "
-         "fp8 (block FP8, DeepSeek/Qwen layout) or fp8-dynamic (compressed-tensors FP8_DYNAMIC); docs/quantization.md")
+         "fp8 (block FP8, DeepSeek/Qwen layout), fp8-dynamic (compressed-tensors FP8_DYNAMIC), nvfp4 or mxfp4 "
+         "(compressed-tensors NVFP4A16 / MXFP4A16); docs/quantization.md")
         ("bits", po::value(&o.quantize_spec.bits)->default_value(4), "4 or 8")
         ("group_size", po::value(&o.quantize_spec.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
         ("symmetric", po::bool_switch(&raw.symmetric), "symmetric quantization, no zero point (the default)")

@@ -35,7 +35,7 @@ struct OptionTable {
     po::options_description input{"Checkpoint and model"};
     po::options_description output{"Output"};
     po::options_description conversion{"Output tensors"};
-    po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_DYNAMIC; for vLLM)"};
+    po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_DYNAMIC, NVFP4, MXFP4; for vLLM)"};
     po::options_description lora{"LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)"};
     po::options_description run{"Running"};
     po::options_description testing{"test"};

@@ -1,9 +1,9 @@
 #!/bin/bash
-# What the FP8 schemes cost against a plain merge of the same checkpoint (docs/quantization.md,
-# "Cost"): one rank, the inputs warm (read once before the rounds), the outputs on tmpfs, so the
-# difference is the quantizer's CPU time. Each round runs plain, --quantize=fp8 and
-# --quantize=fp8-dynamic in an order that rotates, so drift in the machine's load hits all
-# three alike; the table gives the median wall and CPU (user + sys) seconds with min-max, and
+# What the FP8 and 4-bit float schemes cost against a plain merge of the same checkpoint
+# (docs/quantization.md, "Cost"): one rank, the inputs warm (read once before the rounds), the
+# outputs on tmpfs, so the difference is the quantizer's CPU time. Each round runs plain,
+# --quantize=fp8, --quantize=fp8-dynamic, --quantize=nvfp4 and --quantize=mxfp4 in an order that
+# rotates, so drift in the machine's load hits all of them alike; the table gives the median wall and CPU (user + sys) seconds with min-max, and
 # the median of the per-round ratios to the plain merge.
 #
 #   bash scripts/bench/bench_fp8.sh [SIZE_GB] [WORLD]      (defaults: 1 GB, W=2, fp32 masters)
@@ -24,13 +24,14 @@ reuse_or_generate "$BENCH_DIR/fp8-actor.params" "size_gb=$SIZE_GB world=$WORLD" 
 snapshot_vmerge
 cat "$CKPT"/*.pt >/dev/null  # warm
 
-declare -A FLAGS=([plain]="" [fp8]="--quantize=fp8" [fp8-dynamic]="--quantize=fp8-dynamic")
-schemes=(plain fp8 fp8-dynamic)
+declare -A FLAGS=([plain]="" [fp8]="--quantize=fp8" [fp8-dynamic]="--quantize=fp8-dynamic"
+                  [nvfp4]="--quantize=nvfp4" [mxfp4]="--quantize=mxfp4")
+schemes=(plain fp8 fp8-dynamic nvfp4 mxfp4)
 declare -A WALLS CPUS RATIOS
 for round in $(seq 1 "$PAIRS"); do
     declare -A wall_of=()
-    for k in 0 1 2; do
-        scheme=${schemes[$(((k + round) % 3))]}
+    for k in "${!schemes[@]}"; do
+        scheme=${schemes[$(((k + round) % ${#schemes[@]}))]}
         rm -rf "$OUT_DIR/$scheme"
         # shellcheck disable=SC2086
         /usr/bin/time -f "%e %U %S" -o "$LOG/$scheme.$round" \
@@ -40,7 +41,7 @@ for round in $(seq 1 "$PAIRS"); do
         CPUS[$scheme]+="$(echo "$user + $sys" | bc) "
         wall_of[$scheme]=$wall
     done
-    for scheme in fp8 fp8-dynamic; do
+    for scheme in "${schemes[@]:1}"; do
         RATIOS[$scheme]+="$(echo "scale=3; ${wall_of[$scheme]} / ${wall_of[plain]}" | bc) "
     done
 done

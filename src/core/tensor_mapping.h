@@ -30,12 +30,18 @@ struct OutputTensor {
 
     // Weight-only quantization (quantization.h): a Packed tensor's copies assemble the float
     // weight of `source_shape`; its rows are quantized (int words or FP8 codes) into itself and its Scale/ZeroPoint
-    // tensors, which get no work of their own. A Constant tensor holds its bytes.
-    enum class Role { Plain, QuantPacked, QuantScale, QuantZeroPoint, Constant };
+    // tensors, which get no work of their own. A Constant tensor holds its bytes. A GlobalScale
+    // tensor (NVFP4's weight_global_scale, one float) is written with row 0 of its weight.
+    enum class Role { Plain, QuantPacked, QuantScale, QuantZeroPoint, QuantGlobalScale, Constant };
     Role role = Role::Plain;
     Shape source_shape;              // Packed: the float weight's [out, in]
     size_t scale_tensor = 0;         // Packed: index of its Scale tensor
     std::optional<size_t> zero_point_tensor;  // Packed, asymmetric: index of its ZeroPoint tensor
+    // Packed NVFP4: index of its GlobalScale tensor, and the Packed tensors whose absolute maximum
+    // it is computed from (itself and the rest of the group vLLM fuses into one weight, q/k/v or
+    // gate/up, which must share one global scale): every rank computes it alike, before quantizing.
+    std::optional<size_t> global_scale_tensor;
+    std::vector<size_t> global_scale_group;
     int64_t row_align = 1;           // rows are split only at multiples of this
     // Packed: weight rows per row of its Scale tensor (128 for block FP8, else 1), and the
     // dtype the unquantized merge writes the weight in: what is quantized is that weight.
@@ -54,7 +60,9 @@ struct OutputTensor {
     // The shape the copies fill.
     const Shape& assembled_shape() const { return source_shape.empty() ? shape : source_shape; }
     // Written as part of another tensor's rows (no write task of its own).
-    bool is_derived() const { return role == Role::QuantScale || role == Role::QuantZeroPoint; }
+    bool is_derived() const {
+        return role == Role::QuantScale || role == Role::QuantZeroPoint || role == Role::QuantGlobalScale;
+    }
 };
 
 // W += scale · L·R for the rows of one merged weight W [out, in]: L is [out, r] and R is

@@ -1,5 +1,6 @@
 #include "exec/copy_executor.h"
 
+#include <bit>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/human_units.h"
 #include "exec/finite_weights.h"
+#include "exec/fp4_quantize.h"
 #include "exec/fp8_quantize.h"
 #include "exec/int_quantize.h"
 #include "exec/lora_kernel.h"
@@ -261,8 +263,9 @@ void run_split(int64_t rows, int64_t cols, int64_t align, int threads, QuantErro
 
 // Quantizes `rows` rows of `t` from `row` on (`x`: their values in the model dtype, as fp32)
 // with the planned scheme into the weight bytes `out` and the scale rows `scales`.
+// `global_scale`: NVFP4's, of the weight's fused group.
 void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const OutputTensor& scale, const float* x,
-                    int64_t row, size_t rows, int threads, std::vector<unsigned char>& out,
+                    int64_t row, size_t rows, int threads, float global_scale, std::vector<unsigned char>& out,
                     std::vector<unsigned char>& scales, std::vector<int32_t>& zero_points, QuantError& error) {
     const int64_t cols = t.source_shape[1];
     const int64_t n = static_cast<int64_t>(rows);
@@ -286,6 +289,21 @@ void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const Outpu
             run_split(n, cols, 1, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
                 quantize_fp8_channels(x + r0 * cols, r1 - r0, cols, scale.dtype, codes + r0 * cols,
                                       scale_bytes + static_cast<size_t>(r0) * scale_size, e, weight, row + r0);
+            });
+            return;
+        }
+        case QuantScheme::Nvfp4:
+        case QuantScheme::Mxfp4: {
+            const int64_t groups = scale.shape[1];
+            const DType dtype = t.quantize_from;
+            run_split(n, cols, 1, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
+                uint8_t* packed = codes + r0 * (cols / 2);
+                uint8_t* group_scales = reinterpret_cast<uint8_t*>(scale_bytes) + r0 * groups;
+                if (spec.scheme == QuantScheme::Nvfp4)
+                    quantize_nvfp4_rows(x + r0 * cols, r1 - r0, cols, dtype, global_scale, packed, group_scales, e,
+                                        weight, row + r0);
+                else
+                    quantize_mxfp4_rows(x + r0 * cols, r1 - r0, cols, dtype, packed, group_scales, e, weight, row + r0);
             });
             return;
         }
@@ -325,6 +343,10 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                 out_ = writer.submit(task.tensor, row, end, std::move(out_));
                 stats_.bytes_written += rows * sizing.out_row;
             } else if (quantized) {
+                if (t.global_scale_tensor && !global_scales_.count(t.global_scale_group.front())) {
+                    global_scale(task.tensor);
+                    if (lora) lora = &lora_factors(*t.lora_delta);  // the pass read the group's other factors
+                }
                 write_quantized_block(writer, task.tensor, row, end, lora, sizing.align, next);
             } else {
                 write_block(writer, task.tensor, row, end, lora, next);
@@ -349,6 +371,7 @@ bool CopyExecutor::already_written(size_t tensor, const OutputTensor& t, int64_t
     if (t.role != OutputTensor::Role::QuantPacked) return true;
     const auto [scale_begin, scale_end] = scale_rows(t, row, end);
     if (!skip(t.scale_tensor, scale_begin, scale_end)) return false;
+    if (t.global_scale_tensor && row == 0 && !skip(*t.global_scale_tensor, 0, 1)) return false;
     return !t.zero_point_tensor || skip(*t.zero_point_tensor, row / align, (end + align - 1) / align);
 }
 
@@ -420,7 +443,8 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
     const int64_t groups = scale.shape[1];
     quantizer_input(t, t.quantize_from, row, end, lora);
-    quantize_block(*quantize_, t, scale, floats_.data(), row, rows, threads_, out_, scales_, zero_points_,
+    const float global = t.global_scale_tensor ? global_scales_.at(t.global_scale_group.front()) : 1.0f;
+    quantize_block(*quantize_, t, scale, floats_.data(), row, rows, threads_, global, out_, scales_, zero_points_,
                    stats_.quantization_error[quantized_kind(t.name)]);
     stats_.cast_seconds += seconds_since(start);
     out_ = writer.submit(tensor, row, end, std::move(out_));
@@ -428,6 +452,12 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     const auto [scale_begin, scale_end] = scale_rows(t, row, end);
     scales_ = writer.submit(t.scale_tensor, scale_begin, scale_end, std::move(scales_));
     stats_.bytes_written += rows * row_bytes(t) + scale_bytes;
+    if (t.global_scale_tensor && row == 0) {  // one float, written with the weight's first rows
+        std::vector<unsigned char> bytes(sizeof(float));
+        std::memcpy(bytes.data(), &global, sizeof(float));
+        writer.submit(*t.global_scale_tensor, 0, 1, std::move(bytes));
+        stats_.bytes_written += sizeof(float);
+    }
     if (!t.zero_point_tensor) return;
     const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);
     const int64_t packed_rows = (end + align - 1) / align - row / align;
@@ -437,6 +467,65 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     const size_t zero_bytes = zeros_.size();
     zeros_ = writer.submit(*t.zero_point_tensor, row / align, (end + align - 1) / align, std::move(zeros_));
     stats_.bytes_written += zero_bytes;
+}
+
+namespace {
+
+// The largest |w| of `count` source values as a float's bits, read from the source bits without
+// converting each value (the bits of a magnitude order as its values in F32, BF16 and F16 alike);
+// nothing for another source dtype. A non-finite value gives bits at or above kNonFiniteMagnitude.
+std::optional<uint32_t> source_max_magnitude(const unsigned char* data, DType dtype, size_t count) {
+    if (dtype == DType::F32) return max_magnitude_bits(reinterpret_cast<const float*>(data), static_cast<int64_t>(count));
+    if (dtype != DType::BF16 && dtype != DType::F16) return std::nullopt;
+    const uint16_t* values = reinterpret_cast<const uint16_t*>(data);
+    uint16_t top = 0;
+    for (size_t i = 0; i < count; ++i) top = std::max<uint16_t>(top, values[i] & 0x7FFFu);
+    return std::bit_cast<uint32_t>(dtype == DType::BF16 ? bf16_to_f32(top) : f16_to_f32(top));
+}
+
+}  // namespace
+
+float CopyExecutor::global_scale(size_t tensor) {
+    const OutputTensor& t = mapping_.tensors.at(tensor);
+    const size_t key = t.global_scale_group.front();
+    if (const auto it = global_scales_.find(key); it != global_scales_.end()) return it->second;
+    uint32_t top = 0;  // the largest |w| as bits (finite_weights.h)
+    for (const size_t member : t.global_scale_group) {
+        const OutputTensor& m = mapping_.tensors.at(member);
+        const LoraFactors* lora = m.lora_delta ? &lora_factors(*m.lora_delta) : nullptr;
+        const int64_t rows = m.source_shape[0], cols = m.source_shape[1];
+        const int64_t block_rows = sizing_of(m, max_memory_).block_rows;
+        const std::string weight = quantized_weight_name(m.name);
+        for (int64_t row = 0; row < rows; row += block_rows) {
+            const int64_t end = std::min(rows, row + block_rows);
+            block_.resize(static_cast<size_t>((end - row) * cols) * element_size(m.source_dtype));
+            if (m.zero_fill) std::fill(block_.begin(), block_.end(), 0);
+            assemble(m, row, end, block_.data());
+            const size_t count = static_cast<size_t>((end - row) * cols);
+            // Without a fold, the largest value rounded to the model dtype is the rounded largest
+            // value (rounding is monotonic): one rounding instead of one per weight.
+            uint32_t block_top = kNonFiniteMagnitude;
+            if (const auto raw = lora ? std::nullopt : source_max_magnitude(block_.data(), m.source_dtype, count);
+                raw && *raw < kNonFiniteMagnitude) {
+                const float largest = std::bit_cast<float>(*raw);
+                float rounded;
+                round_through(&largest, DType::F32, m.quantize_from, &rounded, 1);
+                block_top = std::bit_cast<uint32_t>(rounded) & 0x7FFFFFFFu;
+            }
+            if (block_top >= kNonFiniteMagnitude) {
+                // The values exactly as the quantizer sees them: after a fold, in the model dtype
+                // (and a non-finite one refused by the quantizer's own message).
+                quantizer_input(m, m.quantize_from, row, end, lora);
+                block_top = max_magnitude_bits(floats_.data(), static_cast<int64_t>(count));
+                if (block_top >= kNonFiniteMagnitude)
+                    require_finite(floats_.data(), end - row, cols, cols, {weight, row, WeightUse::Quantize});
+            }
+            top = std::max(top, block_top);
+        }
+    }
+    const float g = nvfp4_global_scale(std::bit_cast<float>(top), t.quantize_from);
+    global_scales_[key] = g;
+    return g;
 }
 
 // Rows [row, end) of `t` (fp32, in `merged`) += the LoRA update, under the common non-finite rule

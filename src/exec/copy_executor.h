@@ -96,6 +96,9 @@ private:
     void quantizer_input(const OutputTensor& t, DType model_dtype, int64_t row, int64_t end, const LoraFactors* lora);
     void write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora,
                                int64_t align, const std::optional<BlockRows>& next);
+    // NVFP4: the global scale of Packed tensor `tensor`, from the largest |w| of its whole
+    // global_scale_group (read in bounded row blocks, once per group and rank, then kept).
+    float global_scale(size_t tensor);
     void assemble(const OutputTensor& t, int64_t row_begin, int64_t row_end, unsigned char* block);
     BlockRows first_block(const WriteTask& task) const;
     std::optional<BlockRows> next_block(const std::vector<WriteTask>& tasks, size_t task, int64_t end,
@@ -125,6 +128,7 @@ private:
     std::vector<unsigned char> scales_, zeros_;
     std::vector<unsigned char> span_;
     std::vector<iovec> pieces_, scattered_;  // read_rows_into's places in the block
+    std::map<size_t, float> global_scales_;  // by the first Packed tensor of a global_scale_group
     std::optional<size_t> lora_factors_for_;
     LoraFactors lora_factors_;
     CopyStats stats_;

@@ -12,12 +12,6 @@ namespace {
 
 constexpr int64_t kBlock = 128;
 
-bool fp8_candidate_name(const std::string& name) {
-    static const TextPattern linear(R"(model\.layers\..*(_proj|\.kv_a_proj_with_mqa|\.w[123])\.weight)");
-    // vLLM builds DeepSeek MTP's eh_proj as a plain torch Linear: it must stay unquantized.
-    return linear.full_match(name) && !name.ends_with(".eh_proj.weight");
-}
-
 // The FP8 weight and its scale tensor, replacing `t`.
 std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::string& module, QuantScheme scheme) {
     const int64_t rows = t.shape[0], cols = t.shape[1];
@@ -64,18 +58,14 @@ struct Fp8Selection {
     std::string partial_example;
 };
 
-bool fp8_candidate(const OutputTensor& t) {
-    return fp8_candidate_name(t.name) && t.shape.size() == 2 && is_floating(t.dtype);
-}
-
 Fp8Selection select_groups(const TensorMapping& mapping, const IgnoredModules& ignored, const QuantizeSpec& spec) {
     Fp8Selection s;
     for (const OutputTensor& t : mapping.tensors) {
-        if (!fp8_candidate_name(t.name)) continue;
+        if (!float_scheme_linear_name(t.name)) continue;
         const std::string module = module_of(t.name);
         const FusedPart part = fused_part(module);
         bool left_out = ignored.contains(module);
-        if (spec.scheme == QuantScheme::Fp8Block && fp8_candidate(t) && !left_out &&
+        if (spec.scheme == QuantScheme::Fp8Block && float_scheme_linear(t) && !left_out &&
             (t.shape[0] % kBlock != 0 || t.shape[1] % kBlock != 0)) {
             s.partial_blocks.insert(module);
             left_out = spec.fp8_full_blocks_only;
@@ -111,7 +101,7 @@ QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpe
     for (OutputTensor& t : mapping.tensors) {
         plan.bytes_before += t.nbytes();
         const std::string module = t.name.ends_with(".weight") ? module_of(t.name) : "";
-        const bool candidate = fp8_candidate(t);
+        const bool candidate = float_scheme_linear(t);
         bool quantized = candidate && !ignored.contains(module);
         const bool partial = quantized && selection.partial_blocks.count(module);
         if (quantized && !(partial && spec.fp8_full_blocks_only) && selection.ignored_groups.count(fused_part(module).group)) {

@@ -64,9 +64,9 @@ void clear_missing_mtp(nlohmann::ordered_json& config, const TensorMapping& mapp
 std::optional<DType> weights_dtype(const TensorMapping& mapping) {
     std::optional<DType> found;
     for (const auto& t : mapping.tensors) {
-        // FP8 codes and F32 block scales are not the model dtype config.json states.
+        // FP8 codes and F32 block or global scales are not the model dtype config.json states.
         if (t.adapter || !is_floating(t.dtype) || t.role == OutputTensor::Role::QuantPacked ||
-            t.role == OutputTensor::Role::QuantScale)
+            t.role == OutputTensor::Role::QuantScale || t.role == OutputTensor::Role::QuantGlobalScale)
             continue;
         if (found && *found != t.dtype) return std::nullopt;
         found = t.dtype;

@@ -7,6 +7,7 @@
 
 #include "core/text_pattern.h"
 #include "core/error.h"
+#include "mapping/fp4_quantization.h"
 #include "mapping/fp8_quantization.h"
 #include "mapping/quantization_selection.h"
 
@@ -24,6 +25,8 @@ std::optional<QuantScheme> parse_quant_scheme(const std::string& text) {
     if (text == "int") return QuantScheme::Int;
     if (text == "fp8") return QuantScheme::Fp8Block;
     if (text == "fp8-dynamic" || text == "fp8_dynamic") return QuantScheme::Fp8Dynamic;
+    if (text == "nvfp4") return QuantScheme::Nvfp4;
+    if (text == "mxfp4") return QuantScheme::Mxfp4;
     return std::nullopt;
 }
 
@@ -31,6 +34,8 @@ std::string quant_scheme_name(QuantScheme scheme) {
     switch (scheme) {
         case QuantScheme::Fp8Block: return "fp8";
         case QuantScheme::Fp8Dynamic: return "fp8-dynamic";
+        case QuantScheme::Nvfp4: return "nvfp4";
+        case QuantScheme::Mxfp4: return "mxfp4";
         default: return "int";
     }
 }
@@ -41,6 +46,11 @@ std::string quantization_description(const QuantizeSpec& spec) {
             return "FP8 e4m3 with a float32 scale per 128x128 block (--quantize=fp8)";
         case QuantScheme::Fp8Dynamic:
             return "FP8 e4m3 with a scale per output channel, FP8_DYNAMIC (--quantize=fp8-dynamic)";
+        case QuantScheme::Nvfp4:
+            return "FP4 e2m1 with an FP8 e4m3 scale per 16 inputs and a float32 global scale, NVFP4A16 "
+                   "(--quantize=nvfp4)";
+        case QuantScheme::Mxfp4:
+            return "FP4 e2m1 with a UE8M0 scale per 32 inputs, MXFP4A16 (--quantize=mxfp4)";
         default:
             return std::to_string(spec.bits) + " bits (" +
                    (spec.group_size ? "groups of " + std::to_string(spec.group_size) : std::string("per channel")) +
@@ -73,6 +83,8 @@ std::string quantized_weight_name(const std::string& name) {
 }
 
 QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec) {
+    if (spec.scheme == QuantScheme::Nvfp4 || spec.scheme == QuantScheme::Mxfp4)
+        return plan_fp4_quantization(mapping, spec);
     if (spec.scheme != QuantScheme::Int) return plan_fp8_quantization(mapping, spec);
     if (spec.bits != 4 && spec.bits != 8) throw Error("--bits " + std::to_string(spec.bits) + ": expected 4 or 8");
     if (spec.group_size < 0) throw Error("--group_size must be 0 (per channel) or positive");
@@ -162,6 +174,8 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
 }
 
 nlohmann::ordered_json quantization_config(const QuantizeSpec& spec, const std::vector<std::string>& ignored) {
+    if (spec.scheme == QuantScheme::Nvfp4 || spec.scheme == QuantScheme::Mxfp4)
+        return fp4_quantization_config(spec, ignored);
     if (spec.scheme != QuantScheme::Int) return fp8_quantization_config(spec, ignored);
     nlohmann::ordered_json weights = {
         {"num_bits", spec.bits},

@@ -14,11 +14,16 @@ namespace vmerge {
 // The layouts --quantize writes: compressed-tensors `pack-quantized` int4/int8
 // (docs/reference/output-formats.md §3, vLLM's WNA16 kernels), block FP8 (`quant_method: fp8`,
 // DeepSeek-V3 / Qwen3-*-FP8) and compressed-tensors FP8_DYNAMIC (`float-quantized`),
-// docs/reference/fp8-formats.md §2 and §3.
-enum class QuantScheme { Int, Fp8Block, Fp8Dynamic };
-// The --quantize values: "int", "fp8", "fp8-dynamic" (also "fp8_dynamic").
+// docs/reference/fp8-formats.md §2 and §3; compressed-tensors NVFP4A16 (`nvfp4-pack-quantized`) and
+// MXFP4A16 (`mxfp4-pack-quantized`), docs/reference/lowbit-formats.md §2.2 and §3.
+enum class QuantScheme { Int, Fp8Block, Fp8Dynamic, Nvfp4, Mxfp4 };
+// The --quantize values: "int", "fp8", "fp8-dynamic" (also "fp8_dynamic"), "nvfp4", "mxfp4".
 std::optional<QuantScheme> parse_quant_scheme(const std::string& text);
 std::string quant_scheme_name(QuantScheme scheme);
+
+// The 4-bit float schemes' groups along the input dimension.
+constexpr int64_t kNvfp4Group = 16;
+constexpr int64_t kMxfp4Group = 32;
 
 // Weight-only round-to-nearest quantization of the Linear weights.
 struct QuantizeSpec {
@@ -61,7 +66,7 @@ struct QuantizationPlan {
 // in `ignored_modules`, so loaders never look for quantized tensors that are not there.
 // Refuses (Error) a spec no vLLM kernel runs unless `allow_unsupported`, and experts of one
 // MoE layer quantized unlike each other (vLLM's fused MoE layer has one scheme for all).
-// FP8 schemes: fp8_quantization.h.
+// FP8 schemes: fp8_quantization.h; 4-bit float schemes: fp4_quantization.h.
 QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& spec);
 
 // config.json's `quantization_config` block (any scheme).
@@ -75,9 +80,10 @@ struct QuantError {
 };
 std::string quantized_kind(const std::string& tensor_name);
 // The weight a quantized output tensor stands for, as the user knows it: `<m>.weight` for the int
-// scheme's `<m>.weight_packed` and for FP8's `<m>.weight` (messages name it).
+// and 4-bit float schemes' `<m>.weight_packed` and for FP8's `<m>.weight` (messages name it).
 std::string quantized_weight_name(const std::string& output_name);
 
-// The kernels: exec/int_quantize.h (int4/int8), exec/fp8_quantize.h (FP8).
+// The kernels: exec/int_quantize.h (int4/int8), exec/fp8_quantize.h (FP8), exec/fp4_quantize.h
+// (NVFP4, MXFP4).
 
 }  // namespace vmerge

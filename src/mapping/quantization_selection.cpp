@@ -24,6 +24,15 @@ std::optional<ExpertName> expert_name(const std::string& module) {
 
 std::string module_of(const std::string& weight_name) { return weight_name.substr(0, weight_name.size() - 7); }
 
+bool float_scheme_linear_name(const std::string& name) {
+    static const TextPattern linear(R"(model\.layers\..*(_proj|\.kv_a_proj_with_mqa|\.w[123])\.weight)");
+    return linear.full_match(name) && !name.ends_with(".eh_proj.weight");
+}
+
+bool float_scheme_linear(const OutputTensor& t) {
+    return float_scheme_linear_name(t.name) && t.shape.size() == 2 && is_floating(t.dtype);
+}
+
 bool linear_like(const OutputTensor& t) {
     return t.shape.size() == 2 && t.name.ends_with(".weight") && t.name.find("norm") == std::string::npos &&
            t.name.find("embed") == std::string::npos;

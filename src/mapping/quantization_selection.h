@@ -19,6 +19,13 @@ std::string module_of(const std::string& weight_name);
 // unquantized.
 bool linear_like(const OutputTensor& t);
 
+// The weights the float schemes (FP8, NVFP4, MXFP4) quantize: `model.layers.*` `*_proj` (q/k/v/o,
+// gate/up/down, experts, shared experts, MLA q_a/q_b/kv_b), MLA `kv_a_proj_with_mqa`, Mixtral
+// `w1/w2/w3`; not DeepSeek MTP's `eh_proj`, which vLLM builds as a plain torch Linear.
+bool float_scheme_linear_name(const std::string& name);
+// ... and 2-D floating.
+bool float_scheme_linear(const OutputTensor& t);
+
 // --quantize_ignore: exact module names and `re:` patterns, each pattern compiled once (a
 // model has tens of thousands of tensors).
 class IgnoredModules {

@@ -1,5 +1,5 @@
 """Corpus cases of the non-finite policy (docs/quantization.md, "NaN, infinity and tiny scales"):
-a NaN or an infinity in a weight that is quantized (int4, int8, block FP8, FP8_DYNAMIC) or folded
+a NaN or an infinity in a weight that is quantized (int4, int8, block FP8, FP8_DYNAMIC, NVFP4, MXFP4) or folded
 (the base weight, lora_A, lora_B) stops the merge with one error naming the tensor, row, column
 and value; exit code 1; no target and no staging folder left. A plain merge of the same
 checkpoint copies the NaN as it is.
@@ -83,7 +83,11 @@ def quantizer_cases(out):
             ("quantize_fp8_block_minus_inf", "model.layers.1.mlp.gate_proj.weight", 200, 3, -inf, "-inf",
              ["--quantize=fp8"], "block FP8: -inf in the second 128-row stripe of gate_proj"),
             ("quantize_fp8_dynamic_nan", "model.layers.0.self_attn.v_proj.weight", 63, 127, nan, "nan",
-             ["--quantize=fp8-dynamic"], "FP8_DYNAMIC: a NaN in the last row and column of v_proj")):
+             ["--quantize=fp8-dynamic"], "FP8_DYNAMIC: a NaN in the last row and column of v_proj"),
+            ("quantize_nvfp4_nan", "model.layers.0.self_attn.k_proj.weight", 40, 9, nan, "nan",
+             ["--quantize=nvfp4"], "NVFP4: a NaN in k_proj, met by the global-scale pass of q/k/v"),
+            ("quantize_mxfp4_inf", "model.layers.1.mlp.up_proj.weight", 130, 64, inf, "inf",
+             ["--quantize=mxfp4"], "MXFP4: +inf in rank 1's rows of up_proj")):
         actor = model_with(out, name, tensor, row, col, value)
         module = tensor[:-len(".weight")]
         case(name, actor, message(tensor, row, col, text, QUANTIZE_WHY + module), notes + ": refused", args=args)

@@ -7,6 +7,7 @@ import re
 import torch
 
 import eco_common as E
+import fp4_oracle
 
 
 class CheckFailed(AssertionError):
@@ -221,12 +222,20 @@ def quantized_bound(kind, ref, scale):
     if kind in ("int4", "int8"):
         levels = 7.5 if kind == "int4" else 127.5
         return scale * (0.5 + levels * BF16_U + BF16_U) + BF16_U * ref.abs()
+    if kind in ("nvfp4", "mxfp4"):
+        # E2M1's widest step is 4 -> 6: half of it is 1 (scale: the group's effective multiplier);
+        # a value beyond 6 steps is clamped there (the group's largest lands up to 6.375 steps
+        # with a normal E4M3 scale rounded down, 7 with MXFP4's power of two, further with a
+        # subnormal E4M3 scale): |w| - 6·scale; plus the bf16 rounding of the dequantized product.
+        return scale * 1.0 + (ref.abs() - 6.0 * scale).clamp_min(0.0) + BF16_U * ref.abs()
     return ref.abs() * (E4M3_REL + 3 * BF16_U) + scale * E4M3_SUB
 
 
-def expand_scale(kind, scale, shape):
+def expand_scale(kind, scale, shape, files=None, module=None):
     """A file's scale tensor as one value per weight element."""
     rows, cols = shape
+    if kind in ("nvfp4", "mxfp4"):
+        return fp4_oracle.effective_scale(files, module, kind, shape)
     scale = scale.float()
     if kind == "fp8_block":   # [ceil(N/128), ceil(K/128)]
         return scale.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
@@ -237,7 +246,8 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
     """A quantized folder loaded by transformers itself: compressed-tensors (int, FP8_DYNAMIC)
     decompressed with run_compressed=False, block FP8 by plain from_pretrained (dequantized on
     load without an FP8 GPU). Every quantized Linear within quantized_bound of the oracle, every
-    other tensor equal to it, logits within logits_tol (relative to their scale) of the live model's."""
+    other tensor equal to it, logits within logits_tol (relative to their scale) of the live model's
+    (not checked when logits_tol is None)."""
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
     with open(os.path.join(folder, "config.json")) as f:
         qcfg = json.load(f)["quantization_config"]
@@ -258,6 +268,14 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
         fail(f"{folder}: modules both quantized and listed as unquantized: {sorted(ignored & set(quantized))}")
     state = {k: v for k, v in model.state_dict().items()}
     oracle = load_file(os.path.join(oracle_dir, "weights.safetensors"))
+    if kind in ("nvfp4", "mxfp4"):
+        # Codes and scales bit-equal to compressed-tensors' own quantizer on the producer's weights,
+        # and what transformers loaded equal to its decompressor on vmerge's tensors.
+        fp4_oracle.check_bit_exact(files, oracle, kind)
+        for module in quantized:
+            got, want = state[module + ".weight"], fp4_oracle.decompressed(files, module, kind)
+            if got.dtype != want.dtype or not torch.equal(got, want):
+                fail(f"{module}.weight: transformers' load differs from compressed-tensors' decompression")
     compare_key_sets({k: v for k, v in state.items() if k in oracle or not k.endswith(
         ("_scale", "_scale_inv", "_packed", "_shape", "_zero_point"))}, oracle, f"{folder} (loaded)")
     worst, exact = 0.0, 0
@@ -268,7 +286,7 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
             if not got.is_floating_point() or got.element_size() < 2 or got.shape != ref.shape:
                 fail(f"{key}: loaded as {got.dtype} {tuple(got.shape)}, not dequantized to the oracle's shape")
             r = ref.float()
-            bound = quantized_bound(kind, r, expand_scale(kind, files[module + scale_suffix], ref.shape))
+            bound = quantized_bound(kind, r, expand_scale(kind, files[module + scale_suffix], ref.shape, files, module))
             err = (got.float() - r).abs()
             over = (err > bound).sum().item()
             if over:
@@ -284,6 +302,8 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
             exact += 1
     print(f"  transformers ({kind}): loads; {len(quantized)} quantized Linears within "
           f"{worst:.2f} of the {kind} error bound, {exact} other tensors equal the oracle", flush=True)
+    if logits_tol is None:
+        return len(quantized)
     ref = load_file(os.path.join(oracle_dir, "logits.safetensors"))
     with torch.no_grad():
         got = model(input_ids=ref["input_ids"]).logits.float()

@@ -155,7 +155,11 @@ def write_case(case_dir, **fields):
       expected_error text the merge must fail with (a layout vmerge refuses by design)
       error_without_base  an adapter-only case: text the merge without --lora_base must fail with
       quantized_modes  also merge with these quantizations and load each with its consumer
-                     (run_case.py QUANT_MODES: int4, int8, fp8_dynamic, fp8_block, fp8_full_blocks)
+                     (run_case.py QUANT_MODES: int4, int8, fp8_dynamic, fp8_block, fp8_full_blocks,
+                     nvfp4, mxfp4)
+      quantized_logits  false: the quantized loads skip the logits check (weights of edge values)
+      quantized_load  false: the quantized outputs are only checked against compressed-tensors'
+                     quantizer (fp4_oracle), not loaded (MoE models transformers fuses)
       hdf5           true: also merge with --format hdf5 (plain and zstd) and read it with h5py
       extra_oracles  more tensor oracles the plain/extract output must equal, e.g. the producer's
                      own consolidation tool: [{"file": name in oracle/, "what": text for the

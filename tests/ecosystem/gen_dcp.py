@@ -13,6 +13,11 @@ VARIANT (N ranks, 2 unless said):
                         zstandard or pyzstd module, which requirements.txt does not list: without
                         it this variant stops with that message. vmerge refuses stream-transformed
                         items by design ("stored with stream transforms (e.g. zstd), not supported")
+  accelerate_fp4_edges  accelerate_fsdp2's save of a Qwen2 whose weights hold the values 4-bit float
+                        quantizers get wrong: all-zero groups and a zero o_proj, bf16 subnormals,
+                        -0.0, tiny negatives, every E2M1 tie at an exact MXFP4 scale, and a large
+                        k_proj value that drives q/k/v's shared NVFP4 global scale down until most
+                        of their group scales round to zero (merged with --quantize=nvfp4/mxfp4)
   torchtitan_llama3     torchtitan's Llama3 (the debugmodel's builder, dims shrunk), fully_shard,
                         dcp.save(ModelWrapper([model]).state_dict()) as ckpt/outputs/checkpoint/step-10
   torchtitan_qwen3_moe  the same for torchtitan's Qwen3 MoE (debugmodel_moe's builder, 4 experts)
@@ -121,12 +126,38 @@ def save_accelerate(model, output_dir, zstd):
              planner=DefaultSavePlanner())
 
 
+# The E2M1 ties of compressed-tensors' rounding (each goes to the even code) and their negatives:
+# in a group of 32 whose largest |w| is 4 the MXFP4 scale is exactly 1, so t = w.
+E2M1_TIES = [4.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]
+
+
+def set_fp4_edges(model):
+    """Values 4-bit float quantizers get wrong, set in the live bf16 model before it is sharded."""
+    layers = model.model.layers
+    with torch.no_grad():
+        q = layers[0].self_attn.q_proj.weight
+        q[0, 0:16] = 0.0                                                   # an all-zero group
+        q[0, 16:32] = torch.tensor([2.0 ** -(126 + k % 8) for k in range(16)]) * torch.tensor(
+            [(-1) ** k for k in range(16)], dtype=torch.float32)           # bf16 normals and subnormals
+        q[1, ::3] = -0.0                                                   # negative zeros
+        q[1, 1::3] = -1e-6                                                 # tiny negatives: code -0 (0x8)
+        ties = torch.tensor(E2M1_TIES + [-t for t in E2M1_TIES])
+        q[2, 0:16] = ties
+        q[2, 16:32] = ties
+        q[3, 32:48] = ties * 2.0 ** -10                                    # the same ties at scale 2^-10
+        layers[0].self_attn.k_proj.weight[5, 7] = 3.0e4                   # shrinks q/k/v's global scale
+        layers[1].self_attn.o_proj.weight.zero_()                          # NVFP4 global scale 1
+        layers[1].mlp.up_proj.weight[0, :] = 2.0 ** -133                  # a row of bf16's smallest subnormal
+
+
 def run_accelerate(case_dir, variant, rank, world):
     from accelerate.utils.constants import FSDP_MODEL_NAME
     cfg = E.tiny_config("qwen2", dtype="bfloat16")
     # A config of its own: from_config(dtype=float32) inside build_model rewrites the dtype of the
     # config it is given (so the model would stay fp32 and config.json would say float32).
     model = E.build_model(E.tiny_config("qwen2", dtype="bfloat16"))
+    if variant == "accelerate_fp4_edges":
+        set_fp4_edges(model)
     logits = E.live_logits(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     shard(model, model.model.layers)
@@ -415,6 +446,7 @@ def run_torchtitan(case_dir, variant, rank, world):
 
 def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_keys=None):
     producer = {"accelerate_fsdp2": "accelerate save_fsdp_model (FSDP2 SHARDED_STATE_DICT)",
+                "accelerate_fp4_edges": "accelerate save_fsdp_model (FSDP2 SHARDED_STATE_DICT), 4-bit float edge values",
                 "accelerate_zstd": "dcp.save with FileSystemWriter(_extensions=[ZStandard()])",
                 "torchtitan_llama3": "torchtitan Llama3 + ModelWrapper + dcp.save",
                 "torchtitan_qwen3_moe": "torchtitan Qwen3 MoE + ModelWrapper + dcp.save",
@@ -428,10 +460,14 @@ def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_ke
                  merge_args=["--backend", backend, *mtp_args], hf_config="hf_config",
                  # vmerge reads no zstd-compressed DCP items yet: the merge must refuse, naming it.
                  expected_error="stored with stream transforms (e.g. zstd), not supported"
-                 if variant == "accelerate_zstd" else None)
+                 if variant == "accelerate_zstd" else None,
+                 # The edge values are for the quantizers' bits; logits of such weights say nothing.
+                 **({"quantized_modes": ["nvfp4", "mxfp4"], "quantized_logits": False}
+                    if variant == "accelerate_fp4_edges" else {}))
 
 
 VARIANTS = {"accelerate_fsdp2": run_accelerate, "accelerate_zstd": run_accelerate,
+            "accelerate_fp4_edges": run_accelerate,
             "torchtitan_llama3": run_torchtitan, "torchtitan_qwen3_moe": run_torchtitan,
             "torchtitan_deepseek_v3": run_torchtitan, "torchtitan_gpt_oss": run_torchtitan}
 

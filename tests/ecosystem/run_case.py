@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eco_checks as C  # noqa: E402
 import fold_error  # noqa: E402
+import fp4_oracle  # noqa: E402
 
 
 def run_vmerge(args, case, np_, target, extra):
@@ -52,13 +53,16 @@ def run_vmerge(args, case, np_, target, extra):
 # the bf16 model's logits over their max |value|). The tolerances are a few times what these tiny
 # random models show (README: measured), loose enough for rounding-order changes in a consumer,
 # tight enough that a wrong scale, code or transposed block fails by far: int4 in groups of 32
-# (step amax/7.5) moves the logits most, int8 per channel and both FP8s (2^-4 relative) least.
+# (step amax/7.5) and the 4-bit floats move the logits most, int8 per channel and both FP8s (2^-4
+# relative) least.
 QUANT_MODES = {
     "int4": (["--quantize", "--bits", "4", "--group_size", "32"], 0.25),
     "int8": (["--quantize", "--bits", "8", "--group_size", "0"], 0.03),
     "fp8_dynamic": (["--quantize=fp8-dynamic"], 0.08),
     "fp8_block": (["--quantize=fp8"], 0.08),
     "fp8_full_blocks": (["--quantize=fp8", "--fp8_full_blocks_only"], 0.08),
+    "nvfp4": (["--quantize=nvfp4"], 0.3),
+    "mxfp4": (["--quantize=mxfp4"], 0.3),
 }
 ARCHIVE_MODES = {"hdf5": ["--format", "hdf5"], "hdf5_zstd": ["--format", "hdf5", "--compress", "zstd"]}
 
@@ -70,7 +74,12 @@ def check_quantized(args, case, np_, mode):
     flags, tol = QUANT_MODES[mode]
     run_vmerge(args, case, np_, target, flags)
     kind = "fp8_block" if mode == "fp8_full_blocks" else mode
-    C.check_quantized_load(target, kind, os.path.join(args.case, "oracle"), tol)
+    if case.get("quantized_load", True):
+        C.check_quantized_load(target, kind, os.path.join(args.case, "oracle"),
+                               tol if case.get("quantized_logits", True) else None)
+    else:
+        fp4_oracle.check_bit_exact(C.output_tensors(target), C.load_file(os.path.join(args.case, "oracle",
+                                                                                     "weights.safetensors")), kind)
     shutil.rmtree(target)
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 

@@ -57,7 +57,17 @@ TEST(QuantizeSchemeFlags, IntFlagsWithFp8AreUsageErrors) {
     EXPECT_NE(usage_error({"--quantize", "fp8-dynamic", "--group_size", "128"}).find("--group_size applies to"),
               std::string::npos);
     EXPECT_NE(usage_error({"--quantize=fp8", "--asymmetric"}).find("--asymmetric applies to"), std::string::npos);
-    EXPECT_EQ(usage_error({"--quantize=fp9"}), "--quantize fp9: expected int, fp8 or fp8-dynamic");
+    EXPECT_EQ(usage_error({"--quantize=fp9"}), "--quantize fp9: expected int, fp8, fp8-dynamic, nvfp4 or mxfp4");
+}
+
+TEST(QuantizeSchemeFlags, FourBitFloatSchemes) {
+    EXPECT_EQ(parse_merge({"--quantize=nvfp4"})->quantize_spec.scheme, QuantScheme::Nvfp4);
+    EXPECT_EQ(parse_merge({"--quantize", "mxfp4", "--quantize_ignore", "x"})->quantize_spec.scheme, QuantScheme::Mxfp4);
+    EXPECT_EQ(usage_error({"--quantize=nvfp4", "--group_size", "32"}),
+              "--group_size applies to --quantize=int; --quantize=nvfp4 writes 4-bit floats with its own scales "
+              "(docs/quantization.md)");
+    EXPECT_EQ(usage_error({"--quantize=mxfp4", "--format", "hdf5"}),
+              "--quantize=mxfp4 writes a safetensors folder; --format hdf5 does not take the 4-bit float schemes");
 }
 
 TEST(QuantizeSchemeFlags, FullBlocksOnlyIsABlockFp8Flag) {
