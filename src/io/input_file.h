@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "io/object_url.h"
+
 namespace vmerge {
 
 // A read-only file read by exact ranges (pread). Every range is checked against the file
@@ -11,6 +13,8 @@ namespace vmerge {
 // This is the one way vmerge opens an input: without blocking (open() on a FIFO waits for a
 // writer forever, a device never ends), and only a regular file is accepted, so a FIFO, a
 // device or a socket in place of a rank file, config.json or tracker is an Error naming it.
+// A path "s3://bucket/key" is an object in an S3-compatible store (io/input_tree.h): its size
+// comes from its folder's listing (or a HEAD), and each read is one ranged GET.
 class InputFile {
 public:
     explicit InputFile(const std::string& path);
@@ -36,7 +40,9 @@ public:
 
 private:
     void check_range(uint64_t offset, uint64_t length, const char* what) const;
+    void read_object(uint64_t offset, iovec* pieces, size_t count, uint64_t length, const char* what) const;
     std::string path_;
+    ObjectUrl object_;  // bucket empty for a local file
     int fd_ = -1;
     uint64_t size_ = 0;
 };
