@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Merges from an S3-compatible bucket (s3_server.py on loopback, which checks every SigV4
+signature) and checks each result bit for bit against the same merge from disk and against the
+generator's reference; then the failures a user meets: wrong secret, unknown key id, missing
+bucket, missing prefix, no credentials, and throttling (503 SlowDown) that retries absorb.
+Every message must name the s3:// URL, and no output may contain the secret.
+
+The checkpoints are uploaded with boto3 (an independent client); the oracle is the generator's
+reference folder and vmerge's own merge of the same files from disk.
+
+    s3_merge_cases.py --vmerge BIN --mpiexec MPIEXEC --source SRC --fixtures BUILD/fixtures --work DIR
+"""
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import boto3
+
+ACCESS_KEY, SECRET_KEY = "vmerge-test-key", "vmerge-test-secret-7f3a"
+BUCKET = "vmerge-ckpt"
+# (fixture set, case) pairs: FSDP, Megatron legacy, Megatron torch_dist, DeepSpeed ZeRO.
+CASES = [("fsdp", "fp32_to_bf16_w2"), ("megatron", "mlm_llama_tp2_pp2"),
+         ("megatron", "mlm_distckpt_deepseekv3_tp2"), ("deepspeed", "zero2_bf16_w3")]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, source, work):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.path.join(work, "s3_server.log"), "w")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(source, "tests/object_storage/s3_server.py"),
+                                      "--port", str(self.port), "--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise SystemExit("the S3 test server did not start (see s3_server.log)")
+
+    def test_call(self, path, method="GET"):
+        request = urllib.request.Request(self.endpoint + path, method=method)
+        with urllib.request.urlopen(request) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def upload(client, folder, prefix):
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            client.upload_file(path, BUCKET, prefix + "/" + os.path.relpath(path, folder))
+
+
+def same_folders(a, b):
+    names_a = sorted(os.path.relpath(os.path.join(r, f), a) for r, _, fs in os.walk(a) for f in fs)
+    names_b = sorted(os.path.relpath(os.path.join(r, f), b) for r, _, fs in os.walk(b) for f in fs)
+    if names_a != names_b:
+        return f"different files: {names_a} vs {names_b}"
+    for name in names_a:
+        if not filecmp.cmp(os.path.join(a, name), os.path.join(b, name), shallow=False):
+            return f"{name} differs"
+    return ""
+
+
+class Runner:
+    def __init__(self, args, env):
+        self.args, self.env, self.failures = args, env, []
+
+    def vmerge(self, np, *argv, env=None):
+        command = [self.args.mpiexec, "--oversubscribe", "-np", str(np), self.args.vmerge, *argv]
+        return subprocess.run(command, env=env or self.env, capture_output=True, text=True, timeout=600)
+
+    def check(self, ok, what):
+        print(("ok    " if ok else "FAIL  ") + what, flush=True)
+        if not ok:
+            self.failures.append(what)
+
+    def expect_error(self, what, argv, needles, env=None):
+        r = self.vmerge(1, *argv, env=env)
+        out = r.stdout + r.stderr
+        missing = [n for n in needles if n not in out]
+        self.check(r.returncode != 0 and not missing and SECRET_KEY not in out,
+                   f"{what}: fails naming {needles}" + (f" (missing {missing}; output: {out.strip()[-600:]})" if missing or r.returncode == 0 else ""))
+
+
+def merge_cases(run, fixtures, work, client):
+    for kind, case in CASES:
+        fields = json.load(open(os.path.join(fixtures, kind, "cases.json")))[case]
+        local_dir = os.path.join(fixtures, kind, fields.get("local_dir", case))
+        prefix = f"{kind}/{case}"
+        upload(client, local_dir, prefix + "/ckpt")
+        extra = list(fields.get("merge_args", []))
+        s3_extra = list(extra)
+        if fields.get("hf_config"):
+            hf = os.path.join(fixtures, kind, fields["hf_config"])
+            upload(client, hf, prefix + "/hf")
+            extra += ["--hf_config", hf]
+            s3_extra += ["--hf_config", f"s3://{BUCKET}/{prefix}/hf"]
+        reference = os.path.join(fixtures, kind, fields.get("reference", case + ".reference"))
+        for np in (1, 3):
+            # vmerge.checksums.json records each rank's blocks: compared with a merge of as many ranks.
+            from_disk = os.path.join(work, f"{case}.disk" + ("" if np == 1 else f".np{np}"))
+            r = run.vmerge(np, "merge", "--local_dir", local_dir, "--target_dir", from_disk, *extra, "--quiet")
+            run.check(r.returncode == 0, f"{case}: merge from disk, {np} ranks" + ("" if r.returncode == 0 else ": " + r.stderr[-800:]))
+            out = os.path.join(work, f"{case}.s3.np{np}")
+            r = run.vmerge(np, "merge", "--local_dir", f"s3://{BUCKET}/{prefix}/ckpt", "--target_dir", out, *s3_extra, "--quiet")
+            if r.returncode != 0:
+                run.check(False, f"{case}: bucket -> disk, {np} ranks: {r.stderr[-1500:]}")
+                continue
+            difference = same_folders(from_disk, out)
+            run.check(not difference, f"{case}: bucket -> disk, {np} ranks, same bytes as from disk {difference}")
+            checker = subprocess.run([run.args.checker_python, os.path.join(run.args.source, "tests/tools/check_hf_output.py"),
+                                      "--out", out, "--ref", reference], capture_output=True, text=True)
+            run.check(checker.returncode == 0, f"{case}: {np} ranks, against the generator's reference: {checker.stdout.strip()[-300:]}")
+            shutil.rmtree(out)
+
+
+def failure_cases(run, work, server):
+    target = os.path.join(work, "failed")
+    ckpt = f"s3://{BUCKET}/fsdp/fp32_to_bf16_w2/ckpt"
+    wrong_secret = dict(run.env, AWS_SECRET_ACCESS_KEY="not-the-secret-123")
+    run.expect_error("wrong secret", ["merge", "--local_dir", ckpt, "--target_dir", target],
+                     ["s3://" + BUCKET, "HTTP 403", "SignatureDoesNotMatch"], env=wrong_secret)
+    wrong_id = dict(run.env, AWS_ACCESS_KEY_ID="AKIDUNKNOWN")
+    run.expect_error("unknown access key id", ["merge", "--local_dir", ckpt, "--target_dir", target],
+                     ["HTTP 403", "InvalidAccessKeyId", "the environment"], env=wrong_id)
+    run.expect_error("missing bucket", ["merge", "--local_dir", "s3://no-such-bucket-x/ckpt", "--target_dir", target],
+                     ["s3://no-such-bucket-x", "HTTP 404", "NoSuchBucket"])
+    run.expect_error("missing prefix", ["merge", "--local_dir", f"s3://{BUCKET}/no/such/run", "--target_dir", target],
+                     [f"s3://{BUCKET}/no/such/run: no object has this prefix"])
+    run.expect_error("missing HF config object", ["merge", "--local_dir", ckpt, "--target_dir", target,
+                                                 "--hf_config", f"s3://{BUCKET}/nothing-here"],
+                     [f"s3://{BUCKET}/nothing-here/config.json"])
+    no_keys = {k: v for k, v in run.env.items() if not k.startswith("AWS_ACCESS") and not k.startswith("AWS_SECRET")}
+    no_keys["AWS_SHARED_CREDENTIALS_FILE"] = os.path.join(work, "no-credentials")
+    no_keys["AWS_CONFIG_FILE"] = os.path.join(work, "no-config")
+    run.expect_error("no credentials", ["merge", "--local_dir", ckpt, "--target_dir", target],
+                     ["no S3 credentials", "AWS_ACCESS_KEY_ID"], env=no_keys)
+    run.check(not os.path.exists(target), "the failed merges left no target folder")
+
+    # Credentials from a profile of the shared files, the endpoint from the profile's config.
+    with open(os.path.join(work, "credentials"), "w") as f:
+        f.write(f"[default]\naws_access_key_id = wrong\n\n[vmerge-test]\naws_access_key_id = {ACCESS_KEY}\n"
+                f"aws_secret_access_key = {SECRET_KEY}\n")
+    with open(os.path.join(work, "config"), "w") as f:
+        f.write(f"[profile vmerge-test]\nregion = eu-west-3\nendpoint_url = {server.endpoint}\ns3 =\n  addressing_style = path\n")
+    profile_env = {k: v for k, v in no_keys.items() if not k.startswith("AWS_ENDPOINT")}
+    profile_env.update(AWS_PROFILE="vmerge-test", AWS_SHARED_CREDENTIALS_FILE=os.path.join(work, "credentials"),
+                       AWS_CONFIG_FILE=os.path.join(work, "config"))
+    out = os.path.join(work, "from-profile")
+    r = run.vmerge(1, "merge", "--local_dir", ckpt, "--target_dir", out, "--quiet", env=profile_env)
+    run.check(r.returncode == 0 and not same_folders(os.path.join(work, "fp32_to_bf16_w2.disk"), out),
+              "credentials, region and endpoint from a named profile" + ("" if r.returncode == 0 else ": " + r.stderr[-600:]))
+
+    # Throttling: the first requests answered 503 SlowDown; the retries absorb them.
+    server.test_call("/_test/throttle?count=4", "POST")
+    out = os.path.join(work, "throttled")
+    r = run.vmerge(1, "merge", "--local_dir", ckpt, "--target_dir", out, "--quiet")
+    run.check(r.returncode == 0 and not same_folders(os.path.join(work, "fp32_to_bf16_w2.disk"), out),
+              "4 throttled requests retried" + ("" if r.returncode == 0 else ": " + r.stderr[-600:]))
+    server.test_call("/_test/throttle?count=100", "POST")
+    run.expect_error("throttled beyond the retries", ["merge", "--local_dir", ckpt, "--target_dir", target],
+                     ["HTTP 503", "SlowDown", "attempts"])
+    server.test_call("/_test/throttle?count=0", "POST")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    for flag in ("--vmerge", "--mpiexec", "--source", "--fixtures", "--work"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--checker-python", default="/usr/bin/python3")
+    args = parser.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    server = Server(args.source, args.work)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_ENDPOINT_URL_S3=server.endpoint,
+               AWS_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull)
+    try:
+        client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                              aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+        client.create_bucket(Bucket=BUCKET)
+        run = Runner(args, env)
+        merge_cases(run, args.fixtures, args.work, client)
+        failure_cases(run, args.work, server)
+    finally:
+        server.stop()
+    if run.failures:
+        print(f"{len(run.failures)} failed")
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
