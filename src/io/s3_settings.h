@@ -7,7 +7,7 @@ namespace vmerge {
 // Where requests to the object store go and how they are signed, taken as the AWS tools take
 // them: the environment first, then the shared config and credentials files (profile from
 // AWS_PROFILE, default "default"). Only these two sources: no web identity, container or
-// instance-metadata credentials (docs/cloud.md says so; the error for missing keys does too).
+// instance-metadata credentials (docs/cluster.md says so; so does the error for missing keys).
 struct S3Settings {
     std::string access_key_id;
     std::string secret_access_key;  // never printed
