@@ -25,9 +25,19 @@ import boto3
 
 ACCESS_KEY, SECRET_KEY = "vmerge-test-key", "vmerge-test-secret-7f3a"
 BUCKET = "vmerge-ckpt"
-# (fixture set, case) pairs: FSDP, Megatron legacy, Megatron torch_dist, DeepSpeed ZeRO.
+# (fixture set, case) pairs of the generators' cases.json: FSDP, Megatron legacy, Megatron
+# torch_dist, DeepSpeed ZeRO, torchtitan (a run folder: the latest step-N found by listing).
 CASES = [("fsdp", "fp32_to_bf16_w2"), ("megatron", "mlm_llama_tp2_pp2"),
-         ("megatron", "mlm_distckpt_deepseekv3_tp2"), ("deepspeed", "zero2_bf16_w3")]
+         ("megatron", "mlm_distckpt_deepseekv3_tp2"), ("deepspeed", "zero2_bf16_w3"), ("torchtitan", "tt_llama3_last")]
+# verl layout v2 run folders (no cases.json; the fields as tests/integration/verl_v2_cases.sh uses them).
+VERL_V2 = {"verl_v2_dist_run": {"local_dir": "dist_run", "hf_config": "base_model", "reference": "reference_step20"},
+           "verl_v2_hf_run": {"local_dir": "hf_run", "reference": "reference_hf"}}
+
+
+def case_fields(fixtures, kind, case):
+    if kind == "verl_v2":
+        return VERL_V2[case]
+    return json.load(open(os.path.join(fixtures, kind, "cases.json")))[case]
 
 
 def free_port():
@@ -97,8 +107,8 @@ class Runner:
 
 
 def merge_cases(run, fixtures, work, client):
-    for kind, case in CASES:
-        fields = json.load(open(os.path.join(fixtures, kind, "cases.json")))[case]
+    for kind, case in CASES + [("verl_v2", name) for name in VERL_V2]:
+        fields = case_fields(fixtures, kind, case)
         local_dir = os.path.join(fixtures, kind, fields.get("local_dir", case))
         prefix = f"{kind}/{case}"
         upload(client, local_dir, prefix + "/ckpt")
