@@ -31,7 +31,11 @@ CASES = [("fsdp", "fp32_to_bf16_w2"), ("megatron", "mlm_llama_tp2_pp2"),
          ("megatron", "mlm_distckpt_deepseekv3_tp2"), ("deepspeed", "zero2_bf16_w3"), ("torchtitan", "tt_llama3_last")]
 # verl layout v2 run folders (no cases.json; the fields as tests/integration/verl_v2_cases.sh uses them).
 VERL_V2 = {"verl_v2_dist_run": {"local_dir": "dist_run", "hf_config": "base_model", "reference": "reference_step20"},
-           "verl_v2_hf_run": {"local_dir": "hf_run", "reference": "reference_hf"}}
+           "verl_v2_hf_run": {"local_dir": "hf_run", "reference": "reference_hf"},
+           # LoRA: adapter-only rank files, the base model from --lora_base (in the bucket too),
+           # folded; compared with the merge from disk only (the fold's reference is within ulps).
+           "verl_v2_fsdp_lora": {"local_dir": "fsdp_lora_run", "lora_base": "fsdp_lora_base", "reference": "",
+                                 "merge_args": ["--merge_lora"]}}
 
 
 def case_fields(fixtures, kind, case):
@@ -119,7 +123,12 @@ def merge_cases(run, fixtures, work, client):
             upload(client, hf, prefix + "/hf")
             extra += ["--hf_config", hf]
             s3_extra += ["--hf_config", f"s3://{BUCKET}/{prefix}/hf"]
-        reference = os.path.join(fixtures, kind, fields.get("reference", case + ".reference"))
+        if fields.get("lora_base"):
+            base = os.path.join(fixtures, kind, fields["lora_base"])
+            upload(client, base, prefix + "/base")
+            extra += ["--lora_base", base]
+            s3_extra += ["--lora_base", f"s3://{BUCKET}/{prefix}/base"]
+        reference = fields.get("reference", case + ".reference")
         for np in (1, 3):
             # vmerge.checksums.json records each rank's blocks: compared with a merge of as many ranks.
             from_disk = os.path.join(work, f"{case}.disk" + ("" if np == 1 else f".np{np}"))
@@ -132,8 +141,12 @@ def merge_cases(run, fixtures, work, client):
                 continue
             difference = same_folders(from_disk, out)
             run.check(not difference, f"{case}: bucket -> disk, {np} ranks, same bytes as from disk {difference}")
+            if not reference:
+                shutil.rmtree(out)
+                continue
             checker = subprocess.run([run.args.checker_python, os.path.join(run.args.source, "tests/tools/check_hf_output.py"),
-                                      "--out", out, "--ref", reference], capture_output=True, text=True)
+                                      "--out", out, "--ref", os.path.join(fixtures, kind, reference)],
+                                     capture_output=True, text=True)
             run.check(checker.returncode == 0, f"{case}: {np} ranks, against the generator's reference: {checker.stdout.strip()[-300:]}")
             shutil.rmtree(out)
 
