@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/error.h"
 #include "io/object_url.h"
 #include "io/s3_client.h"
 
@@ -83,6 +84,9 @@ std::vector<FolderEntry> list_input_folder(const std::string& dir) {
         std::error_code type_ec;
         entries.push_back({entry.path().filename().string(), entry.is_directory(type_ec), 0});
     }
+    std::error_code kind_ec;
+    if (ec && fs::is_directory(dir, kind_ec))  // a folder that exists but cannot be read (permissions)
+        throw Error(dir + ": cannot list the folder: " + ec.message());
     std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     return entries;
 }
