@@ -26,6 +26,8 @@ public:
 
     const std::string& path() const { return path_; }
     uint64_t size() const { return size_; }
+    // Whether this is an object in a store (s3://) rather than a local file.
+    bool is_object() const { return !object_.bucket.empty(); }
     // Reads exactly `length` bytes at `offset` into `out`; throws Error on a short read or
     // a range outside the file. `what` says what was being read, for the message.
     void read_exact(uint64_t offset, void* out, uint64_t length, const char* what = "data") const;
