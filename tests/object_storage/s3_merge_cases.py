@@ -151,6 +151,42 @@ def merge_cases(run, fixtures, work, client):
             shutil.rmtree(out)
 
 
+def kill_and_resume(run, work, client):
+    """A rank killed while the ranks write (each block slowed by the test hook); --resume then
+    finishes from the staging folder, reading the rest from the bucket, bit for bit as an
+    uninterrupted merge of as many ranks from disk."""
+    example = os.path.join(run.args.source, "examples/tiny-qwen2-fsdp/global_step_1/actor")
+    upload(client, example, "example/actor")
+    args = ["--max-shard-size", "1MB", "--max-memory", "1MiB", "--quiet"]
+    straight = os.path.join(work, "example.disk")
+    r = run.vmerge(3, "merge", "--local_dir", example, "--target_dir", straight, *args)
+    run.check(r.returncode == 0, "example: uninterrupted merge from disk")
+    target = os.path.join(work, "killed")
+    journal = os.path.join(work, ".killed.vmerge-staging", ".vmerge-journal")
+    env = dict(run.env, VMERGE_TEST_BLOCK_DELAY_MS="150")
+    command = [run.args.mpiexec, "--oversubscribe", "-np", "3", run.args.vmerge, "merge", "--local_dir",
+               f"s3://{BUCKET}/example/actor", "--target_dir", target, *args]
+    launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    lines = 0
+    while time.monotonic() < deadline and lines < 3:
+        time.sleep(0.05)
+        if os.path.isdir(journal):
+            lines = sum(sum(1 for _ in open(os.path.join(journal, f))) for f in os.listdir(journal) if f.startswith("rank-"))
+    pids = subprocess.run(["pgrep", "-f", f"vmerge-mpi merge .*--target_dir {target}"], capture_output=True, text=True).stdout.split()
+    if lines < 3 or len(pids) < 2:
+        launcher.kill()
+        run.check(False, f"kill during a merge from the bucket: never started writing ({lines} journal lines, {len(pids)} ranks)")
+        return
+    os.kill(int(pids[1]), 9)
+    launcher.wait(timeout=120)
+    run.check(launcher.returncode != 0 and not os.path.exists(target) and os.path.isdir(journal),
+              "a rank killed during a merge from the bucket: it fails, no target, the staging folder kept")
+    r = run.vmerge(3, "merge", "--local_dir", f"s3://{BUCKET}/example/actor", "--target_dir", target, *args, "--resume")
+    difference = same_folders(straight, target) if r.returncode == 0 else r.stderr[-800:]
+    run.check(not difference, f"--resume from the bucket: same bytes as the uninterrupted merge {difference}")
+
+
 def failure_cases(run, work, server):
     target = os.path.join(work, "failed")
     ckpt = f"s3://{BUCKET}/fsdp/fp32_to_bf16_w2/ckpt"
@@ -220,6 +256,7 @@ def main():
         client.create_bucket(Bucket=BUCKET)
         run = Runner(args, env)
         merge_cases(run, args.fixtures, args.work, client)
+        kill_and_resume(run, args.work, client)
         failure_cases(run, args.work, server)
     finally:
         server.stop()
