@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Merges from an S3-compatible bucket (s3_server.py on loopback, which checks every SigV4
 signature) and checks each result bit for bit against the same merge from disk and against the
-generator's reference; a rank killed mid-merge, then --resume; then the failures a user meets: wrong secret, unknown key id, missing
-bucket, missing prefix, no credentials, and throttling (503 SlowDown) that retries absorb.
+generator's reference; a rank killed mid-merge, then --resume; then the failures a user meets:
+wrong secret, unknown key id, missing bucket, missing prefix, no credentials, and throttling
+(503 SlowDown) that retries absorb.
 Every message must name the s3:// URL, and no output may contain the secret.
 
 The checkpoints are uploaded with boto3 (an independent client); the oracle is the generator's
