@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <utility>
 
 #include "core/error.h"
@@ -19,7 +20,20 @@
 
 namespace vmerge {
 
+// The bytes of an object from `offset` on, kept after a small read: the scan of a torch ZIP
+// reads each record's 30-byte header and then its name right after it, two requests that one
+// window answers.
+struct InputFile::ObjectWindow {
+    std::mutex mutex;
+    uint64_t offset = 0;
+    std::vector<char> bytes;
+};
+
 namespace {
+
+// Reads shorter than this fetch this many bytes (or to the end of the object) into the window:
+// a few KiB more per record header read, against a round trip per read saved.
+constexpr uint64_t kObjectWindowBytes = 4096;
 
 std::string range_text(uint64_t offset, uint64_t length) {
     return std::to_string(length) + " bytes at offset " + std::to_string(offset);
@@ -47,6 +61,7 @@ InputFile::InputFile(const std::string& path) : path_(path) {
         object_ = parse_object_url(path);
         const auto listed = listed_object_size(path);
         size_ = listed ? *listed : s3_client().object_size(object_);
+        window_ = std::make_shared<ObjectWindow>();
         return;
     }
     // O_NONBLOCK: open() of a FIFO returns at once instead of waiting for a writer; the
@@ -126,6 +141,7 @@ InputFile::~InputFile() {
 InputFile::InputFile(InputFile&& other) noexcept
     : path_(std::move(other.path_)),
       object_(std::move(other.object_)),
+      window_(std::move(other.window_)),
       fd_(std::exchange(other.fd_, -1)),
       size_(std::exchange(other.size_, 0)) {}
 
@@ -134,6 +150,7 @@ InputFile& InputFile::operator=(InputFile&& other) noexcept {
         if (fd_ >= 0) ::close(fd_);
         path_ = std::move(other.path_);
         object_ = std::move(other.object_);
+        window_ = std::move(other.window_);
         fd_ = std::exchange(other.fd_, -1);
         size_ = std::exchange(other.size_, 0);
     }
@@ -194,7 +211,19 @@ void InputFile::read_scattered(uint64_t offset, iovec* pieces, size_t count, con
 // One ranged GET for the whole range (a request per piece would multiply the requests), into
 // the one piece directly or through a buffer scattered afterwards.
 void InputFile::read_object(uint64_t offset, iovec* pieces, size_t count, uint64_t length, const char* what) const {
+    if (length == 0) return;
     try {
+        if (count == 1 && length < kObjectWindowBytes) {
+            std::lock_guard lock(window_->mutex);
+            auto& w = *window_;
+            if (offset < w.offset || offset + length > w.offset + w.bytes.size()) {
+                w.bytes.resize(std::min<uint64_t>(kObjectWindowBytes, size_ - offset));
+                w.offset = offset;
+                s3_client().read_range(object_, offset, w.bytes.data(), w.bytes.size());
+            }
+            std::memcpy(pieces[0].iov_base, w.bytes.data() + (offset - w.offset), length);
+            return;
+        }
         if (count == 1) return s3_client().read_range(object_, offset, pieces[0].iov_base, length);
         std::vector<char> buffer(length);
         s3_client().read_range(object_, offset, buffer.data(), length);

@@ -2,6 +2,7 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "io/object_url.h"
@@ -45,6 +46,9 @@ private:
     void read_object(uint64_t offset, iovec* pieces, size_t count, uint64_t length, const char* what) const;
     std::string path_;
     ObjectUrl object_;  // bucket empty for a local file
+    // An object's last small window (see read_object), shared by the reads of this InputFile.
+    struct ObjectWindow;
+    std::shared_ptr<ObjectWindow> window_;
     int fd_ = -1;
     uint64_t size_ = 0;
 };
