@@ -75,7 +75,7 @@ struct S3Client::Request {
 // The process's client (settings from s3_settings()).
 const S3Client& s3_client();
 
-// "%" hex SHA-256 of `size` bytes (the x-amz-content-sha256 of a payload).
+// The lower-case hex SHA-256 of `size` bytes (the x-amz-content-sha256 of a payload).
 std::string sha256_hex(const void* data, size_t size);
 
 }  // namespace vmerge
