@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "formats/registry.h"
 #include "hdf5/zstd_codec.h"
+#include "io/object_url.h"
 #include "mapping/output_rules.h"
 #include "mapping/quantization.h"
 #include "option_table.h"
@@ -288,6 +289,14 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
     if (vm.count("hf_upload_path") && (o.hf_upload_path.empty() || o.hf_upload_path.starts_with("-")))
         throw UsageError("--hf_upload_path '" + o.hf_upload_path + "': expected a Hugging Face repo id (user/model)");
+    // Inputs may be s3:// URLs (io/input_tree.h); writing to a store is not built yet, and a URL
+    // taken as a local path would create a folder named "s3:".
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--target_dir", o.output.target},
+                                     {"--target_root", o.watch.target_root},
+                                     {"--root", o.watch.root}})
+        if (is_object_url(path))
+            throw UsageError(std::string(flag) + " " + path + ": vmerge reads checkpoints from s3:// but does not write to "
+                             "or watch a bucket yet; write to a local or shared folder and upload it");
     if (o.command == "watch") {
         if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
         bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);

@@ -6,6 +6,7 @@
 
 #include "collective_step.h"
 #include "io/input_fingerprint.h"
+#include "io/input_tree.h"
 #include "plan/rank_inputs.h"
 
 namespace vmerge {
@@ -15,8 +16,8 @@ void check_input_files(const TensorMapping& mapping, const std::vector<WriteTask
     collective_step(comm, "fingerprint inputs", [&] {
         // Each file once under its plain spelling ("a//b" and "a/./b" are one name, not two files).
         std::set<std::string> all, wanted;
-        for (const auto& file : input_files_of(mapping)) all.insert(std::filesystem::path(file).lexically_normal().string());
-        for (const auto& file : input_files_of(mapping, tasks)) wanted.insert(std::filesystem::path(file).lexically_normal().string());
+        for (const auto& file : input_files_of(mapping)) all.insert(normal_input_path(file));
+        for (const auto& file : input_files_of(mapping, tasks)) wanted.insert(normal_input_path(file));
         size_t i = 0;
         for (const auto& file : all)
             if (i++ % comm.size() == static_cast<size_t>(comm.rank())) wanted.insert(file);

@@ -13,6 +13,8 @@ packages+=(libdeflate-dev zlib1g-dev)
 packages+=(libxxhash-dev)
 # RE2: linear-time regular expressions for every pattern matched against input text.
 packages+=(libre2-dev)
+# s3:// inputs: libcurl (HTTP + SigV4 signing), expat (the store's XML), OpenSSL (SHA-256).
+packages+=(libcurl4-openssl-dev libexpat1-dev libssl-dev)
 if [[ ${1:-} == --tests ]]; then
     packages+=(libgtest-dev python3-torch python3-numpy)
     # tests/tools/check_hdf5_archive.py: h5py reads the archive, an independent zstd its chunks;

@@ -18,6 +18,8 @@ bash tests/ecosystem/setup_venv.sh main >build/eco-venv.log 2>&1 &
 main_venv=$!
 bash tests/ecosystem/setup_venv.sh verl >build/eco-verl-venv.log 2>&1 &
 verl_venv=$!
+bash tests/ecosystem/setup_venv.sh s3 >build/s3-venv.log 2>&1 &
+s3_venv=$!
 phase "build"
 # Line tables only (-g1): backtraces keep their lines, the compile takes a quarter less. The unit
 # tests are compiled and run once, in the sanitized build below.
@@ -33,6 +35,7 @@ phase "ecosystem environments"
 # A failure here is shown by ctest's ecosystem_venv tests, which run the same script again.
 wait "$main_venv" || tail -20 build/eco-venv.log
 wait "$verl_venv" || tail -20 build/eco-verl-venv.log
+wait "$s3_venv" || tail -20 build/s3-venv.log
 phase "ctest"
 cd build
 ctest --output-on-failure -j"$(nproc)"

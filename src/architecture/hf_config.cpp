@@ -7,6 +7,7 @@
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "io/input_file.h"
+#include "io/input_tree.h"
 #include "io/json_file.h"
 
 namespace vmerge {
@@ -14,9 +15,8 @@ namespace vmerge {
 HfConfig load_hf_config(const std::string& dir) { return parse_hf_config(dir, read_hf_config_text(dir)); }
 
 std::string read_hf_config_text(const std::string& dir) {
-    const std::string path = dir + "/config.json";
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) throw Error(path + ": cannot open the model config (pass --hf_config DIR)");
+    const std::string path = join_path(dir, "config.json");
+    if (!path_exists(path)) throw Error(path + ": cannot open the model config (pass --hf_config DIR)");
     // Every other file of the folder is copied into the output at the end: refuse a FIFO or
     // device among them now, before anything is written.
     require_no_special_files(dir);

@@ -28,6 +28,10 @@ public:
     virtual void will_need(uint64_t /*offset*/, uint64_t /*length*/) const {}
     // These bytes will not be read again (a hint; nothing to do for most sources).
     virtual void drop_cache(uint64_t /*offset*/, uint64_t /*length*/) const {}
+    // The most bytes the executor should ask for in one contiguous read; 0: its own default (a
+    // piece that stays in the CPU cache for its checksum). An object in a store asks for more:
+    // each read is a request with a round trip, so fewer, larger ones.
+    virtual uint64_t read_piece_bytes() const { return 0; }
 };
 
 // Opens the source a StorageRef's `file` names.

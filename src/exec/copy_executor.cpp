@@ -564,8 +564,9 @@ void CopyExecutor::read(const StorageRef& storage, const SourceReader& file, uin
                         uint64_t length) {
     // Read in pieces, each CRC'd right after its read, while it is in the CPU cache (a whole
     // block's CRC after one large read would fetch it from memory again).
+    const uint64_t piece = file.read_piece_bytes() > 0 ? file.read_piece_bytes() : kReadPiece;
     for (uint64_t done = 0; done < length;) {
-        const uint64_t n = std::min<uint64_t>(kReadPiece, length - done);
+        const uint64_t n = std::min<uint64_t>(piece, length - done);
         const auto start = Clock::now();
         file.read_exact(offset + done, out + done, n, "tensor data");
         const auto crc_start = Clock::now();

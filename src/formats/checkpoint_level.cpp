@@ -6,6 +6,7 @@
 #include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "io/input_file.h"
 #include "io/pointer_file.h"
 
@@ -16,8 +17,6 @@ namespace {
 const TextPattern kStepFolder(R"(global_step_(\d+))");
 // The role folders verl's trainer saves into a step folder.
 const std::vector<std::string> kRoles{"actor", "critic"};
-
-std::string join_path(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
 std::string list_text(const std::vector<std::string>& names) {
     std::string text;
@@ -103,14 +102,15 @@ bool is_run_folder(const FolderListing& listing) { return !step_folders(listing)
 
 FolderListing list_folder(const std::string& dir) {
     FolderListing listing;
-    std::error_code ec;
-    listing.exists = fs::is_directory(dir, ec);
+    listing.exists = is_folder(dir);
     if (!listing.exists) return listing;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (entry.is_directory(ec)) listing.subfolders.push_back(entry.path().filename().string());
+    bool has_tracker = false;
+    for (const auto& entry : list_input_folder(dir)) {
+        if (entry.is_folder) listing.subfolders.push_back(entry.name);
+        has_tracker = has_tracker || entry.name == "latest_checkpointed_iteration.txt";
+    }
     std::sort(listing.subfolders.begin(), listing.subfolders.end());
-    const fs::path tracker = fs::path(dir) / "latest_checkpointed_iteration.txt";
-    if (fs::exists(fs::symlink_status(tracker, ec))) listing.tracker = read_pointer_file(dir, "latest_checkpointed_iteration.txt", "the checkpoint tracker");
+    if (has_tracker || path_exists(join_path(dir, "latest_checkpointed_iteration.txt"))) listing.tracker = read_pointer_file(dir, "latest_checkpointed_iteration.txt", "the checkpoint tracker");
     return listing;
 }
 

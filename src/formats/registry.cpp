@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "io/input_folder.h"
 #include "formats/checkpoint_level.h"
 #include "io/input_file.h"
@@ -101,11 +102,10 @@ std::string refuse_request(const CheckpointRequest& request) {
 
 namespace {
 
-std::string default_hf_dir(const fs::path& dir) {
-    std::error_code ec;
+std::string default_hf_dir(const std::string& dir) {
     for (const char* name : {"huggingface", "hf_config_and_tokenizer"})
-        if (fs::exists(dir / name / "config.json", ec)) return (dir / name).string();
-    return (dir / "huggingface").string();
+        if (path_exists(join_path(join_path(dir, name), "config.json"))) return join_path(dir, name);
+    return join_path(dir, "huggingface");
 }
 
 }  // namespace

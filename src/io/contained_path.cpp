@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_tree.h"
+#include "io/object_url.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -36,6 +38,7 @@ std::string path_inside(const std::string& folder, const std::string& name, cons
         throw Error(source + ": '" + shown + "': " + why + "; expected a file inside " + folder);
     };
     if (const std::string why = lexical_problem(name); !why.empty()) refuse(why);
+    if (is_object_url(folder)) return join_path(folder, name);  // a store has no links
     const fs::path joined = fs::path(folder) / name;
     std::error_code ec;
     if (fs::symlink_status(joined, ec).type() == fs::file_type::not_found) return joined.string();

@@ -2,7 +2,10 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+
+#include "io/object_url.h"
 
 namespace vmerge {
 
@@ -11,6 +14,8 @@ namespace vmerge {
 // This is the one way vmerge opens an input: without blocking (open() on a FIFO waits for a
 // writer forever, a device never ends), and only a regular file is accepted, so a FIFO, a
 // device or a socket in place of a rank file, config.json or tracker is an Error naming it.
+// A path "s3://bucket/key" is an object in an S3-compatible store (io/input_tree.h): its size
+// comes from its folder's listing (or a HEAD), and each read is one ranged GET.
 class InputFile {
 public:
     explicit InputFile(const std::string& path);
@@ -22,6 +27,8 @@ public:
 
     const std::string& path() const { return path_; }
     uint64_t size() const { return size_; }
+    // Whether this is an object in a store (s3://) rather than a local file.
+    bool is_object() const { return !object_.bucket.empty(); }
     // Reads exactly `length` bytes at `offset` into `out`; throws Error on a short read or
     // a range outside the file. `what` says what was being read, for the message.
     void read_exact(uint64_t offset, void* out, uint64_t length, const char* what = "data") const;
@@ -36,7 +43,12 @@ public:
 
 private:
     void check_range(uint64_t offset, uint64_t length, const char* what) const;
+    void read_object(uint64_t offset, iovec* pieces, size_t count, uint64_t length, const char* what) const;
     std::string path_;
+    ObjectUrl object_;  // bucket empty for a local file
+    // An object's last small window (see read_object), shared by the reads of this InputFile.
+    struct ObjectWindow;
+    std::shared_ptr<ObjectWindow> window_;
     int fd_ = -1;
     uint64_t size_ = 0;
 };

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/checksum.h"
 #include "io/input_file.h"
+#include "io/object_url.h"
 
 namespace vmerge {
 namespace {
@@ -45,6 +46,11 @@ InputFingerprint fingerprint_input(const std::string& path) {
     InputFingerprint f;
     f.path = path;
     const InputFile file(path);
+    f.size = file.size();
+    if (is_object_url(path)) {  // an object has no inode or links: its size and sampled bytes identify it
+        f.sample_hash = sample_hash(file);
+        return f;
+    }
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot stat the file");
     f.size = file.size();

@@ -3,11 +3,20 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_tree.h"
+#include "io/object_url.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
 
 void require_input_folder(const std::string& path, const std::string& what) {
+    if (is_object_url(path)) {
+        const std::string why = what.empty() ? "" : " (" + what + ")";
+        const EntryKind kind = entry_kind(path);
+        if (kind == EntryKind::missing) throw Error(path + ": no object has this prefix" + why);
+        if (kind == EntryKind::file) throw Error(path + ": is an object, not a folder (a key prefix)" + why);
+        return;
+    }
     std::error_code ec;
     const auto status = fs::status(path, ec);
     const std::string why = what.empty() ? "" : " (" + what + ")";

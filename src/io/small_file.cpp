@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "io/input_file.h"
 
 namespace vmerge {
@@ -17,7 +18,7 @@ SmallFile read_small_file_if_present(const std::string& path, uint64_t max_bytes
     SmallFile file;
     file.path = path;
     std::error_code ec;
-    file.exists = std::filesystem::exists(path, ec);
+    file.exists = path_exists(path);
     if (!file.exists) return file;
     try {
         file.text = read_small_file(path, max_bytes, what);

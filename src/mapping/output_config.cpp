@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/input_file.h"
 
 namespace vmerge {
 namespace {
@@ -98,11 +99,8 @@ OutputConfig plan_output_config(const HfConfig& config, const TensorMapping& map
     const std::string path = config.dir + "/config.json";
     if (!config.text.empty())  // read once, by rank 0 (read_on_rank_zero)
         return plan_output_config(path, config.text, mapping, tie_word_embeddings, quantization_config);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path + ": cannot open the model config");
-    std::ostringstream text;
-    text << in.rdbuf();
-    return plan_output_config(path, text.str(), mapping, tie_word_embeddings, quantization_config);
+    return plan_output_config(path, read_small_file(path, kMaxJsonBytes, "a model config"), mapping, tie_word_embeddings,
+                              quantization_config);
 }
 
 }  // namespace vmerge

@@ -11,6 +11,8 @@
 
 #include "io/checksum.h"
 #include "core/error.h"
+#include "io/input_tree.h"
+#include "io/object_url.h"
 #include "io/input_file.h"
 #include "plan/rank_work.h"
 
@@ -142,8 +144,38 @@ void check_target(const std::string& target, bool force, const std::vector<Input
     check_target_replaceable(target, force);
 }
 
+namespace {
+
+// Which of the HF folder's files are model files to copy (not weights, not a PEFT adapter's
+// config, not training state); the reason for each one left out goes into `skipped`.
+bool keep_hf_file(const std::string& rel, const std::vector<std::string>& training_files, HfFilePlan& plan) {
+    const std::string name = fs::path(rel).filename().string();
+    if (is_weight_file(name)) return false;
+    // A PEFT adapter's config never describes the weights this merge writes (an extracted
+    // adapter gets its own, written from them); at the top it would make loaders take the
+    // model folder for an adapter.
+    if (name == "adapter_config.json") {
+        plan.skipped.push_back(rel + ": a PEFT adapter's config, not a model file (an extracted adapter gets the "
+                               "adapter_config.json written for its weights, in lora_adapter/)");
+        return false;
+    }
+    const bool training = std::any_of(training_files.begin(), training_files.end(), [&](const std::string& t) {
+        return rel == t || (t.ends_with("/") && rel.starts_with(t));
+    });
+    if (training) plan.skipped.push_back(rel + ": training state of the checkpoint, not a model file");
+    return !training;
+}
+
+}  // namespace
+
 HfFilePlan plan_hf_file_copies(const std::string& hf_dir, const std::vector<std::string>& training_files) {
     HfFilePlan plan;
+    if (is_object_url(hf_dir)) {  // a store folder: its objects, which are never links or devices
+        if (!is_folder(hf_dir)) return plan;
+        for (const auto& object : list_objects_under(hf_dir))
+            if (keep_hf_file(object.name, training_files, plan)) plan.copies.push_back({object.name, join_path(hf_dir, object.name)});
+        return plan;
+    }
     std::error_code ec;
     if (hf_dir.empty() || !fs::is_directory(hf_dir, ec)) return plan;
     const fs::path root = fs::canonical(hf_dir, ec);
@@ -151,22 +183,7 @@ HfFilePlan plan_hf_file_copies(const std::string& hf_dir, const std::vector<std:
     for (const auto& rel : folder_entries(hf_dir)) {
         const fs::path path = fs::path(hf_dir) / rel;
         const fs::file_status st = fs::symlink_status(path, ec);
-        if (fs::is_directory(st) || is_weight_file(path.filename().string())) continue;
-        // A PEFT adapter's config never describes the weights this merge writes (an extracted
-        // adapter gets its own, written from them); at the top it would make loaders take the
-        // model folder for an adapter.
-        if (path.filename() == "adapter_config.json") {
-            plan.skipped.push_back(rel + ": a PEFT adapter's config, not a model file (an extracted adapter gets the "
-                                   "adapter_config.json written for its weights, in lora_adapter/)");
-            continue;
-        }
-        const bool training = std::any_of(training_files.begin(), training_files.end(), [&](const std::string& t) {
-            return rel == t || (t.ends_with("/") && rel.starts_with(t));
-        });
-        if (training) {
-            plan.skipped.push_back(rel + ": training state of the checkpoint, not a model file");
-            continue;
-        }
+        if (fs::is_directory(st) || !keep_hf_file(rel, training_files, plan)) continue;
         const fs::path real = fs::canonical(path, ec);
         std::string why;
         if (ec) why = "a link to nothing";

@@ -17,6 +17,8 @@
 #include "io/checksum.h"
 #include "io/contained_path.h"
 #include "core/error.h"
+#include "io/input_file.h"
+#include "io/object_url.h"
 #include "core/human_units.h"
 #include "io/json_file.h"
 #include "io/input_file.h"
@@ -42,6 +44,10 @@ std::vector<InputStamp> stamp_inputs(std::vector<std::string> paths) {
     paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
     std::vector<InputStamp> out;
     for (const auto& p : paths) {
+        if (is_object_url(p)) {  // no modification time in the listing vmerge keeps: the size stamps it
+            out.push_back({p, InputFile(p).size(), 0});
+            continue;
+        }
         struct stat info {};
         if (::stat(p.c_str(), &info) != 0) throw Error(p + ": cannot stat: " + std::strerror(errno));
         out.push_back({p, static_cast<uint64_t>(info.st_size),

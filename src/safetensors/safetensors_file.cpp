@@ -12,6 +12,7 @@
 #include "io/contained_path.h"
 #include "io/json_file.h"
 #include "io/input_file.h"
+#include "io/input_tree.h"
 
 namespace vmerge {
 namespace fs = std::filesystem;
@@ -138,7 +139,7 @@ HfWeights read_hf_weights(const std::string& dir) {
     const std::string index_path = dir + "/model.safetensors.index.json";
     std::vector<std::string> names;
     nlohmann::json index;
-    const bool has_index = fs::exists(index_path);
+    const bool has_index = path_exists(index_path);
     if (has_index) {
         index = read_json_file(index_path);
         if (!index.contains("weight_map") || !index["weight_map"].is_object())
@@ -152,7 +153,7 @@ HfWeights read_hf_weights(const std::string& dir) {
             files.insert(it->get<std::string>());
         }
         names.assign(files.begin(), files.end());
-    } else if (fs::exists(dir + "/model.safetensors")) {
+    } else if (path_exists(dir + "/model.safetensors")) {
         names.push_back("model.safetensors");
     } else {
         throw Error(dir + ": neither model.safetensors nor model.safetensors.index.json");

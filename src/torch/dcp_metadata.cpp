@@ -5,6 +5,8 @@
 
 #include "io/contained_path.h"
 #include "core/error.h"
+#include "io/input_tree.h"
+#include "io/object_url.h"
 #include "io/input_file.h"
 #include "io/read_once.h"
 #include "pickle/pickle.h"
@@ -80,7 +82,7 @@ StorageLocations storage_locations(const Value& storage, const std::string& path
 DcpMetadata read_dcp_metadata(const std::string& dir) {
     namespace fs = std::filesystem;
     const std::string path = dir + "/.metadata";
-    if (!fs::exists(path)) throw Error(path + ": missing (not a torch.distributed.checkpoint folder)");
+    if (!path_exists(path)) throw Error(path + ": missing (not a torch.distributed.checkpoint folder)");
     const std::string bytes = read_once(path, [&] {
         InputFile file(path);
         if (file.size() > (1ull << 31)) throw Error(path + ": " + std::to_string(file.size()) + " bytes is too large for metadata");
@@ -138,6 +140,11 @@ DcpMetadata read_dcp_metadata(const std::string& dir) {
             chunk.offsets = offsets;
             chunk.sizes = sizes;
             auto size_it = file_sizes.find(chunk.file);
+            if (size_it == file_sizes.end() && is_object_url(chunk.file)) {
+                if (entry_kind(chunk.file) != EntryKind::file)
+                    throw Error(chunk.file + ": missing data file of " + where + " (no such object)");
+                size_it = file_sizes.emplace(chunk.file, InputFile(chunk.file).size()).first;
+            }
             if (size_it == file_sizes.end()) {
                 std::error_code ec;
                 const auto size = fs::file_size(chunk.file, ec);

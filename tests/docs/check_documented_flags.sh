@@ -30,6 +30,8 @@ foreign=(
     # project helper scripts: tests/corpus/make_bad_inputs.py, run_corpus.py, scripts/bench/make_bench_checkpoint.py,
     # scripts/install-deps.sh
     fsdp megatron size_gb world small tests module
+    # scripts/bench/bench_s3.py
+    vmerge np
     # tests/structure/check_layering.py (docs/design.md)
     selftest
     # placeholders in quoted error messages ("unrecognised option '--bogus'", "option '--Y'")

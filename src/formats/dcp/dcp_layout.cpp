@@ -5,6 +5,7 @@
 #include "formats/backend.h"
 #include "formats/dcp/dcp_assembly.h"
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "formats/megatron/megatron_backend.h"
 #include "formats/torchtitan/torchtitan_keys.h"
 
@@ -44,8 +45,7 @@ public:
     std::string name() const override { return "dcp"; }
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
-        std::error_code ec;
-        if (!fs::exists(fs::path(request.local_dir) / ".metadata", ec)) return {false, "no .metadata"};
+        if (!path_exists(join_path(request.local_dir, ".metadata"))) return {false, "no .metadata"};
         d.weights_dir = request.local_dir;
         DcpMetadata meta = read_dcp_metadata(request.local_dir);
         d.description = "torch.distributed.checkpoint folder";

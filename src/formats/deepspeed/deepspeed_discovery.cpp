@@ -5,6 +5,8 @@
 #include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
+#include "io/input_tree.h"
+#include "io/object_url.h"
 #include "formats/deepspeed/deepspeed_checkpoint.h"
 #include "io/input_file.h"
 #include "io/pointer_file.h"
@@ -29,10 +31,8 @@ const TextPattern kExpertFile(R"((layer_\d+_expert_\d+_mp_rank_\d+_model_states|
 const TextPattern kLayerFile(R"(layer_\d+(-[A-Za-z]+_\d+)*-model_states\.pt)");
 
 bool has_optim_files(const fs::path& dir) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) return false;
-    for (const auto& e : fs::directory_iterator(dir, ec))
-        if (kOptimFile.full_match(e.path().filename().string())) return true;
+    for (const auto& e : list_input_folder(dir.string()))
+        if (kOptimFile.full_match(e.name)) return true;
     return false;
 }
 
@@ -52,9 +52,7 @@ void refuse_unsupported(const fs::path& tag_dir, const std::string& name, long m
 // The tag folder's file names, sorted, so that what is refused first is the same on every run.
 std::vector<std::string> sorted_names(const std::string& dir) {
     std::vector<std::string> names;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
-    if (ec) throw Error(dir + ": cannot list the tag folder (" + ec.message() + ")");
+    for (const auto& e : list_input_folder(dir)) names.push_back(e.name);
     std::sort(names.begin(), names.end());
     return names;
 }
@@ -91,25 +89,26 @@ std::vector<std::string> ordered(const RankFiles& files, const fs::path& tag_dir
 }  // namespace
 
 bool looks_like_deepspeed(const std::string& dir) {
-    std::error_code ec;
-    const fs::path d(dir);
-    return fs::exists(d / "latest", ec) || fs::exists(d / "latest_universal", ec) || has_optim_files(d);
+    return path_exists(join_path(dir, "latest")) || path_exists(join_path(dir, "latest_universal")) || has_optim_files(dir);
 }
 
 DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::optional<std::string>& tag) {
     DeepSpeedCheckpoint c;
-    std::error_code ec;
     const fs::path d(dir);
     c.save_dir = dir;
     c.tag_dir = "";
     if (tag) {
         c.tag = *tag;
-    } else if (fs::exists(d / "latest", ec)) {
+    } else if (path_exists(join_path(dir, "latest"))) {
         c.tag = read_pointer_file(d.string(), "latest", "DeepSpeed latest file");
         if (c.tag.empty()) throw Error((d / "latest").string() + ": empty (it should name the checkpoint's tag)");
-    } else if (fs::exists(d / "latest_universal", ec)) {
+    } else if (path_exists(join_path(dir, "latest_universal"))) {
         throw Error((d / "latest_universal").string() + ": a DeepSpeed universal checkpoint; universal checkpoints are "
                                                          "not supported (merge the ZeRO checkpoint it was made from)");
+    } else if (has_optim_files(d) && is_object_url(dir)) {
+        c.tag = name_of(dir);  // the tag folder itself was given
+        c.save_dir = parent_of(dir);
+        c.tag_dir = dir;
     } else if (has_optim_files(d)) {
         fs::path folder = fs::absolute(d).lexically_normal();  // the tag folder itself was given
         if (folder.filename().empty()) folder = folder.parent_path();
@@ -119,13 +118,13 @@ DeepSpeedCheckpoint discover_deepspeed(const std::string& dir, const std::option
     } else {
         throw Error(dir + ": no DeepSpeed 'latest' file and no *_optim_states.pt");
     }
-    if (c.tag_dir.empty()) c.tag_dir = (d / c.tag).string();
+    if (c.tag_dir.empty()) c.tag_dir = join_path(dir, c.tag);
     if (c.tag.find('/') != std::string::npos || c.tag == ".." || c.tag == ".")
         throw Error(dir + ": tag '" + c.tag + "' is not a folder name");
-    if (!fs::is_directory(c.tag_dir, ec))
+    if (!is_folder(c.tag_dir))
         throw Error(c.tag_dir + ": missing (" + (tag ? std::string("--tag ") : (d / "latest").string() + " names tag ") +
                     "'" + c.tag + "')");
-    if (fs::exists(fs::path(c.tag_dir) / "offloaded_tensors", ec))
+    if (path_exists(join_path(c.tag_dir, "offloaded_tensors")))
         throw Error((fs::path(c.tag_dir) / "offloaded_tensors").string() +
                     ": NVMe optimizer offload; its fp32 masters live in swap files, which are not supported");
     const std::vector<std::string> names = sorted_names(c.tag_dir);

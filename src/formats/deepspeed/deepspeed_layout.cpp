@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "formats/backend.h"
 #include "formats/deepspeed/deepspeed_mapping.h"
 #include "formats/deepspeed/deepspeed_scan.h"
@@ -76,8 +77,7 @@ public:
         d.weights_dir = c.tag_dir;
         d.description = "DeepSpeed ZeRO (tag " + c.tag + ", " + std::to_string(c.optim_files.size()) + " ranks)";
         // HF Trainer saves config.json and the tokenizer beside `latest`.
-        std::error_code ec;
-        if (fs::exists(fs::path(c.save_dir) / "config.json", ec)) {
+        if (path_exists(join_path(c.save_dir, "config.json"))) {
             d.default_hf_dir = c.save_dir;
             // What HF Trainer and DeepSpeed keep beside the model files
             // (docs/reference/deepspeed-formats.md §1); DeepSpeed 0.19 copies its recovery script
@@ -90,9 +90,9 @@ public:
             d.default_hf_dir = request.flags.text("lora_base");
         }
         // PeftModel.save_pretrained's adapter_config.json beside `latest` records alpha and r.
-        if (fs::exists(fs::path(c.save_dir) / "adapter_config.json", ec)) {
+        if (path_exists(join_path(c.save_dir, "adapter_config.json"))) {
             d.lora_adapter_dir = c.save_dir;
-            if (!request.flags.given("lora_base") && !fs::exists(fs::path(c.save_dir) / "config.json", ec))
+            if (!request.flags.given("lora_base") && !path_exists(join_path(c.save_dir, "config.json")))
                 d.config_missing = c.save_dir + " holds a PEFT adapter saved by HF Trainer (adapter_config.json, no "
                                    "config.json); pass --lora_base with the Hugging Face model the run started from "
                                    "(its config.json, tokenizer and base weights)";

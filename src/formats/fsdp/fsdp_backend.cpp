@@ -13,6 +13,7 @@
 #include "core/box_region.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "io/input_folder.h"
 #include "io/input_file.h"
 #include "io/json_file.h"
@@ -79,9 +80,8 @@ std::string fsdp_model_name(const std::string& key) {
 }
 
 bool looks_like_fsdp(const std::string& dir) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (kRankFile.full_match(entry.path().filename().string())) return true;
+    for (const auto& entry : list_input_folder(dir))
+        if (kRankFile.full_match(entry.name)) return true;
     return false;
 }
 
@@ -89,14 +89,13 @@ FsdpCheckpoint discover_fsdp(const std::string& dir) {
     FsdpCheckpoint ckpt;
     ckpt.dir = dir;
     require_input_folder(dir, "the FSDP checkpoint folder");
-    std::error_code ec;
     std::set<int> worlds;
     std::map<int, std::map<int, std::string>> files_by_world;
-    for (const auto& entry : fs::directory_iterator(dir)) {
+    for (const auto& entry : list_input_folder(dir)) {
         TextMatch m;
-        const std::string name = entry.path().filename().string();
+        const std::string& name = entry.name;
         if (kRankFile.full_match(name, m)) {
-            const std::string path = entry.path().string();
+            const std::string path = join_path(dir, name);
             require_regular_file(path);
             const int world = static_cast<int>(parse_bounded_int(m.str(1), 1, kMaxWorldSize, path + ": world size"));
             const int rank = static_cast<int>(parse_bounded_int(m.str(2), 0, kMaxWorldSize - 1, path + ": rank"));
@@ -104,8 +103,8 @@ FsdpCheckpoint discover_fsdp(const std::string& dir) {
             files_by_world[world][rank] = path;
         }
     }
-    const std::string config_path = dir + "/fsdp_config.json";
-    if (fs::exists(config_path, ec)) {
+    const std::string config_path = join_path(dir, "fsdp_config.json");
+    if (path_exists(config_path)) {
         const nlohmann::json json = read_json_file(config_path);
         if (!json.is_object() || !json.contains("world_size") || !json["world_size"].is_number_integer())
             throw Error(config_path + ": no integer world_size");

@@ -15,6 +15,7 @@
 #include "formats/hdf5_archive/archive_source.h"
 #include "formats/registry.h"
 #include "hdf5/archive_layout.h"
+#include "io/object_url.h"
 #include "io/output_names.h"
 
 namespace vmerge {
@@ -33,6 +34,10 @@ public:
 
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         std::error_code ec;
+        // The archive is read by the HDF5 library, which opens files only (no ranged GETs).
+        if (is_object_url(request.local_dir))
+            throw Error(request.local_dir + ": --backend hdf5 reads model.h5 from a file; an archive in a bucket "
+                        "must be copied to disk first");
         const std::string archive = (fs::path(request.local_dir) / kArchiveFileName).string();
         // Anything named model.h5 is this layout's: a FIFO or a link to nowhere is the reader's
         // error, never opened.

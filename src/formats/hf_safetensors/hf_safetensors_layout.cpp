@@ -6,6 +6,7 @@
 
 #include "core/box_region.h"
 #include "formats/backend.h"
+#include "io/input_tree.h"
 #include "safetensors/safetensors_file.h"
 
 namespace vmerge {
@@ -13,9 +14,8 @@ namespace fs = std::filesystem;
 namespace {
 
 bool holds_safetensors(const fs::path& dir) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (entry.path().extension() == ".safetensors") return true;
+    for (const auto& entry : list_input_folder(dir.string()))
+        if (!entry.is_folder && entry.name.ends_with(".safetensors")) return true;
     return false;
 }
 

@@ -9,6 +9,7 @@
 #include "core/box_region.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "io/input_file.h"
 #include "io/pointer_file.h"
 #include "formats/megatron/megatron_backend.h"
@@ -20,9 +21,8 @@ namespace {
 const TextPattern kRankDir(R"(mp_rank_(\d{2})(?:_(\d{3}))?(?:_(\d{3}))?)");
 
 bool has_rank_dirs(const fs::path& dir) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (entry.is_directory() && kRankDir.full_match(entry.path().filename().string())) return true;
+    for (const auto& entry : list_input_folder(dir.string()))
+        if (entry.is_folder && kRankDir.full_match(entry.name)) return true;
     return false;
 }
 
@@ -103,8 +103,7 @@ std::optional<TpRule> megatron_tp_rule(const std::string& key, const Architectur
 std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration) {
     if (iteration) return IterationFolder{iteration_dir_name(*iteration), iteration};
     const fs::path tracker_path = fs::path(dir) / "latest_checkpointed_iteration.txt";
-    std::error_code ec;
-    if (!fs::exists(tracker_path, ec)) return std::nullopt;
+    if (!path_exists(tracker_path.string())) return std::nullopt;
     // Megatron-LM writes the number (or "release") alone; a trailing newline is allowed.
     const std::string tracker = read_pointer_file(dir, "latest_checkpointed_iteration.txt", "a tracker file");
     if (tracker == "release") return IterationFolder{"release", std::nullopt};
@@ -119,8 +118,7 @@ std::optional<IterationFolder> iteration_folder(const std::string& dir, std::opt
 fs::path resolve_iteration_dir(const std::string& dir, std::optional<int> iteration) {
     const auto folder = iteration_folder(dir, iteration);
     if (!folder) return dir;
-    std::error_code ec;
-    if (iteration && !fs::exists(fs::path(dir) / folder->name, ec))
+    if (iteration && !path_exists(join_path(dir, folder->name)))
         throw Error((fs::path(dir) / folder->name).string() + ": missing (--iteration " + std::to_string(*iteration) + ")");
     return fs::path(dir) / folder->name;
 }
@@ -138,44 +136,43 @@ MegatronRankFile rank_file_from_name(const TextMatch& m, const std::string& name
 
 bool looks_like_megatron_legacy(const std::string& dir) {
     const fs::path p(dir);
-    std::error_code ec;
-    return has_rank_dirs(p / "model") || has_rank_dirs(p) || fs::exists(p / "latest_checkpointed_iteration.txt", ec);
+    return has_rank_dirs(p / "model") || has_rank_dirs(p) || path_exists(join_path(dir, "latest_checkpointed_iteration.txt"));
 }
 
 MegatronLegacyCheckpoint discover_megatron_legacy(const std::string& dir, std::optional<int> iteration) {
     MegatronLegacyCheckpoint ckpt;
     fs::path root(dir);
-    std::error_code ec;
-    if (fs::exists(root / "latest_checkpointed_iteration.txt", ec)) {
+    if (path_exists(join_path(dir, "latest_checkpointed_iteration.txt"))) {
         const IterationFolder folder = *iteration_folder(dir, iteration);
         const fs::path iter_dir = root / folder.name;
         ckpt.iteration = folder.iteration;
-        if (!fs::is_directory(iter_dir, ec))
+        if (!is_folder(iter_dir.string()))
             throw Error(iter_dir.string() + ": missing iteration folder" +
                         (iteration ? " (--iteration " + std::to_string(*iteration) + ")" : " named by the tracker file"));
         root = iter_dir;
     } else if (iteration) {
-        if (fs::is_directory(root / iteration_dir_name(*iteration), ec)) root /= iteration_dir_name(*iteration);
+        if (is_folder(join_path(dir, iteration_dir_name(*iteration)))) root /= iteration_dir_name(*iteration);
         ckpt.iteration = iteration;
     }
     if (has_rank_dirs(root / "model")) root /= "model";
     if (!has_rank_dirs(root)) throw Error(root.string() + ": no mp_rank_* folders");
     ckpt.dir = root.string();
-    for (const auto& entry : fs::directory_iterator(root)) {
+    for (const auto& entry : list_input_folder(root.string())) {
         TextMatch m;
-        const std::string name = entry.path().filename().string();
-        if (!entry.is_directory() || !kRankDir.full_match(name, m)) continue;
+        const std::string& name = entry.name;
+        if (!entry.is_folder || !kRankDir.full_match(name, m)) continue;
         MegatronRankFile file = rank_file_from_name(m, name);
-        const fs::path verl = entry.path() / "model.pt", mlm = entry.path() / "model_optim_rng.pt";
+        const std::string rank_dir = join_path(root.string(), name);
+        const std::string verl = join_path(rank_dir, "model.pt"), mlm = join_path(rank_dir, "model_optim_rng.pt");
         std::string flavor;
-        if (fs::exists(verl, ec)) {
-            file.path = verl.string();
+        if (path_exists(verl)) {
+            file.path = verl;
             flavor = "verl";
-        } else if (fs::exists(mlm, ec)) {
-            file.path = mlm.string();
+        } else if (path_exists(mlm)) {
+            file.path = mlm;
             flavor = "Megatron-LM";
         } else {
-            throw Error(entry.path().string() + ": neither model.pt (verl) nor model_optim_rng.pt (Megatron-LM)");
+            throw Error(rank_dir + ": neither model.pt (verl) nor model_optim_rng.pt (Megatron-LM)");
         }
         if (!ckpt.flavor.empty() && ckpt.flavor != flavor)
             throw Error(root.string() + ": mixes verl model.pt and Megatron-LM model_optim_rng.pt folders");

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "formats/backend.h"
 #include "formats/megatron/megatron_backend.h"
 #include "formats/megatron/rank_file_assembly.h"
@@ -19,9 +20,8 @@ public:
     Detection detect(const DetectRequest& request, DetectedCheckpoint& d) const override {
         const std::optional<int> iteration = request.flags.count("iteration");
         const fs::path iter = resolve_iteration_dir(request.local_dir, iteration);
-        std::error_code ec;
-        if (!looks_like_megatron_legacy(request.local_dir) && !fs::exists(iter / "mp_rank_00", ec) &&
-            !fs::exists(iter / "mp_rank_00_000", ec))
+        if (!looks_like_megatron_legacy(request.local_dir) && !path_exists(join_path(iter.string(), "mp_rank_00")) &&
+            !path_exists(join_path(iter.string(), "mp_rank_00_000")))
             return {false, "no mp_rank_* folders, no latest_checkpointed_iteration.txt"};
         MegatronLegacyCheckpoint legacy = discover_megatron_legacy(request.local_dir, iteration);
         d.weights_dir = legacy.dir;

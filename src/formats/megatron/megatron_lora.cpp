@@ -7,6 +7,7 @@
 #include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "io/input_file.h"
 
 namespace vmerge {
@@ -18,25 +19,21 @@ const TextPattern kAdapterFile(R"(mp_rank_(\d+)(?:_(\d+))?(?:_(\d+))?_adapter\.p
 }  // namespace
 
 bool has_megatron_adapters(const std::string& dir) {
-    std::error_code ec;
-    const fs::path folder = fs::path(dir) / "adapter_checkpoint";
-    if (!fs::is_directory(folder, ec)) return false;
-    for (const auto& entry : fs::directory_iterator(folder, ec))
-        if (kAdapterFile.full_match(entry.path().filename().string())) return true;
+    for (const auto& entry : list_input_folder(join_path(dir, "adapter_checkpoint")))
+        if (kAdapterFile.full_match(entry.name)) return true;
     return false;
 }
 
 MegatronLegacyCheckpoint discover_megatron_adapters(const std::string& dir) {
     MegatronLegacyCheckpoint ckpt;
-    ckpt.dir = (fs::path(dir) / "adapter_checkpoint").string();
+    ckpt.dir = join_path(dir, "adapter_checkpoint");
     ckpt.flavor = "verl";
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(ckpt.dir, ec)) {
-        const std::string name = entry.path().filename().string();
+    for (const auto& entry : list_input_folder(ckpt.dir)) {
+        const std::string& name = entry.name;
         TextMatch m;
         if (!kAdapterFile.full_match(name, m)) continue;
         MegatronRankFile file = rank_file_from_name(m, name);
-        file.path = entry.path().string();
+        file.path = join_path(ckpt.dir, name);
         require_regular_file(file.path);
         ckpt.files.push_back(std::move(file));
     }

@@ -4,6 +4,7 @@
 
 #include "architecture/config_check.h"
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "formats/backend.h"
 #include "formats/dcp/dcp_assembly.h"
 #include "formats/hf_safetensors/hf_safetensors_layout.h"
@@ -14,11 +15,6 @@
 namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
-
-bool path_exists(const fs::path& p) {
-    std::error_code ec;
-    return fs::exists(p, ec);
-}
 
 // The base of a LoRA archive: its own frozen weights (PEFT with use_dist_checkpointing saves
 // them beside the adapters), or --lora_base when the archive was filtered to the adapters.
@@ -82,7 +78,7 @@ public:
 
 bool discover_torch_dist(const std::string& folder, DetectedCheckpoint& d, std::string& evidence) {
     const fs::path candidate(folder);
-    if (!path_exists(candidate / "metadata.json") || !path_exists(candidate / ".metadata")) return false;
+    if (!path_exists(join_path(folder, "metadata.json")) || !path_exists(join_path(folder, ".metadata"))) return false;
     DcpMetadata meta = read_dcp_metadata(candidate.string());
     bool has_model = false;
     for (const auto& t : meta.tensors)

@@ -8,6 +8,7 @@
 
 #include "core/text_pattern.h"
 #include "core/error.h"
+#include "io/input_tree.h"
 #include "formats/backend.h"
 #include "formats/dcp/dcp_assembly.h"
 #include "formats/hf_safetensors/hf_safetensors_layout.h"
@@ -18,30 +19,26 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
-bool has_metadata(const fs::path& dir) {
-    std::error_code ec;
-    return fs::is_regular_file(dir / ".metadata", ec);
-}
+bool has_metadata(const fs::path& dir) { return entry_kind((dir / ".metadata").string()) == EntryKind::file; }
 
 const TextPattern kStepName(R"(^step-(\d{1,9})$)");
 
 // A step-N folder torchtitan wrote with last_save_in_hf: its consolidated HF index (torchtitan
 // counts a step as a checkpoint when it holds .metadata or this index).
 bool is_hf_step(const fs::path& dir) {
-    std::error_code ec;
     return kStepName.full_match(dir.filename().string()) && !has_metadata(dir) &&
-           fs::is_regular_file(dir / "model.safetensors.index.json", ec);
+           entry_kind((dir / "model.safetensors.index.json").string()) == EntryKind::file;
 }
 
 // The step folders (step-N with a .metadata or an HF index) directly under `dir`, by N.
 std::map<int, fs::path> step_folders(const fs::path& dir) {
     std::map<int, fs::path> steps;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
-        const std::string name = entry.path().filename().string();
+    for (const auto& entry : list_input_folder(dir.string())) {
+        const std::string& name = entry.name;
+        const fs::path path = dir / name;
         TextMatch m;
-        if (kStepName.full_match(name, m) && (has_metadata(entry.path()) || is_hf_step(entry.path())))
-            steps[std::stoi(m[1])] = entry.path();
+        if (entry.is_folder && kStepName.full_match(name, m) && (has_metadata(path) || is_hf_step(path)))
+            steps[std::stoi(m[1])] = path;
     }
     return steps;
 }

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/object_url.h"
+#include "io/input_tree.h"
 #include "formats/backend.h"
 #include "formats/hf_safetensors/hf_safetensors_layout.h"
 #include "formats/megatron/torch_dist_layout.h"
@@ -19,20 +21,14 @@ const Backend& torch_dist_backend();
 namespace fs = std::filesystem;
 namespace {
 
-bool is_dir(const fs::path& p) {
-    std::error_code ec;
-    return fs::is_directory(p, ec);
-}
+// Through the input tree (io/input_tree.h), so that an s3:// checkpoint is read as a folder.
+bool is_dir(const fs::path& p) { return ::vmerge::is_folder(p.string()); }
 
-bool path_exists(const fs::path& p) {
-    std::error_code ec;
-    return fs::exists(p, ec);
-}
+bool path_exists(const fs::path& p) { return ::vmerge::path_exists(p.string()); }
 
 bool holds_safetensors(const fs::path& dir) {
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-        if (entry.path().extension() == ".safetensors") return true;
+    for (const auto& entry : list_input_folder(dir.string()))
+        if (!entry.is_folder && entry.name.ends_with(".safetensors")) return true;
     return false;
 }
 
@@ -46,6 +42,10 @@ bool looks_like_v2(const fs::path& dir) {
 
 // Two paths holding the same bytes: one file (hardlink, or through a directory symlink), or equal copies.
 bool same_file(const fs::path& a, const fs::path& b) {
+    if (is_object_url(a.string()))  // objects: no links; equal sizes, then equal bytes
+        return InputFile(a.string()).size() == InputFile(b.string()).size() &&
+               read_small_file(a.string(), uint64_t{1} << 30, "a torch_dist .metadata") ==
+                   read_small_file(b.string(), uint64_t{1} << 30, "a torch_dist .metadata");
     std::error_code ec;
     if (fs::equivalent(a, b, ec)) return true;
     if (ec || fs::file_size(a, ec) != fs::file_size(b, ec) || ec) return false;
