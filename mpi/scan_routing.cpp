@@ -14,7 +14,7 @@ std::vector<std::string> routed_scan_messages(const std::vector<ScannedFile>& mi
     for (const ScannedFile& file : mine) {
         std::vector<bool> opened(static_cast<size_t>(ranks), false);
         for (const StateDictEntry& entry : file.tensors) {
-            const auto it = readers.find({entry.tensor.storage.file, entry.tensor.storage.key});
+            const auto it = readers.find({entry.tensor.storage.file, entry.tensor.storage.byte_offset});
             if (it == readers.end()) continue;
             for (const int rank : it->second) {
                 if (!opened[rank]) {

@@ -8,7 +8,7 @@ namespace {
 // Adds `rank` to the record's readers; ranks are visited in ascending order, so a repeat is
 // always the last entry.
 void add_reader(StorageReaders& readers, const TensorRef& source, int rank) {
-    std::vector<int>& ranks = readers[{source.storage.file, source.storage.key}];
+    std::vector<int>& ranks = readers[{source.storage.file, source.storage.byte_offset}];
     if (ranks.empty() || ranks.back() != rank) ranks.push_back(rank);
 }
 

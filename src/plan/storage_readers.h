@@ -1,4 +1,5 @@
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -9,9 +10,10 @@
 
 namespace vmerge {
 
-// A stored record: the file and the record key inside it (StorageRef::file, ::key). A scanned
-// entry and every source view of it name the same record.
-using StorageRecord = std::pair<std::string, std::string>;
+// A stored record: the file and where its bytes begin in it (StorageRef::file, ::byte_offset).
+// A scanned entry and every source view of it name the same record. Not the record's key: the
+// archives inside one DCP .distcp file each have their own data/0.
+using StorageRecord = std::pair<std::string, uint64_t>;
 
 // Which ranks' shares read each record: the records of the sources their copies take rows
 // from (feeds_rows), and of the LoRA factors of the weights they write (read whole by every

@@ -1,6 +1,7 @@
 #pragma once
 // A small mapping with its scans and a three-rank plan, the readers of every record worked out
 // by hand: shared by the storage_readers tests (plan/) and the scan routing tests (mpi/).
+// Records are at bytes 100, 200, 300, 400 of each file, in the order listed:
 //   f0.pt: a (rows 0-1 of A), b (rows 0-1 of B), c (all of C), unused (read by nothing)
 //   f1.pt: a (rows 2-3 of A), b (rows 2-3 of B), la and lb (C's LoRA factors)
 //   rank 0 writes A rows 0-1; rank 1 A rows 1-4 and B row 0; rank 2 B rows 1-4 and C.
@@ -12,13 +13,16 @@
 
 namespace vmerge::testing {
 
-inline TensorRef stored(const std::string& file, const std::string& record, Shape shape) {
+// A record of `file` at byte `offset` (record keys repeat across the archives of a .distcp file;
+// the offset tells records apart).
+inline TensorRef stored(const std::string& file, const std::string& record, uint64_t offset, Shape shape) {
     TensorRef t;
     t.dtype = DType::BF16;
     t.stride = contiguous_strides(shape);
     t.shape = std::move(shape);
     t.storage.file = file;
     t.storage.key = record;
+    t.storage.byte_offset = offset;
     return t;
 }
 
@@ -30,10 +34,10 @@ struct RoutingExample {
 
 inline RoutingExample routing_example() {
     RoutingExample x;
-    const TensorRef f0a = stored("f0.pt", "data/0", {2, 2}), f0b = stored("f0.pt", "data/1", {2, 2}),
-                    f0c = stored("f0.pt", "data/2", {2, 2}), f0u = stored("f0.pt", "data/3", {5});
-    const TensorRef f1a = stored("f1.pt", "data/0", {2, 2}), f1b = stored("f1.pt", "data/1", {2, 2}),
-                    f1la = stored("f1.pt", "data/2", {1, 2}), f1lb = stored("f1.pt", "data/3", {2, 1});
+    const TensorRef f0a = stored("f0.pt", "data/0", 100, {2, 2}), f0b = stored("f0.pt", "data/1", 200, {2, 2}),
+                    f0c = stored("f0.pt", "data/2", 300, {2, 2}), f0u = stored("f0.pt", "data/3", 400, {5});
+    const TensorRef f1a = stored("f1.pt", "data/0", 100, {2, 2}), f1b = stored("f1.pt", "data/1", 200, {2, 2}),
+                    f1la = stored("f1.pt", "data/2", 300, {1, 2}), f1lb = stored("f1.pt", "data/3", 400, {2, 1});
     ScannedFile f0{"f0.pt", {{"a", f0a}, {"b", f0b}, {"c", f0c}, {"unused", f0u}}, {{"step", "int"}}};
     ScannedFile f1{"f1.pt", {{"a", f1a}, {"b", f1b}, {"c.lora_A", f1la}, {"c.lora_B", f1lb}}, {}};
     x.scans = {f0, f1};
