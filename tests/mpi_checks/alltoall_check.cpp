@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     {
         vmerge::MpiComm whole(MPI_COMM_WORLD);
         vmerge::MpiComm small_calls(MPI_COMM_WORLD, 8);  // 8 / P bytes per pair and round: many rounds
+        vmerge::MpiComm medium_calls(MPI_COMM_WORLD, 256);  // 256 / P: tens of rounds for the large one
         wrong += exchange(whole, "one call", ordinary_length);
         wrong += exchange(small_calls, "rounds", ordinary_length);
         wrong += exchange(whole, "all empty", [](int, int) -> size_t { return 0; });
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
             if (from == 0) return to == 0 ? 0 : 5000 + static_cast<size_t>(to);
             return ordinary_length(from, to) % 3;
         };
-        wrong += exchange(small_calls, "one large", large);
+        wrong += exchange(medium_calls, "one large", large);
         int total = 0;
         MPI_Allreduce(&wrong, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         if (whole.rank() == 0) std::printf("alltoall over %d ranks: %d messages wrong\n", whole.size(), total);
