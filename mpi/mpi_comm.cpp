@@ -85,9 +85,12 @@ std::vector<std::string> MpiComm::alltoall(std::vector<std::string> outgoing) {
             receive_total += receive_counts[r];
         }
         send_buffer.resize(send_total);
-        for (int r = 0; r < size_; ++r)
+        for (int r = 0; r < size_; ++r) {
             if (send_counts[r] > 0)
                 outgoing[r].copy(send_buffer.data() + send_offsets[r], send_counts[r], round * rounds.pair_cap);
+            // Sent whole: released, so a rank holds each byte twice only for the round it moves in.
+            if ((round + 1) * rounds.pair_cap >= send_sizes[r]) std::string().swap(outgoing[r]);
+        }
         receive_buffer.resize(receive_total);
         check(MPI_Alltoallv(send_buffer.data(), send_counts.data(), send_offsets.data(), MPI_CHAR, receive_buffer.data(),
                             receive_counts.data(), receive_offsets.data(), MPI_CHAR, comm_),
