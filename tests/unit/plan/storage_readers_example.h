@@ -38,9 +38,12 @@ inline RoutingExample routing_example() {
                     f0c = stored("f0.pt", "data/2", 300, {2, 2}), f0u = stored("f0.pt", "data/3", 400, {5});
     const TensorRef f1a = stored("f1.pt", "data/0", 100, {2, 2}), f1b = stored("f1.pt", "data/1", 200, {2, 2}),
                     f1la = stored("f1.pt", "data/2", 300, {1, 2}), f1lb = stored("f1.pt", "data/3", 400, {2, 1});
-    ScannedFile f0{"f0.pt", {{"a", f0a}, {"b", f0b}, {"c", f0c}, {"unused", f0u}}, {{"step", "int"}}};
-    ScannedFile f1{"f1.pt", {{"a", f1a}, {"b", f1b}, {"c.lora_A", f1la}, {"c.lora_B", f1lb}}, {}};
-    x.scans = {f0, f1};
+    x.scans.resize(2);
+    x.scans[0].path = "f0.pt";
+    x.scans[0].tensors = {{"a", f0a}, {"b", f0b}, {"c", f0c}, {"unused", f0u}};
+    x.scans[0].skipped = {{"step", "int"}};
+    x.scans[1].path = "f1.pt";
+    x.scans[1].tensors = {{"a", f1a}, {"b", f1b}, {"c.lora_A", f1la}, {"c.lora_B", f1lb}};
     x.mapping.sources = {f0a, f1a, f0b, f1b, f0c, f1la, f1lb};
     auto halves = [](const std::string& name, uint32_t top, uint32_t bottom) {
         OutputTensor t;
