@@ -16,6 +16,10 @@ public:
     virtual int local_size() const = 0;
     // Every rank contributes one string and receives all of them, in rank order.
     virtual std::vector<std::string> allgather(const std::string& mine) = 0;
+    // Every rank sends `outgoing[d]` to rank d (one message to each rank, itself included, any
+    // of them empty; outgoing.size() must be size()) and receives what each rank sent it, in
+    // rank order. Routing scanned pieces to the ranks that copy them (docs/scaling.md).
+    virtual std::vector<std::string> alltoall(std::vector<std::string> outgoing) = 0;
     // Every rank receives `root`'s `text` (a small file rank `root` read for all of them).
     virtual void broadcast(std::string& text, int root) = 0;
     // Stops every rank now (a rank that failed mid-copy must not leave the others writing

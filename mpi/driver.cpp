@@ -25,6 +25,7 @@
 #include "io/output_path_check.h"
 #include "io/record_crc.h"
 #include "merge_inputs.h"
+#include "routed_exchange_model.h"
 #include "output/output_folder.h"
 #include "output/target_guard.h"
 #include "output/write_journal.h"
@@ -128,6 +129,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     }
     InspectReport report = inspect_report(o, in, plan, ranks, budget, comm);
     report.exchange = exchange;
+    if (in.rank_messages) report.routed = model_routed_exchange(*in.rank_messages, in.mapping(), plan.work);
     report.total_seconds = seconds_since(start);
     if (o.json) out << inspect_json(report).dump(2) << "\n";
     else print_inspect_text(report, out);

@@ -208,10 +208,12 @@ MergeInputs simulate_inputs(const Options& o, Comm& comm) {
         ScanExchangeFigures figures;
         Clock::time_point decoded = Clock::now();
         const int ranks = o.np > 0 ? o.np : comm.size();
+        in.rank_messages = std::make_shared<KeptRankMessages>();
         MappedCheckpoint simulated;
         simulated.mapping = simulate_checkpoint(in.config, o.simulate, recipe.map.loaded_tables(), simulated.notes,
                                                 [&](std::vector<ScannedFile> scans) {
-                                                    auto received = exchange_scans_as_ranks(std::move(scans), ranks, figures);
+                                                    auto received =
+                                                        exchange_scans_as_ranks(std::move(scans), ranks, figures, in.rank_messages.get());
                                                     decoded = Clock::now();
                                                     return received;
                                                 });

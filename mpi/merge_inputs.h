@@ -1,5 +1,6 @@
 #pragma once
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@ struct MergeInputs {
     std::map<std::string, std::string> held_files;
     // inspect --simulate: the scan all-gather of a merge over --np ranks, done in this process.
     std::optional<ScanExchangeFigures> exchange;
+    // inspect --simulate: each rank's own scans, for the routed-exchange model (routed_exchange_model.h).
+    std::shared_ptr<KeptRankMessages> rank_messages;
     const TensorMapping& mapping() const { return mapped.mapping; }
 };
 

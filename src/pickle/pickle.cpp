@@ -5,7 +5,6 @@
 #include <charconv>
 #include <cstdio>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/error.h"
 
@@ -250,12 +249,12 @@ private:
             fail("values nested deeper than " + std::to_string(limits_.max_depth) + " levels");
         }
         parent.depth = std::max(parent.depth, child->depth + 1);
-        placed_.insert(child);
+        child->placed = true;
     }
     // A value already inside another cannot change: its parents' depths would go stale and
     // a cycle could form (which would also leak the shared_ptr tree).
     void check_changeable(const ValuePtr& target, const char* change) {
-        if (placed_.contains(target)) {
+        if (target->placed) {
             fail(std::string(change) + " on a " + describe(*target) +
                  " that is already inside another value (cyclic or shared structure)");
         }
@@ -315,7 +314,6 @@ private:
     std::vector<ValuePtr> stack_;
     std::vector<size_t> marks_;  // stack sizes at each MARK
     std::unordered_map<uint64_t, ValuePtr> memo_;
-    std::unordered_set<ValuePtr> placed_;  // shared_ptrs keep addresses from being reused
     uint64_t values_made_ = 0;
 };
 

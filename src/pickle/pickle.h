@@ -37,6 +37,10 @@ struct Value {
     ValuePtr state;         // set by BUILD (on an Object or a Dict such as OrderedDict._metadata)
     bool from_newobj = false;
     uint32_t depth = 1;     // nesting depth of this value's tree, bounded by Limits::max_depth
+    // Inside another value already (an item, entry, argument, state...): it may no longer change.
+    // A flag on the value rather than a set of the values placed, which cost a hash insert per
+    // value and kept every value of the pickle alive until the end (docs/scaling.md).
+    bool placed = false;
 };
 
 struct Limits {

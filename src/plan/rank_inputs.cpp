@@ -4,13 +4,13 @@
 #include <string_view>
 
 namespace vmerge {
-namespace {
 
-// A copy feeds rows [begin, end) of its output tensor when its box meets them on dim 0.
 bool feeds_rows(const OutputTensor& t, const BoxCopy& c, const WriteTask& task) {
     if (t.assembled_shape().empty() || c.dst_start.empty()) return true;
     return c.dst_start[0] < task.row_end && c.dst_start[0] + c.extent[0] > task.row_begin;
 }
+
+namespace {
 
 void add_lora_files(const TensorMapping& mapping, const OutputTensor& t, std::set<std::string>& files) {
     if (!t.lora_delta) return;

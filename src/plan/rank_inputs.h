@@ -9,6 +9,10 @@
 
 namespace vmerge {
 
+// A copy feeds rows [row_begin, row_end) of its output tensor when its box meets them on dim 0
+// (a 0-d tensor's one copy feeds its one row).
+bool feeds_rows(const OutputTensor& t, const BoxCopy& c, const WriteTask& task);
+
 // The input files `tasks` read from (their tensors' copies and LoRA factors).
 std::set<std::string> input_files_of(const TensorMapping& mapping, const std::vector<WriteTask>& tasks);
 

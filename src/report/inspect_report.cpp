@@ -84,6 +84,12 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
                               {"input_files_per_rank_mean", x->input_files_mean}, {"rank_file_opens", x->rank_file_opens},
                               {"peak_measured", x->peak_measured}, {"resident_before_decode_bytes", x->resident_before_bytes},
                               {"resident_peak_bytes", x->resident_peak_bytes}};
+    if (const auto& x = r.routed)
+        j["routed_exchange"] = {{"received_bytes_per_rank_max", x->received_bytes_max},
+                                {"received_bytes_per_rank_mean", x->received_bytes_mean},
+                                {"entries_per_rank_max", x->entries_max}, {"entries_per_rank_mean", x->entries_mean},
+                                {"sent_bytes_per_rank_max", x->sent_bytes_max}, {"readers_seconds", x->readers_seconds},
+                                {"route_seconds", x->route_seconds}, {"decode_seconds", x->decode_seconds}};
     return j;
 }
 
@@ -148,6 +154,12 @@ void print_plan_lines(const InspectReport& r, std::ostream& out) {
         out << "rank memory  " << human_bytes(x->resident_peak_bytes) << " resident at the peak of planning ("
             << human_bytes(x->resident_before_bytes) << " with the messages received"
             << (x->peak_measured ? "" : "; the kernel keeps no resettable peak: the whole process's") << ")\n";
+        if (const auto& y = r.routed)
+            out << "routed       a merge routing the scans instead would send each rank at most "
+                << human_bytes(y->received_bytes_max) << " (mean " << human_bytes(y->received_bytes_mean) << "; at most "
+                << y->entries_max << " tensors, mean " << std::setprecision(1) << y->entries_mean << std::setprecision(3)
+                << "); readers " << y->readers_seconds << " s, route " << y->route_seconds << " s, decode "
+                << y->decode_seconds << " s (merges all-gather today)\n";
         out << "rank inputs  each rank opens at most " << x->input_files_max << " input files (mean " << std::setprecision(1)
             << x->input_files_mean << "; " << x->rank_file_opens << " (rank, file) opens in all)\n";
     }

@@ -84,6 +84,7 @@ struct InspectReport {
     std::optional<Lora> lora;
     double plan_seconds = 0, total_seconds = 0;
     std::optional<ScanExchangeFigures> exchange;  // --simulate: one merging rank's planning
+    std::optional<RoutedExchangeFigures> routed;  // --simulate: the scans routed instead
 };
 
 // The model's parts that come from the scans, the mapping and the plan.

@@ -16,5 +16,9 @@ print("%s: %d bytes, %d files, %d ranks, largest/mean - 1 = %.5f, planned in %.2
       % (j["layout"], total, len(j["output_files"]), ranks, plan["largest_over_mean"], plan["plan_seconds"],
          plan["total_seconds"]))
 assert plan["largest_over_mean"] < 0.05, plan["largest_over_mean"]
+# Routing the scans sends a rank only what its share reads: less than every rank's scans.
+routed, gathered = j["routed_exchange"], j["scan_exchange"]
+assert 0 < routed["received_bytes_per_rank_max"] < gathered["received_bytes_per_rank"], (routed, gathered)
+assert 0 < routed["entries_per_rank_max"] < gathered["entries"], (routed, gathered)
 PY
 rm -f "${TMPDIR:-/tmp}/simulate.$$.json"

@@ -1,5 +1,8 @@
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,9 +35,39 @@ struct ScanExchangeFigures {
     uint64_t resident_peak_bytes = 0;    // read after planning
 };
 
+// What routing the scanned entries to the ranks whose shares copy them (mpi/scan_routing.h)
+// would cost the same merge, in place of the all-gather: every rank's own scans split by the
+// plan's storage readers, as the P ranks' messages of one Comm::alltoall (docs/scaling.md,
+// "Routed planning"). Measured after the all-gather figures, so it does not change them.
+struct RoutedExchangeFigures {
+    uint64_t received_bytes_max = 0;   // the rank receiving the most
+    double received_bytes_mean = 0;
+    uint64_t entries_max = 0;          // tensor entries the rank receiving the most entries gets
+    double entries_mean = 0;
+    uint64_t sent_bytes_max = 0;       // the rank sending the most (the one scanning the most)
+    double readers_seconds = 0;        // storage_readers over the whole plan (every rank does it)
+    double route_seconds = 0;          // the slowest rank's split and encoding of its own scans
+    double decode_seconds = 0;         // decoding what the rank receiving the most bytes got
+};
+
+// Each rank's own scans as the all-gather encodes them, kept out of memory (a temporary file)
+// so the routed model can read them back after the all-gather's peak is measured.
+class KeptRankMessages {
+public:
+    KeptRankMessages();
+    void add(const std::string& message);
+    // The messages in rank order, one at a time.
+    void for_each(const std::function<void(int rank, std::string message)>& visit) const;
+
+private:
+    std::shared_ptr<std::FILE> file_;
+    int count_ = 0;
+};
+
 // Encodes `scans` as the messages of `ranks` ranks, frees `scans`, and decodes the messages
 // back into scans in file order, filling `figures` (all but map, plan and the peak, which the
-// caller reads after its planning).
-std::vector<ScannedFile> exchange_scans_as_ranks(std::vector<ScannedFile> scans, int ranks, ScanExchangeFigures& figures);
+// caller reads after its planning). `keep`, when given, receives every rank's message.
+std::vector<ScannedFile> exchange_scans_as_ranks(std::vector<ScannedFile> scans, int ranks, ScanExchangeFigures& figures,
+                                                 KeptRankMessages* keep = nullptr);
 
 }  // namespace vmerge
