@@ -21,27 +21,104 @@ bool is_model_key(const std::string& key) {
            key.starts_with("output_layer.") || key.starts_with("mtp.");
 }
 
+// The leading axes of a Megatron torch_dist tensor that are layer/expert axes (decoder layers
+// stacked into one tensor, SequentialMLP experts stacked per layer), and the key each index gives.
+std::vector<AxisSplit> megatron_axis_splits(const DcpMetadata& meta, const DcpTensor& t) {
+    static const TextPattern stacked(R"(^decoder\.layers\.([^0-9].*)$)");
+    static const TextPattern per_layer_experts(
+        R"(^((?:decoder\.layers\.\d+|mtp\.layers\.\d+\.(?:transformer_layer|mtp_model_layer))\.mlp\.experts\.)experts\.(.*)$)");
+    // Each part of a multimodal model stacks its own layers: split as a GPTModel's, under its prefix.
+    const std::string part(megatron_submodel_prefix(t.fqn));
+    const std::string key = t.fqn.substr(part.size());
+    TextMatch m;
+    if (per_layer_experts.full_match(key, m)) return {{part + std::string(m[1]), "." + std::string(m[2])}};
+    if (!stacked.full_match(key, m)) return {};
+    const std::string rest = m[1];
+    const std::string experts = "mlp.experts.experts.";
+    if (!rest.starts_with(experts)) return {{part + "decoder.layers.", "." + rest}};
+    if (rest.find(".adapter.") != std::string::npos && t.size.size() != 4)
+        // SequentialMLP's per-expert adapters are [layers, experts, rows, cols]; a grouped
+        // MLP's one adapter per layer has no expert axis to split (megatron_lora.cpp).
+        throw Error(meta.dir + "/.metadata: '" + t.fqn + "' is " + shape_to_string(t.size) +
+                    ", expected [layers, experts, rows, columns]: a Megatron-Bridge adapter shared by the "
+                    "grouped experts (TEGroupedMLP), which vmerge does not support (torch_dist keeps only "
+                    "expert-parallel rank 0's copy of it)");
+    return {{part + "decoder.layers.", ".mlp.experts."}, {"", "." + rest.substr(experts.size())}};
+}
+
+// The one tensor a chunk's item holds, checked against what .metadata says of the chunk.
+const TensorRef& chunk_tensor(const DcpTensor& t, const DcpChunk& chunk, const ScannedFile& scanned,
+                              size_t split_axes) {
+    auto where = [&] {
+        return chunk.file + " at byte " + std::to_string(chunk.offset) + " ('" + t.fqn + "' chunk " +
+               shape_to_string(chunk.offsets) + ")";
+    };
+    if (scanned.tensors.size() != 1)
+        throw Error(where() + ": expected one tensor in the item, found " + std::to_string(scanned.tensors.size()));
+    const TensorRef& ref = scanned.tensors[0].tensor;
+    if (ref.shape != chunk.sizes || ref.dtype != t.dtype)
+        throw Error(where() + ": holds " + std::string(torch_name(ref.dtype)) + " " + shape_to_string(ref.shape) +
+                    ", the metadata says " + std::string(torch_name(t.dtype)) + " " + shape_to_string(chunk.sizes));
+    if (split_axes > t.size.size()) throw Error(where() + ": too few dimensions for its layer/expert axes");
+    return ref;
+}
+
+// Collects the output tensors in first-seen order, each built once.
+class OutputTensors {
+public:
+    explicit OutputTensors(TensorMapping& out) : out_(out) {}
+    OutputTensor& get(const std::string& key, DType dtype, const Shape& shape) {
+        auto it = index_.find(key);
+        if (it == index_.end()) {
+            OutputTensor o;
+            o.name = key;
+            o.source_dtype = o.dtype = dtype;
+            o.shape = shape;
+            it = index_.emplace(key, out_.tensors.size()).first;
+            out_.tensors.push_back(std::move(o));
+        }
+        return out_.tensors[it->second];
+    }
+
+private:
+    TensorMapping& out_;
+    std::map<std::string, size_t> index_;
+};
+
+// Every combination of indices on the split axes becomes a view of the chunk, copied into the
+// output tensor its key names.
+void add_chunk_views(const DcpTensor& t, const DcpChunk& chunk, const TensorRef& ref, const std::vector<AxisSplit>& axes,
+                     const Shape& shape, OutputTensors& tensors, TensorMapping& out) {
+    const Shape offsets(chunk.offsets.begin() + static_cast<std::ptrdiff_t>(axes.size()), chunk.offsets.end());
+    std::vector<int64_t> idx(axes.size(), 0);
+    for (bool more = true; more;) {
+        TensorRef view = ref;
+        std::string key = axes.empty() ? t.fqn : "";
+        for (size_t a = 0; a < axes.size(); ++a) {
+            key += axes[a].prefix + std::to_string(chunk.offsets[a] + idx[a]) + axes[a].suffix;
+            view = select_dim(view, 0, idx[a]);
+        }
+        OutputTensor& o = tensors.get(key, t.dtype, shape);
+        const uint32_t source = static_cast<uint32_t>(out.sources.size());
+        out.sources.push_back(view);
+        add_copy(o, source, Shape(view.shape.size(), 0), offsets, view.shape);
+        more = false;
+        for (size_t a = axes.size(); a-- > 0;) {
+            if (++idx[a] < chunk.sizes[a]) {
+                more = true;
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+}
+
 }  // namespace
 
 TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
                                    bool split_megatron_axes, SourceLedger* ledger) {
-    static const TextPattern stacked(R"(^decoder\.layers\.([^0-9].*)$)");
-    static const TextPattern per_layer_experts(
-        R"(^((?:decoder\.layers\.\d+|mtp\.layers\.\d+\.(?:transformer_layer|mtp_model_layer))\.mlp\.experts\.)experts\.(.*)$)");
     TensorMapping out;
-    std::map<std::string, size_t> index;
-    auto tensor_for = [&](const std::string& key, const DcpTensor& t, const Shape& shape) -> OutputTensor& {
-        auto it = index.find(key);
-        if (it == index.end()) {
-            OutputTensor o;
-            o.name = key;
-            o.source_dtype = o.dtype = t.dtype;
-            o.shape = shape;
-            it = index.emplace(key, out.tensors.size()).first;
-            out.tensors.push_back(std::move(o));
-        }
-        return out.tensors[it->second];
-    };
+    OutputTensors tensors(out);
     size_t scan = 0;
     for (const DcpTensor& t : meta.tensors) {
         const size_t first_scan = scan;
@@ -54,70 +131,12 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
                         ledger->drop(e.tensor, model ? DropReason::ExtraState : DropReason::OutsideModel);
             continue;
         }
-        // How many leading axes are layer/expert axes, and the key pattern they produce.
-        std::vector<AxisSplit> axes;
-        TextMatch m;
-        // Each part of a multimodal model stacks its own layers: split as a GPTModel's, under its prefix.
-        const std::string part(megatron_submodel_prefix(t.fqn));
-        const std::string key = t.fqn.substr(part.size());
-        if (split_megatron_axes && stacked.full_match(key, m)) {
-            std::string rest = m[1];
-            if (rest.starts_with("mlp.experts.experts.") && rest.find(".adapter.") != std::string::npos &&
-                t.size.size() != 4)
-                // SequentialMLP's per-expert adapters are [layers, experts, rows, cols]; a grouped
-                // MLP's one adapter per layer has no expert axis to split (megatron_lora.cpp).
-                throw Error(meta.dir + "/.metadata: '" + t.fqn + "' is " + shape_to_string(t.size) +
-                            ", expected [layers, experts, rows, columns]: a Megatron-Bridge adapter shared by the "
-                            "grouped experts (TEGroupedMLP), which vmerge does not support (torch_dist keeps only "
-                            "expert-parallel rank 0's copy of it)");
-            if (rest.starts_with("mlp.experts.experts.")) {
-                axes.push_back({part + "decoder.layers.", ".mlp.experts."});
-                axes.push_back({"", "." + rest.substr(std::string("mlp.experts.experts.").size())});
-            } else {
-                axes.push_back({part + "decoder.layers.", "." + rest});
-            }
-        } else if (split_megatron_axes && per_layer_experts.full_match(key, m)) {
-            axes.push_back({part + std::string(m[1]), "." + std::string(m[2])});
-        }
+        const std::vector<AxisSplit> axes = split_megatron_axes ? megatron_axis_splits(meta, t) : std::vector<AxisSplit>{};
         // What stays of the shape once the layer/expert axes are split off.
         const Shape shape(t.size.begin() + static_cast<std::ptrdiff_t>(std::min(axes.size(), t.size.size())), t.size.end());
         for (size_t c = 0; c < t.chunks.size(); ++c) {
-            const DcpChunk& chunk = t.chunks[c];
-            const ScannedFile& scanned = chunk_scans.at(first_scan + c);
-            auto where = [&] {
-                return chunk.file + " at byte " + std::to_string(chunk.offset) + " ('" + t.fqn + "' chunk " +
-                       shape_to_string(chunk.offsets) + ")";
-            };
-            if (scanned.tensors.size() != 1)
-                throw Error(where() + ": expected one tensor in the item, found " + std::to_string(scanned.tensors.size()));
-            const TensorRef& ref = scanned.tensors[0].tensor;
-            if (ref.shape != chunk.sizes || ref.dtype != t.dtype)
-                throw Error(where() + ": holds " + std::string(torch_name(ref.dtype)) + " " + shape_to_string(ref.shape) +
-                            ", the metadata says " + std::string(torch_name(t.dtype)) + " " + shape_to_string(chunk.sizes));
-            if (axes.size() > t.size.size()) throw Error(where() + ": too few dimensions for its layer/expert axes");
-            const Shape offsets(chunk.offsets.begin() + static_cast<std::ptrdiff_t>(axes.size()), chunk.offsets.end());
-            // Every combination of indices on the split axes becomes a view of the chunk.
-            std::vector<int64_t> idx(axes.size(), 0);
-            for (bool more = true; more;) {
-                TensorRef view = ref;
-                std::string key = axes.empty() ? t.fqn : "";
-                for (size_t a = 0; a < axes.size(); ++a) {
-                    key += axes[a].prefix + std::to_string(chunk.offsets[a] + idx[a]) + axes[a].suffix;
-                    view = select_dim(view, 0, idx[a]);
-                }
-                OutputTensor& o = tensor_for(key, t, shape);
-                const uint32_t source = static_cast<uint32_t>(out.sources.size());
-                out.sources.push_back(view);
-                add_copy(o, source, Shape(view.shape.size(), 0), offsets, view.shape);
-                more = false;
-                for (size_t a = axes.size(); a-- > 0;) {
-                    if (++idx[a] < chunk.sizes[a]) {
-                        more = true;
-                        break;
-                    }
-                    idx[a] = 0;
-                }
-            }
+            const TensorRef& ref = chunk_tensor(t, t.chunks[c], chunk_scans.at(first_scan + c), axes.size());
+            add_chunk_views(t, t.chunks[c], ref, axes, shape, tensors, out);
         }
     }
     for (const auto& t : out.tensors) {
