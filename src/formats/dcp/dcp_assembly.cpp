@@ -63,11 +63,13 @@ const TensorRef& chunk_tensor(const DcpTensor& t, const DcpChunk& chunk, const S
     return ref;
 }
 
-// Collects the output tensors in first-seen order, each built once.
-class OutputTensors {
+// The mapping being assembled: output tensors in first-seen order, each built once, and the
+// source views copied into them.
+class MappingBuilder {
 public:
-    explicit OutputTensors(TensorMapping& out) : out_(out) {}
-    OutputTensor& get(const std::string& key, DType dtype, const Shape& shape) {
+    explicit MappingBuilder(TensorMapping& out) : out_(out) {}
+    // Copies `view` into the output tensor `key` (created on first use) at `offsets`.
+    void add_view(const std::string& key, DType dtype, const Shape& shape, const TensorRef& view, const Shape& offsets) {
         auto it = index_.find(key);
         if (it == index_.end()) {
             OutputTensor o;
@@ -77,7 +79,9 @@ public:
             it = index_.emplace(key, out_.tensors.size()).first;
             out_.tensors.push_back(std::move(o));
         }
-        return out_.tensors[it->second];
+        const uint32_t source = static_cast<uint32_t>(out_.sources.size());
+        out_.sources.push_back(view);
+        add_copy(out_.tensors[it->second], source, Shape(view.shape.size(), 0), offsets, view.shape);
     }
 
 private:
@@ -88,7 +92,7 @@ private:
 // Every combination of indices on the split axes becomes a view of the chunk, copied into the
 // output tensor its key names.
 void add_chunk_views(const DcpTensor& t, const DcpChunk& chunk, const TensorRef& ref, const std::vector<AxisSplit>& axes,
-                     const Shape& shape, OutputTensors& tensors, TensorMapping& out) {
+                     const Shape& shape, MappingBuilder& mapping) {
     const Shape offsets(chunk.offsets.begin() + static_cast<std::ptrdiff_t>(axes.size()), chunk.offsets.end());
     std::vector<int64_t> idx(axes.size(), 0);
     for (bool more = true; more;) {
@@ -98,10 +102,7 @@ void add_chunk_views(const DcpTensor& t, const DcpChunk& chunk, const TensorRef&
             key += axes[a].prefix + std::to_string(chunk.offsets[a] + idx[a]) + axes[a].suffix;
             view = select_dim(view, 0, idx[a]);
         }
-        OutputTensor& o = tensors.get(key, t.dtype, shape);
-        const uint32_t source = static_cast<uint32_t>(out.sources.size());
-        out.sources.push_back(view);
-        add_copy(o, source, Shape(view.shape.size(), 0), offsets, view.shape);
+        mapping.add_view(key, t.dtype, shape, view, offsets);
         more = false;
         for (size_t a = axes.size(); a-- > 0;) {
             if (++idx[a] < chunk.sizes[a]) {
@@ -118,7 +119,7 @@ void add_chunk_views(const DcpTensor& t, const DcpChunk& chunk, const TensorRef&
 TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<ScannedFile>& chunk_scans,
                                    bool split_megatron_axes, SourceLedger* ledger) {
     TensorMapping out;
-    OutputTensors tensors(out);
+    MappingBuilder mapping(out);
     size_t scan = 0;
     for (const DcpTensor& t : meta.tensors) {
         const size_t first_scan = scan;
@@ -136,7 +137,7 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         const Shape shape(t.size.begin() + static_cast<std::ptrdiff_t>(std::min(axes.size(), t.size.size())), t.size.end());
         for (size_t c = 0; c < t.chunks.size(); ++c) {
             const TensorRef& ref = chunk_tensor(t, t.chunks[c], chunk_scans.at(first_scan + c), axes.size());
-            add_chunk_views(t, t.chunks[c], ref, axes, shape, tensors, out);
+            add_chunk_views(t, t.chunks[c], ref, axes, shape, mapping);
         }
     }
     for (const auto& t : out.tensors) {
