@@ -20,6 +20,9 @@ struct RankMergeRecord {
     double scan_seconds = 0, map_seconds = 0, plan_seconds = 0, copy_seconds = 0, commit_seconds = 0;
     CopyStats stats;
     uint64_t peak_rss_bytes = 0;
+    // How the rank planned ("routed" or "all-gather") and the scanned entries it received.
+    std::string planning = "all-gather";
+    uint64_t entries_received = 0;
 };
 
 // The record as one rank sends it to rank 0 (the per_rank entries of --log_json).
