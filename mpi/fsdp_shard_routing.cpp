@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/human_units.h"
 #include "formats/fsdp/fsdp_backend.h"
 #include "formats/fsdp/fsdp_routing.h"
 #include "plan/rank_inputs.h"
@@ -128,6 +129,44 @@ TensorMapping compose_routed_mapping(const TensorMapping& skeleton, const Scanne
     }
     for (const WriteTask& task : tasks) check_copies_tile_output(rows_of(mapping.tensors[task.tensor], task), mapping.sources);
     return mapping;
+}
+
+namespace {
+
+uint64_t shape_bytes(const Shape& shape) { return shape.capacity() * sizeof(int64_t); }
+
+uint64_t source_bytes(const TensorRef& t) {
+    uint64_t bytes = sizeof(TensorRef) + shape_bytes(t.shape) + shape_bytes(t.stride) + t.storage.file.capacity() +
+                     t.storage.key.capacity();
+    if (t.dtensor) {
+        const DTensorLayout& d = *t.dtensor;
+        bytes += shape_bytes(d.global_shape) + shape_bytes(d.mesh_shape) + shape_bytes(d.coordinates) +
+                 d.placements.capacity() * sizeof(Placement);
+        for (const std::string& name : d.mesh_dim_names) bytes += sizeof(std::string) + name.capacity();
+    }
+    return bytes;
+}
+
+}  // namespace
+
+uint64_t mapping_metadata_bytes(const TensorMapping& mapping) {
+    uint64_t bytes = 0;
+    for (const TensorRef& source : mapping.sources) bytes += source_bytes(source);
+    for (const OutputTensor& t : mapping.tensors) {
+        bytes += sizeof(OutputTensor) + t.name.capacity() + shape_bytes(t.shape);
+        for (const BoxCopy& c : t.copies)
+            bytes += sizeof(BoxCopy) + shape_bytes(c.src_start) + shape_bytes(c.dst_start) + shape_bytes(c.extent);
+    }
+    return bytes;
+}
+
+std::string metadata_over_budget(size_t entries, uint64_t bytes, uint64_t budget, int ranks) {
+    if (bytes <= budget) return "";
+    const uint64_t fit = (bytes * static_cast<uint64_t>(ranks) + budget - 1) / std::max<uint64_t>(budget, 1);
+    return "this rank's share of the merge holds " + std::to_string(entries) + " scanned entries, " +
+           human_bytes(bytes) + " of planning metadata, over its --max-memory budget of " + human_bytes(budget) +
+           ": about " + std::to_string(fit) + " ranks would fit (a share's metadata shrinks with the number of "
+           "ranks), or raise --max-memory";
 }
 
 }  // namespace vmerge

@@ -231,7 +231,8 @@ bool routed_merge(MergeInputs& in, const Options& o, Comm& comm, MapContext& ctx
         return map_skeleton(in, o, ctx, skeleton, account);
     };
     std::optional<RoutedFsdpMerge> routed =
-        route_fsdp_merge(mine, in.checkpoint.jobs.size(), mapper, o.output.max_shard_size, comm, in.planning_note);
+        route_fsdp_merge(mine, in.checkpoint.jobs.size(), mapper, o.output.max_shard_size, ctx.budget, comm,
+                         in.planning_note);
     if (!routed) return false;
     take_model(in, std::move(routed->model));
     in.scans_digest = std::move(routed->scans_digest);

@@ -67,7 +67,7 @@ std::string digest_of_scans(const std::vector<FsdpFileCheck>& checks) {
 
 std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& mine, size_t files,
                                                 const SkeletonMapper& map_skeleton, uint64_t max_shard_size,
-                                                Comm& comm, std::string& why_not) {
+                                                uint64_t budget, Comm& comm, std::string& why_not) {
     const ScannedFile first = first_file(mine, comm);
     const std::vector<FsdpFileCheck> checks = checks_of_every_file(mine, first, files, comm);
     why_not = routing_verdict(checks, files);
@@ -90,6 +90,11 @@ std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& 
     for (const ScannedFile& file : received) routed.received_entries += file.tensors.size();
     collective_step(comm, "compose", [&] {
         model->mapped.mapping = compose_routed_mapping(model->mapped.mapping, first, received, work.at(comm.rank()));
+    });
+    collective_step(comm, "planning budget", [&] {
+        const uint64_t bytes = mapping_metadata_bytes(model->mapped.mapping);
+        if (const std::string over = metadata_over_budget(routed.received_entries, bytes, budget, comm.size()); !over.empty())
+            throw Error(over);
     });
     routed.model = std::move(*model);
     return routed;

@@ -29,9 +29,10 @@ struct RoutedFsdpMerge {
 };
 
 // Every rank alike: the routed merge, or nullopt (and why in `why_not`) for the all-gather path.
-// `mine`: this rank's scans, of files rank, rank + P, ...; rank 0 holds file 0's.
+// `mine`: this rank's scans, of files rank, rank + P, ...; rank 0 holds file 0's. A rank whose
+// mapping's metadata exceeds `budget` fails every rank, saying how many ranks would fit.
 std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& mine, size_t files,
                                                 const SkeletonMapper& map_skeleton, uint64_t max_shard_size,
-                                                Comm& comm, std::string& why_not);
+                                                uint64_t budget, Comm& comm, std::string& why_not);
 
 }  // namespace vmerge
