@@ -149,24 +149,29 @@ uint64_t source_bytes(const TensorRef& t) {
 
 }  // namespace
 
-uint64_t mapping_metadata_bytes(const TensorMapping& mapping) {
-    uint64_t bytes = 0;
-    for (const TensorRef& source : mapping.sources) bytes += source_bytes(source);
+MetadataBytes mapping_metadata_bytes(const TensorMapping& mapping) {
+    MetadataBytes bytes;
+    for (const TensorRef& source : mapping.sources) bytes.share += source_bytes(source);
     for (const OutputTensor& t : mapping.tensors) {
-        bytes += sizeof(OutputTensor) + t.name.capacity() + shape_bytes(t.shape);
+        bytes.whole += sizeof(OutputTensor) + t.name.capacity() + shape_bytes(t.shape);
         for (const BoxCopy& c : t.copies)
-            bytes += sizeof(BoxCopy) + shape_bytes(c.src_start) + shape_bytes(c.dst_start) + shape_bytes(c.extent);
+            bytes.share += sizeof(BoxCopy) + shape_bytes(c.src_start) + shape_bytes(c.dst_start) + shape_bytes(c.extent);
     }
     return bytes;
 }
 
-std::string metadata_over_budget(size_t entries, uint64_t bytes, uint64_t budget, int ranks) {
-    if (bytes <= budget) return "";
-    const uint64_t fit = (bytes * static_cast<uint64_t>(ranks) + budget - 1) / std::max<uint64_t>(budget, 1);
-    return "this rank's share of the merge holds " + std::to_string(entries) + " scanned entries, " +
-           human_bytes(bytes) + " of planning metadata, over its --max-memory budget of " + human_bytes(budget) +
-           ": about " + std::to_string(fit) + " ranks would fit (a share's metadata shrinks with the number of "
-           "ranks), or raise --max-memory";
+std::string metadata_over_budget(size_t entries, const MetadataBytes& bytes, uint64_t budget, int ranks) {
+    const uint64_t total = bytes.whole + bytes.share;
+    if (total <= budget) return "";
+    std::string text = "this rank's share of the merge holds " + std::to_string(entries) + " scanned entries, " +
+                       human_bytes(total) + " of planning metadata (" + human_bytes(bytes.whole) +
+                       " of it the output tensors every rank holds), over its --max-memory budget of " +
+                       human_bytes(budget);
+    if (bytes.whole >= budget) return text + ": no number of ranks would fit it; raise --max-memory";
+    const uint64_t room = budget - bytes.whole;
+    const uint64_t fit = (bytes.share * static_cast<uint64_t>(ranks) + room - 1) / room;
+    return text + ": about " + std::to_string(fit) + " ranks would fit (a share's metadata shrinks with the number of "
+                  "ranks), or raise --max-memory";
 }
 
 }  // namespace vmerge

@@ -25,13 +25,19 @@ StorageReaders fsdp_shard_readers(const std::vector<ScannedFile>& mine, const Sc
 TensorMapping compose_routed_mapping(const TensorMapping& skeleton, const ScannedFile& first,
                                      const std::vector<ScannedFile>& received, const std::vector<WriteTask>& tasks);
 
-// What a rank's mapping keeps in memory, about: its sources (with their storage names, shapes
-// and DTensor layouts), its output tensors and their copies. The routed merge bounds it by the
-// rank's budget (routed_fsdp_merge.h).
-uint64_t mapping_metadata_bytes(const TensorMapping& mapping);
+// What a rank's mapping keeps in memory, about: the output tensors every rank holds (`whole`),
+// and its share (`share`: the sources it received, with their storage names, shapes and DTensor
+// layouts, and the copies from them), which shrinks as 1 / ranks. The routed merge bounds their
+// sum by the rank's budget (routed_fsdp_merge.h).
+struct MetadataBytes {
+    uint64_t whole = 0;
+    uint64_t share = 0;
+};
+MetadataBytes mapping_metadata_bytes(const TensorMapping& mapping);
 
-// "" when `bytes` of metadata fit `budget`; else the Error text: the share's entries and
-// metadata, the budget, and how many ranks would fit (a share's metadata shrinks as 1 / ranks).
-std::string metadata_over_budget(size_t entries, uint64_t bytes, uint64_t budget, int ranks);
+// "" when the metadata fits `budget`; else the Error text: the share's entries and metadata,
+// the budget, and how many ranks would fit it (or that none would: the output tensors alone
+// exceed it).
+std::string metadata_over_budget(size_t entries, const MetadataBytes& bytes, uint64_t budget, int ranks);
 
 }  // namespace vmerge

@@ -92,7 +92,7 @@ std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& 
         model->mapped.mapping = compose_routed_mapping(model->mapped.mapping, first, received, work.at(comm.rank()));
     });
     collective_step(comm, "planning budget", [&] {
-        const uint64_t bytes = mapping_metadata_bytes(model->mapped.mapping);
+        const MetadataBytes bytes = mapping_metadata_bytes(model->mapped.mapping);
         if (const std::string over = metadata_over_budget(routed.received_entries, bytes, budget, comm.size()); !over.empty())
             throw Error(over);
     });

@@ -94,6 +94,17 @@ broken_case missing_key "is missing" w2_bf16 tied_w2
 broken_case extra_key "is not in" keep_fp32_w2 w2_bf16
 broken_case global_shape "global shape [63, 32] differs" keep_fp32_w2 torch24_w2
 
+# A share whose planning metadata exceeds --max-memory: every rank stops before anything is
+# written, saying how many ranks would fit.
+merge budget routed "$fixtures/w8_empty" --max-memory 12KiB && fail "budget: exit 0"
+if ! grep -q "'planning budget'.* ranks would fit" "$work/budget.routed.log"; then
+    fail "budget: no 'ranks would fit':"; cat "$work/budget.routed.log"
+elif [[ -e $work/budget.routed ]] || compgen -G "$work/.budget.routed.vmerge-staging*" >/dev/null; then
+    fail "budget: left its target or staging folder"
+else
+    echo "ok   budget: $(grep -m1 error "$work/budget.routed.log")"
+fi
+
 if [[ $failures -ne 0 ]]; then
     echo "$failures routed planning check(s) failed"
     exit 1

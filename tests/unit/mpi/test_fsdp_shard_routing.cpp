@@ -212,10 +212,15 @@ TEST(FsdpShardRouting, AShareWhoseMetadataExceedsItsBudgetFailsSayingHowManyRank
     EXPECT_TRUE(testing::contains(error, "step 'planning budget' failed: this rank's share of the merge holds 6 "
                                          "scanned entries")) << error;
     EXPECT_TRUE(testing::contains(error, "over its --max-memory budget of 1000 B: about ")) << error;
-    EXPECT_EQ(metadata_over_budget(10, 3000, 1000, 4), "this rank's share of the merge holds 10 scanned entries, "
-              + human_bytes(3000) + " of planning metadata, over its --max-memory budget of " + human_bytes(1000) +
-              ": about 12 ranks would fit (a share's metadata shrinks with the number of ranks), or raise --max-memory");
-    EXPECT_EQ(metadata_over_budget(10, 1000, 1000, 4), "");
+    const std::string start = "this rank's share of the merge holds 10 scanned entries, ";
+    EXPECT_EQ(metadata_over_budget(10, {200, 2800}, 1000, 4),
+              start + human_bytes(3000) + " of planning metadata (" + human_bytes(200) +
+                  " of it the output tensors every rank holds), over its --max-memory budget of " + human_bytes(1000) +
+                  ": about 14 ranks would fit (a share's metadata shrinks with the number of ranks), or raise "
+                  "--max-memory");  // 2800 x 4 / (1000 - 200)
+    EXPECT_TRUE(testing::contains(metadata_over_budget(10, {1000, 1}, 1000, 4),
+                                  ": no number of ranks would fit it; raise --max-memory"));
+    EXPECT_EQ(metadata_over_budget(10, {400, 600}, 1000, 4), "");
 }
 
 }  // namespace
