@@ -211,7 +211,7 @@ std::optional<MappedModel> map_skeleton(MergeInputs& in, const Options& o, MapCo
         MappedModel model = map_model(std::move(mapped), in.checkpoint, in.config, ctx.recipe, checks);
         if (needs_bytes || model.lora.found || model.quantize) return std::nullopt;
         return model;
-    } catch (const Error&) {
+    } catch (const std::exception&) {  // any of them: the all-gather path meets it in its own step
         return std::nullopt;
     }
 }

@@ -74,12 +74,14 @@ std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& 
     if (!why_not.empty()) return std::nullopt;
     // The same on every rank from here to the routing: file 0's scan and the checks are.
     std::optional<MappedModel> model = map_skeleton(fsdp_skeleton_scan(first), routed_account(checks));
-    if (!model) {
-        why_not = "the mapping needs more than the output tensors' names and shapes";
+    why_not = model ? skeleton_unroutable(model->mapped.mapping, first)
+                    : "the mapping needs more than the output tensors' names and shapes";
+    // The same on every rank unless a rank ran out of something the others had: agree.
+    const std::vector<std::string> verdicts = comm.allgather(why_not.empty() ? "" : "all-gather");
+    if (std::any_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return !v.empty(); })) {
+        if (why_not.empty()) why_not = "another rank could not map the skeleton";
         return std::nullopt;
     }
-    why_not = skeleton_unroutable(model->mapped.mapping, first);
-    if (!why_not.empty()) return std::nullopt;
     RoutedFsdpMerge routed;
     if (comm.rank() == 0) routed.scans_digest = digest_of_scans(checks);
     const std::vector<OutputTensor>& tensors = model->mapped.mapping.tensors;
