@@ -14,6 +14,7 @@ DebugKnobs read_debug_knobs() {
         knobs.block_delay_ms = static_cast<int>(parse_int_within(text, 0, 600000).value_or(0));
     if (const char* text = std::getenv("VMERGE_TEST_FREE_BYTES"))
         knobs.free_bytes = static_cast<uint64_t>(parse_int_within(text, 0, INT64_MAX).value_or(0));
+    knobs.allgather_planning = std::getenv("VMERGE_TEST_ALLGATHER_PLANNING") != nullptr;
     return knobs;
 }
 

@@ -16,6 +16,9 @@ struct DebugKnobs {
     // VMERGE_TEST_FREE_BYTES: what the target's file system is taken to have free, in place of
     // what it reports (0..2^63-1; a value that is not a number counts as 0).
     std::optional<uint64_t> free_bytes;
+    // VMERGE_TEST_ALLGATHER_PLANNING set (any value): a merge plans from every rank's scans
+    // (the all-gather) even where the routed planning applies, so tests can compare the two.
+    bool allgather_planning = false;
 };
 
 // The knobs the environment sets.

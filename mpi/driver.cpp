@@ -153,7 +153,8 @@ void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& 
 void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const OutputLayout& layout,
                   const OutputResult& w, Clock::time_point start, uint64_t budget, std::ostream& out) {
     const RankMergeRecord mine{comm.rank(), comm.host(), in.scan_seconds, in.map_seconds, w.plan_seconds,
-                               w.copy_seconds, w.commit_seconds, w.stats, peak_rss_bytes()};
+                               w.copy_seconds, w.commit_seconds, w.stats, peak_rss_bytes(), in.planning,
+                               in.planning_note, in.entries_received};
     const auto gathered = comm.allgather(rank_record_json(mine).dump());
     if (comm.rank() != 0) return;
     const auto& tensors = in.mapping().tensors;

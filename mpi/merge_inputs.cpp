@@ -21,6 +21,7 @@
 #include "mapping/map_recipe.h"
 #include "output/peft_adapter_config.h"
 #include "rank_resources.h"
+#include "routed_fsdp_merge.h"
 #include "read_on_rank_zero.h"
 #include "torch/scan_serialization.h"
 #include "torch/torch_pickle.h"
@@ -73,15 +74,20 @@ DetectedCheckpoint discover(const Options& o, Comm& comm) {
     return checkpoint;
 }
 
-// Scan: rank r parses archives r, r+P, r+2P, ... and everyone receives every scan.
-std::vector<ScannedFile> scan(const DetectedCheckpoint& checkpoint, Comm& comm) {
+// Scan: rank r parses archives r, r+P, r+2P, ...
+std::vector<ScannedFile> scan_own_files(const DetectedCheckpoint& checkpoint, Comm& comm) {
     const std::vector<ScanJob>& jobs = checkpoint.jobs;
     std::vector<ScannedFile> mine;
     collective_step(comm, "scan", [&] {
         for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) mine.push_back(scan_job(checkpoint, jobs[i]));
     });
+    return mine;
+}
+
+// ... and everyone receives every scan.
+std::vector<ScannedFile> gather_scans(const std::vector<ScannedFile>& mine, size_t files, Comm& comm) {
     std::vector<std::string> gathered = comm.allgather(serialize_scans(mine));
-    return gathered_scans(gathered, jobs.size());
+    return gathered_scans(gathered, files);
 }
 
 // What the command line chose for the map stage (mapping/map_recipe.h).
@@ -137,13 +143,19 @@ void map_as_stored(MergeInputs& in, const Options& o, Comm& comm) {
     });
 }
 
-// Map: the config, the tables and the LoRA metadata are read by rank 0; every rank then runs
-// the same recipe on them (the byte checks split over the ranks), and all agree on the result.
-void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
-    if (written_as_stored(in.checkpoint)) return map_as_stored(in, o, comm);
-    const std::string config_dir = o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config;
-    const std::string config_text = shared_hf_config_text(comm, config_dir);
-    const std::string table_texts = shared_table_texts(comm, o);
+// What the map stage reads on rank 0 for every rank: config.json, the architecture tables and
+// the LoRA metadata, and the recipe they complete.
+struct MapContext {
+    std::string config_dir, config_text, table_texts;
+    MapRecipe recipe;
+    uint64_t budget = 0;
+};
+
+MapContext map_context(const MergeInputs& in, const Options& o, Comm& comm) {
+    MapContext ctx;
+    ctx.config_dir = o.hf_config.empty() ? in.checkpoint.default_hf_dir : o.hf_config;
+    ctx.config_text = shared_hf_config_text(comm, ctx.config_dir);
+    ctx.table_texts = shared_table_texts(comm, o);
     // Read whether or not the mapping holds an adapter: the read records what it cannot read
     // instead of throwing, and apply_lora parses it only for an adapter.
     const std::string adapter_config =
@@ -151,22 +163,82 @@ void map_stage(MergeInputs& in, const Options& o, Comm& comm) {
     const std::string lora_metadata = read_on_rank_zero(comm, "read the LoRA metadata", [&] {
         return serialize_lora_metadata(read_lora_metadata(in.checkpoint.dir, adapter_config));
     });
-    MapRecipe recipe = map_recipe(o);
-    recipe.lora.metadata = deserialize_lora_metadata(lora_metadata);
-    const uint64_t budget = max_memory(o, comm);
+    ctx.recipe = map_recipe(o);
+    ctx.recipe.lora.metadata = deserialize_lora_metadata(lora_metadata);
+    ctx.budget = max_memory(o, comm);
+    return ctx;
+}
+
+// Map: the config, the tables and the LoRA metadata are read by rank 0; every rank then runs
+// the same recipe on them (the byte checks split over the ranks), and all agree on the result.
+void map_stage(MergeInputs& in, const Options& o, Comm& comm, MapContext& ctx) {
     SourceByteChecks checks;
     checks.mtp_copies = [&](const TensorMapping& mapping, const std::vector<MtpSharedCopy>& copies, bool tied) {
-        check_mtp_shared_copies(mapping, copies, tied, budget, comm.rank(), comm.size());
+        check_mtp_shared_copies(mapping, copies, tied, ctx.budget, comm.rank(), comm.size());
     };
     checks.tied_head = [&](const TensorMapping& mapping, const HfConfig& config, bool tie_flag) {
-        check_tied_head(mapping, config, tie_flag, budget, comm.rank(), comm.size());
+        check_tied_head(mapping, config, tie_flag, ctx.budget, comm.rank(), comm.size());
     };
     collective_step(comm, "map", [&] {
-        in.config = parse_hf_config(config_dir, config_text);
-        recipe.map.tables = load_shared_tables(table_texts, o);
-        take_model(in, map_model(map_checkpoint(in.checkpoint, in.scans, in.config, recipe.map), in.checkpoint, in.config,
-                                 recipe, checks));
+        in.config = parse_hf_config(ctx.config_dir, ctx.config_text);
+        ctx.recipe.map.tables = load_shared_tables(ctx.table_texts, o);
+        take_model(in, map_model(map_checkpoint(in.checkpoint, in.scans, in.config, ctx.recipe.map), in.checkpoint,
+                                 in.config, ctx.recipe, checks));
     });
+}
+
+// The routed merge's skeleton mapping (routed_fsdp_merge.h), on every rank alike: the checks
+// that read source bytes are not run but noted, and anything that needs them, or drops, LoRA
+// or quantization, or an Error, sends the merge to the all-gather path, which meets it there.
+std::optional<MappedModel> map_skeleton(MergeInputs& in, const Options& o, MapContext& ctx, const ScannedFile& skeleton,
+                                        const SourceAccount& account) {
+    bool needs_bytes = false;
+    SourceByteChecks checks;
+    checks.mtp_copies = [&](const TensorMapping&, const std::vector<MtpSharedCopy>& copies, bool) {
+        if (!copies.empty()) needs_bytes = true;
+    };
+    checks.tied_head = [&](const TensorMapping& mapping, const HfConfig& config, bool tie_flag) {
+        if (!tie_flag && !config.tie_word_embeddings) return;
+        for (const OutputTensor& t : mapping.tensors) needs_bytes = needs_bytes || t.name == "lm_head.weight";
+    };
+    try {
+        in.config = parse_hf_config(ctx.config_dir, ctx.config_text);
+        ctx.recipe.map.tables = load_shared_tables(ctx.table_texts, o);
+        MappedCheckpoint mapped = map_checkpoint(in.checkpoint, {skeleton}, in.config, ctx.recipe.map);
+        if (mapped.account.total_dropped() || !mapped.account.replicas.empty()) return std::nullopt;
+        mapped.account = account;
+        if (const std::string dropped = dropped_summary(account); !dropped.empty()) mapped.notes.push_back(dropped);
+        MappedModel model = map_model(std::move(mapped), in.checkpoint, in.config, ctx.recipe, checks);
+        if (needs_bytes || model.lora.found || model.quantize) return std::nullopt;
+        return model;
+    } catch (const std::exception&) {  // any of them: the all-gather path meets it in its own step
+        return std::nullopt;
+    }
+}
+
+// Where a merge may plan routed: a verl FSDP save written into safetensors (whose rank shares
+// plan_rank_work gives), nothing quantized; the files themselves decide the rest.
+bool may_route(const Options& o, const DetectedCheckpoint& checkpoint) {
+    return o.command != "inspect" && !o.debug.allgather_planning && checkpoint.backend == "fsdp" &&
+           o.format == "safetensors" && !o.quantize && !checkpoint.jobs.empty() && checkpoint.job_names.empty() &&
+           checkpoint.unscanned_items.empty();
+}
+
+// The routed merge, when it applies: fills `in` and says so.
+bool routed_merge(MergeInputs& in, const Options& o, Comm& comm, MapContext& ctx, const std::vector<ScannedFile>& mine) {
+    if (!may_route(o, in.checkpoint)) return false;
+    const SkeletonMapper mapper = [&](const ScannedFile& skeleton, const SourceAccount& account) {
+        return map_skeleton(in, o, ctx, skeleton, account);
+    };
+    std::optional<RoutedFsdpMerge> routed =
+        route_fsdp_merge(mine, in.checkpoint.jobs.size(), mapper, o.output.max_shard_size, ctx.budget, comm,
+                         in.planning_note);
+    if (!routed) return false;
+    take_model(in, std::move(routed->model));
+    in.scans_digest = std::move(routed->scans_digest);
+    in.planning = "routed";
+    in.entries_received = routed->received_entries;
+    return true;
 }
 
 }  // namespace
@@ -175,14 +247,26 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
     in.checkpoint = discover(o, comm);
     const auto scan_start = Clock::now();
-    in.scans = scan(in.checkpoint, comm);
+    std::vector<ScannedFile> mine = scan_own_files(in.checkpoint, comm);
+    std::optional<MapContext> ctx;
+    if (!written_as_stored(in.checkpoint)) ctx = map_context(in, o, comm);
+    const auto routed_start = Clock::now();
+    if (ctx && routed_merge(in, o, comm, *ctx, mine)) {
+        in.scan_seconds = seconds_since(scan_start) - seconds_since(routed_start);
+        in.map_seconds = seconds_since(routed_start);  // the routing, the skeleton's mapping and the composing
+        return in;
+    }
+    in.scans = gather_scans(mine, in.checkpoint.jobs.size(), comm);
+    std::vector<ScannedFile>().swap(mine);
+    for (const ScannedFile& file : in.scans) in.entries_received += file.tensors.size();
     if (comm.rank() == 0) {
         const std::string scans = serialize_scans(in.scans);
         in.scans_digest = hex64(xxh64(scans.data(), scans.size()));
     }
     in.scan_seconds = seconds_since(scan_start);
     const auto map_start = Clock::now();
-    map_stage(in, o, comm);
+    if (ctx) map_stage(in, o, comm, *ctx);
+    else map_as_stored(in, o, comm);
     // Every replica dropped in the mapping holds its kept copy's values (CRC-32s, or the bytes).
     collective_step(comm, "replica check", [&] {
         if (comm.rank() != 0) return;

@@ -28,6 +28,12 @@ struct MergeInputs {
     // (its backend facts): a rank's plan needs the mapping, not every file's storage details.
     std::vector<ScannedFile> scans;
     std::string scans_digest;  // rank 0: XXH64 of the scans, for the --resume identity
+    // How this rank planned: "routed" (routed_fsdp_merge.h: it received only the scanned entries
+    // its rows read) or "all-gather" (every scan), with why the routed planning did not apply
+    // where it was tried; and how many scanned entries it received.
+    std::string planning = "all-gather";
+    std::string planning_note;
+    size_t entries_received = 0;
     HfConfig config;
     MappedCheckpoint mapped;
     std::optional<QuantizeSpec> quantize;

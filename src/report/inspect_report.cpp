@@ -159,7 +159,7 @@ void print_plan_lines(const InspectReport& r, std::ostream& out) {
                 << human_bytes(y->received_bytes_max) << " (mean " << human_bytes(y->received_bytes_mean) << "; at most "
                 << y->entries_max << " tensors, mean " << std::setprecision(1) << y->entries_mean << std::setprecision(3)
                 << "); readers " << y->readers_seconds << " s, route " << y->route_seconds << " s, decode "
-                << y->decode_seconds << " s (merges all-gather today)\n";
+                << y->decode_seconds << " s (a model of the exchange; merges route FSDP DTensor saves only)\n";
         out << "rank inputs  each rank opens at most " << x->input_files_max << " input files (mean " << std::setprecision(1)
             << x->input_files_mean << "; " << x->rank_file_opens << " (rank, file) opens in all)\n";
     }

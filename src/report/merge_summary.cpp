@@ -16,7 +16,8 @@ nlohmann::ordered_json rank_record_json(const RankMergeRecord& r) {
         {"commit_s", r.commit_seconds},
         {"bytes_read", s.bytes_read}, {"bytes_written", s.bytes_written},
         {"bytes_kept_from_earlier_run", s.bytes_skipped}, {"reads", s.reads},
-        {"peak_rss_bytes", r.peak_rss_bytes}};
+        {"peak_rss_bytes", r.peak_rss_bytes}, {"planning", r.planning}, {"entries_received", r.entries_received}};
+    if (!r.planning_note.empty()) j["planning_note"] = r.planning_note;
     if (!s.quantization_error.empty()) {
         nlohmann::ordered_json errors = nlohmann::ordered_json::object();
         for (const auto& [kind, e] : s.quantization_error) errors[kind] = {e.sum, e.max, e.count};

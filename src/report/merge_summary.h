@@ -20,6 +20,11 @@ struct RankMergeRecord {
     double scan_seconds = 0, map_seconds = 0, plan_seconds = 0, copy_seconds = 0, commit_seconds = 0;
     CopyStats stats;
     uint64_t peak_rss_bytes = 0;
+    // How the rank planned ("routed" or "all-gather"), why not routed where that was tried, and
+    // the scanned entries it received.
+    std::string planning = "all-gather";
+    std::string planning_note;
+    uint64_t entries_received = 0;
 };
 
 // The record as one rank sends it to rank 0 (the per_rank entries of --log_json).

@@ -5,6 +5,10 @@
 // factors read (worked out here from the mapping, copy by copy), each once, as scanned, and
 // prints a line saying what it received. Exit 0 when every rank's check holds.
 //   scan_routing_check --local_dir DIR [other inspect options]
+// With --routed_merge first: the merge's own routed planning (load_inputs of a merge, routed_fsdp_merge.h)
+// instead of routing here: each rank must have planned routed and hold, as its mapping's sources,
+// exactly the records its share reads in the all-gather's mapping, each once.
+//   scan_routing_check --routed_merge --local_dir DIR [other inspect options]
 #include <mpi.h>
 
 #include <cstdio>
@@ -90,6 +94,41 @@ int check_rank(Comm& comm, const Options& o) {
     return problems;
 }
 
+// The merge's routed planning on this rank against the all-gather's mapping; returns the
+// problems found (0: all well).
+int check_routed_merge(Comm& comm, Options o) {
+    const MergeInputs gathered = load_inputs(o, comm);  // inspect: the all-gather
+    o.command = "merge";
+    const MergeInputs routed = load_inputs(o, comm);
+    const std::vector<OutputTensor>& tensors = gathered.mapping().tensors;
+    const auto work = plan_rank_work(tensors, plan_safetensors_layout(tensors, o.output.max_shard_size), comm.size());
+    const std::map<Record, StorageRef> expected = records_read(gathered.mapping(), work[comm.rank()]);
+    int problems = 0;
+    if (routed.planning != "routed") {
+        std::fprintf(stderr, "rank %d planned %s: %s\n", comm.rank(), routed.planning.c_str(), routed.planning_note.c_str());
+        ++problems;
+    }
+    std::map<Record, int> held;
+    for (const TensorRef& source : routed.mapping().sources) ++held[{source.storage.file, source.storage.byte_offset}];
+    for (const auto& [record, count] : held)
+        if (count != 1 || !expected.count(record)) {
+            std::fprintf(stderr, "rank %d holds the record at byte %llu of %s %d times; its share reads it %s\n",
+                         comm.rank(), static_cast<unsigned long long>(record.second), record.first.c_str(), count,
+                         expected.count(record) ? "once" : "not at all");
+            ++problems;
+        }
+    for (const auto& [record, _] : expected)
+        if (!held.count(record)) {
+            std::fprintf(stderr, "rank %d did not receive the record at byte %llu of %s\n", comm.rank(),
+                         static_cast<unsigned long long>(record.second), record.first.c_str());
+            ++problems;
+        }
+    std::printf("rank %d: routed merge, %zu row ranges read %zu records; received %zu entries (the all-gather: %zu)%s\n",
+                comm.rank(), work[comm.rank()].size(), expected.size(), routed.entries_received,
+                gathered.entries_received, problems ? "" : ": ok");
+    return problems;
+}
+
 }  // namespace
 }  // namespace vmerge
 
@@ -99,10 +138,12 @@ int main(int argc, char** argv) {
     {
         vmerge::MpiComm comm(MPI_COMM_WORLD);
         std::vector<const char*> args{"vmerge-mpi", "inspect"};
-        for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+        const bool routed_merge = argc > 1 && std::string(argv[1]) == "--routed_merge";
+        for (int i = routed_merge ? 2 : 1; i < argc; ++i) args.push_back(argv[i]);
         try {
             const auto options = vmerge::parse_command_line(static_cast<int>(args.size()), args.data(), false);
-            problems = options ? vmerge::check_rank(comm, *options) : 1;
+            if (!options) problems = 1;
+            else problems = routed_merge ? vmerge::check_routed_merge(comm, *options) : vmerge::check_rank(comm, *options);
         } catch (const std::exception& e) {
             std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
             comm.abort(1);

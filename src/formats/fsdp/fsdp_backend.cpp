@@ -31,6 +31,16 @@ std::string rank_file_name(int world, int rank) {
 // Adds the copies of one rank's shard of a DTensor.
 void add_dtensor_copies(OutputTensor& out, uint32_t source, const TensorRef& shard,
                         const std::string& where) {
+    for (BoxCopy& copy : dtensor_shard_boxes(shard, where)) {
+        copy.source = source;
+        out.copies.push_back(std::move(copy));
+    }
+}
+
+}  // namespace
+
+std::vector<BoxCopy> dtensor_shard_boxes(const TensorRef& shard, const std::string& where) {
+    std::vector<BoxCopy> boxes;
     const auto runs = dtensor_runs(*shard.dtensor, where);
     for (size_t d = 0; d < runs.size(); ++d) {
         int64_t held = 0;
@@ -42,29 +52,26 @@ void add_dtensor_copies(OutputTensor& out, uint32_t source, const TensorRef& sha
     }
     // Every combination of one run per dim is one box.
     std::vector<size_t> index(runs.size(), 0);
-    if (numel(shard.shape) == 0) return;
+    if (numel(shard.shape) == 0) return boxes;
     while (true) {
         BoxCopy copy;
-        copy.source = source;
         for (size_t d = 0; d < runs.size(); ++d) {
             const DimRun& r = runs[d][index[d]];
             copy.src_start.push_back(r.local);
             copy.dst_start.push_back(r.global);
             copy.extent.push_back(r.length);
         }
-        out.copies.push_back(std::move(copy));
+        boxes.push_back(std::move(copy));
         size_t d = runs.size();
         while (d > 0) {
             --d;
             if (++index[d] < runs[d].size()) break;
             index[d] = 0;
-            if (d == 0) return;
+            if (d == 0) return boxes;
         }
-        if (runs.empty()) return;
+        if (runs.empty()) return boxes;
     }
 }
-
-}  // namespace
 
 std::string fsdp_model_name(const std::string& key) {
     std::string name = key;

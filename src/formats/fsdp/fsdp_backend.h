@@ -24,6 +24,11 @@ FsdpCheckpoint discover_fsdp(const std::string& dir);
 // `_checkpoint_wrapped_module.`, torch.compile's `_orig_mod.`) and a leading DDP `module.` removed.
 std::string fsdp_model_name(const std::string& key);
 
+// The boxes one rank's shard of a DTensor holds (source 0): src_start in the shard, dst_start
+// in the global tensor; none for an empty shard. An Error naming `where` when the shard's shape
+// is not what its placements give.
+std::vector<BoxCopy> dtensor_shard_boxes(const TensorRef& shard, const std::string& where);
+
 // FSDP merge rules: each DTensor shard lands where its placements put it (replicas read
 // once, and dropped as such in `ledger`), plain tensors are concatenated on dim 0 in rank
 // order. `files[r]` is rank r's scan. Output names are fsdp_model_name of the keys; two keys
