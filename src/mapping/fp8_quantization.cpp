@@ -26,6 +26,7 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
     weight.copies = std::move(t.copies);
     weight.zero_fill = t.zero_fill;
     weight.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
+    weight.source_scales = t.source_scales;  // and a block-FP8 source is dequantized first
     weight.quantize_from = t.dtype;
     // A block scale needs its whole 128-row stripe: ranks and blocks start on stripes.
     weight.row_align = block ? kBlock : 1;

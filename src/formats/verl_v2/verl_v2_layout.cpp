@@ -250,7 +250,7 @@ public:
             return;
         }
         if (!d.lora_adapter_dir.empty()) map_adapter_export(d, m);
-        else m.mapping = map_hf_safetensors(d.weights_dir);
+        else m.mapping = map_hf_safetensors(d.weights_dir, &m.notes);
     }
 };
 
