@@ -53,6 +53,9 @@ struct OutputTensor {
     // A block-quantized source (block FP8 codes): the assembled codes are dequantized with
     // TensorMapping::source_scales[*source_scales] before anything else sees the rows.
     std::optional<size_t> source_scales;
+    // A quantized source tensor written as it is (block-FP8 pass-through): codes or scales, not
+    // a tensor in the model dtype.
+    bool quantized_as_stored = false;
     // Part of the extracted PEFT adapter (lora_adapter/adapter_model.safetensors), not the model.
     bool adapter = false;
     // The HF architecture keeps it in float32 whatever the model dtype (an architecture table's

@@ -87,7 +87,7 @@ std::optional<DType> weights_dtype(const TensorMapping& mapping) {
     std::optional<DType> found;
     for (const auto& t : mapping.tensors) {
         // FP8 codes and F32 block or global scales are not the model dtype config.json states.
-        if (t.adapter || !is_floating(t.dtype) || t.role == OutputTensor::Role::QuantPacked ||
+        if (t.adapter || !is_floating(t.dtype) || t.quantized_as_stored || t.role == OutputTensor::Role::QuantPacked ||
             t.role == OutputTensor::Role::QuantScale || t.role == OutputTensor::Role::QuantGlobalScale)
             continue;
         if (found && *found != t.dtype) return std::nullopt;
