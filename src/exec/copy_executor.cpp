@@ -557,10 +557,11 @@ void CopyExecutor::assembled_to_floats(const OutputTensor& t, int64_t row, int64
     const SourceScales& s = mapping_.source_scales.at(*t.source_scales);
     const std::vector<float>& grid = source_scale_grid(*t.source_scales);
     dequantize_block_fp8(assembled, row, end, cols, grid.data(), s.scales.shape[1], s.block_rows, s.block_cols, out);
-    // The weight as transformers loads it (dequantized, then in the model dtype): what a LoRA
-    // update is folded into and what a quantizer starts from. A plain copy rounds the same way.
+    // A LoRA update is folded into the weight as transformers loads it (dequantized, then in the
+    // model dtype), as PEFT folds it. Without a fold the writer's cast (or the quantizer's
+    // rounding to the model dtype) is that one rounding.
     const DType model = t.role == OutputTensor::Role::QuantPacked ? t.quantize_from : t.dtype;
-    if (model != DType::F32 && can_cast(DType::F32, model))
+    if (t.lora_delta && model != DType::F32 && can_cast(DType::F32, model))
         round_through(out, DType::F32, model, out, static_cast<size_t>((end - row) * cols));
 }
 
