@@ -556,7 +556,8 @@ void CopyExecutor::assembled_to_floats(const OutputTensor& t, int64_t row, int64
     }
     const SourceScales& s = mapping_.source_scales.at(*t.source_scales);
     const std::vector<float>& grid = source_scale_grid(*t.source_scales);
-    dequantize_block_fp8(assembled, row, end, cols, grid.data(), s.scales.shape[1], s.block_rows, s.block_cols, out);
+    const int64_t scale_cols = (cols + s.block_cols - 1) / s.block_cols;
+    dequantize_block_fp8(assembled, row, end, cols, grid.data(), scale_cols, s.block_rows, s.block_cols, out);
     // A LoRA update is folded into the weight as transformers loads it (dequantized, then in the
     // model dtype), as PEFT folds it. Without a fold the writer's cast (or the quantizer's
     // rounding to the model dtype) is that one rounding.
@@ -571,13 +572,13 @@ const std::vector<float>& CopyExecutor::source_scale_grid(size_t index) {
     if (source_scales_for_ == index) return source_scale_values_;
     const OutputTensor& scales = mapping_.source_scales.at(index).scales;
     std::vector<unsigned char> raw(static_cast<size_t>(numel(scales.shape)) * element_size(scales.source_dtype));
-    assemble(scales, 0, scales.shape[0], raw.data());
+    assemble(scales, 0, scales.shape.empty() ? 1 : scales.shape[0], raw.data());
     source_scale_values_.resize(static_cast<size_t>(numel(scales.shape)));
     cast_elements(raw.data(), scales.source_dtype, source_scale_values_.data(), DType::F32, source_scale_values_.size());
     for (size_t i = 0; i < source_scale_values_.size(); ++i) {
         const float v = source_scale_values_[i];
         if (std::isfinite(v) && v >= 0) continue;
-        const int64_t cols = scales.shape[1];
+        const int64_t cols = scales.shape.size() == 2 ? scales.shape[1] : 1;
         throw Error(scales.name + ": row " + std::to_string(static_cast<int64_t>(i) / cols) + ", column " +
                     std::to_string(static_cast<int64_t>(i) % cols) + " is " + std::to_string(v) +
                     "; a block-FP8 scale must be finite and not negative (the file is damaged)");

@@ -48,21 +48,26 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
     return {std::move(weight), std::move(scale)};
 }
 
-// A block-FP8 source weight in vmerge's own blocks, with no LoRA update to fold: written as it
+// An FP8 source weight already in the output scheme, with no LoRA update to fold: written as it
 // is, codes and scales bit for bit, instead of dequantized and quantized again (which would round
-// through the model dtype and could move a scale). Returns the weight and its scale, or nothing.
+// through the model dtype and could move a scale). Block FP8: 128x128 blocks with float32 scales;
+// FP8_DYNAMIC: one scale per row in the model dtype. Returns the weight and its scale, or nothing.
 std::optional<std::pair<OutputTensor, OutputTensor>> passed_through(const TensorMapping& mapping, const OutputTensor& t,
-                                                                   const std::string& module) {
+                                                                   const std::string& module, QuantScheme scheme) {
     if (!t.source_scales || t.lora_delta) return std::nullopt;
     const SourceScales& source = mapping.source_scales.at(*t.source_scales);
-    if (source.block_rows != kBlock || source.block_cols != kBlock || source.scales.source_dtype != DType::F32)
-        return std::nullopt;
+    const bool block = scheme == QuantScheme::Fp8Block;
+    const bool same = block ? source.block_rows == kBlock && source.block_cols == kBlock &&
+                                  source.scales.source_dtype == DType::F32
+                            : source.block_rows == 1 && source.block_cols == t.shape[1] &&
+                                  source.scales.shape == Shape{t.shape[0], 1} && source.scales.source_dtype == t.dtype;
+    if (!same) return std::nullopt;
     OutputTensor weight = t;
     weight.source_scales.reset();
     weight.dtype = DType::F8_E4M3;
     weight.quantized_as_stored = true;
     OutputTensor scale = source.scales;
-    scale.name = module + ".weight_scale_inv";
+    scale.name = module + (block ? ".weight_scale_inv" : ".weight_scale");
     scale.quantized_as_stored = true;
     return std::pair{std::move(weight), std::move(scale)};
 }
@@ -147,14 +152,13 @@ QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpe
             throw Error(t.name + " is written as " + std::string(torch_name(t.dtype)) + "; --quantize=" +
                         quant_scheme_name(spec.scheme) + " quantizes bfloat16, float16 or float32 weights (--dtype)");
         quantized_linears.push_back({module, t.shape[0], t.shape[1]});
-        if (spec.scheme == QuantScheme::Fp8Block)
-            if (auto kept = passed_through(mapping, t, module)) {
-                ++plan.passed_through;
-                plan.bytes_after += kept->first.nbytes() + kept->second.nbytes();
-                out.push_back(std::move(kept->first));
-                out.push_back(std::move(kept->second));
-                continue;
-            }
+        if (auto kept = passed_through(mapping, t, module, spec.scheme)) {
+            ++plan.passed_through;
+            plan.bytes_after += kept->first.nbytes() + kept->second.nbytes();
+            out.push_back(std::move(kept->first));
+            out.push_back(std::move(kept->second));
+            continue;
+        }
         auto [weight, scale] = fp8_tensors(t, module, spec.scheme);
         weight.scale_tensor = out.size() + 1;
         plan.bytes_after += weight.nbytes() + scale.nbytes();
@@ -164,8 +168,9 @@ QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpe
     experts.check();
     mapping.tensors = std::move(out);
     if (plan.passed_through)
-        plan.notes.push_back(std::to_string(plan.passed_through) + " block-FP8 source weights written as they are "
-                             "(codes and weight_scale_inv bit for bit: the source is already in 128x128 block FP8)");
+        plan.notes.push_back(std::to_string(plan.passed_through) + " FP8 source weights written as they are (codes and "
+                             "scales bit for bit: the source is already in the --quantize=" +
+                             quant_scheme_name(spec.scheme) + " scheme)");
     if (selection.widened)
         plan.notes.push_back(std::to_string(selection.widened) + " Linear modules left unquantized with the rest of their "
                              "fused group (vLLM loads q/k/v and gate/up as one layer, all FP8 or none), e.g. " +

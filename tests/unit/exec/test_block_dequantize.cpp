@@ -43,6 +43,24 @@ TEST(BlockDequantize, RowsFromTheMiddleUseTheirOwnScaleRowsAndNanStaysNan) {
     EXPECT_TRUE(std::signbit(out[3]));
 }
 
+TEST(BlockDequantize, EveryCodeIsItsE4m3fnValue) {
+    // All 256 codes at scale 1 against the format's definition: (8 + m)·2^(e − 10), m·2^−9 when e = 0.
+    std::vector<uint8_t> codes(256);
+    for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+    std::vector<float> out(256);
+    const float one = 1.0f;
+    dequantize_block_fp8(codes.data(), 0, 1, 256, &one, 1, 1, 256, out.data());
+    for (int c = 0; c < 256; ++c) {
+        const int e = (c >> 3) & 15, m = c & 7;
+        if ((c & 0x7F) == 0x7F) {
+            EXPECT_TRUE(std::isnan(out[c])) << c;
+            continue;
+        }
+        const float magnitude = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(8.0f + m, e - 10);
+        EXPECT_EQ(out[c], (c & 0x80) ? -magnitude : magnitude) << c;
+    }
+}
+
 TEST(BlockDequantize, TheProductIsOneFloat32Rounding) {
     // 1.125 · (1 + 2^-23) is not a float: it rounds once, to nearest even.
     const float scale = std::nextafter(1.0f, 2.0f);

@@ -105,6 +105,36 @@ TEST(QuantizedSources, MissingOrMisshapedScalesAreErrors) {
               std::string::npos);
 }
 
+TEST(QuantizedSources, CompressedTensorsFp8ChannelScalesCoverOneRowEach) {
+    SourceQuantization q;
+    q.config_path = "hf/config.json";
+    q.quant_method = "compressed-tensors";
+    q.compressed_fp8_strategy = "channel";
+    TensorMapping m;
+    add(m, "model.layers.0.self_attn.o_proj.weight", DType::F8_E4M3, {128, 256});
+    add(m, "model.layers.0.self_attn.o_proj.weight_scale", DType::BF16, {128, 1});
+    attach_source_scales(m, q);
+    ASSERT_EQ(m.tensors.size(), 1u);
+    const SourceScales& s = m.source_scales.at(*m.tensors[0].source_scales);
+    EXPECT_EQ(s.block_rows, 1);
+    EXPECT_EQ(s.block_cols, 256);
+
+    TensorMapping per_tensor;
+    q.compressed_fp8_strategy = "tensor";
+    add(per_tensor, "model.layers.0.self_attn.o_proj.weight", DType::F8_E4M3, {128, 256});
+    add(per_tensor, "model.layers.0.self_attn.o_proj.weight_scale", DType::F32, {1});
+    attach_source_scales(per_tensor, q);
+    const SourceScales& t = per_tensor.source_scales.at(*per_tensor.tensors[0].source_scales);
+    EXPECT_EQ(t.block_rows, 128);
+    EXPECT_EQ(t.block_cols, 256);
+
+    TensorMapping wrong;
+    q.compressed_fp8_strategy = "channel";
+    add(wrong, "model.layers.0.self_attn.o_proj.weight", DType::F8_E4M3, {128, 256});
+    add(wrong, "model.layers.0.self_attn.o_proj.weight_scale", DType::BF16, {1, 128});
+    EXPECT_NE(error_of(wrong, q).find("o_proj.weight_scale: shape [1, 128], expected [128, 1]"), std::string::npos);
+}
+
 TEST(QuantizedSources, AConfigWithoutQuantizedTensorsChangesNothing) {
     // A model trained in bf16 from an FP8 release keeps the release's quantization_config.
     TensorMapping m;
