@@ -579,7 +579,8 @@ const std::vector<float>& CopyExecutor::source_scale_grid(size_t index) {
         const float v = source_scale_values_[i];
         if (std::isfinite(v) && v >= 0) continue;
         const int64_t cols = scales.shape.size() == 2 ? scales.shape[1] : 1;
-        throw Error(scales.name + ": row " + std::to_string(static_cast<int64_t>(i) / cols) + ", column " +
+        // An input value: every rerun meets it again, so the staged output is discarded (InputValueError).
+        throw InputValueError(scales.name + ": row " + std::to_string(static_cast<int64_t>(i) / cols) + ", column " +
                     std::to_string(static_cast<int64_t>(i) % cols) + " is " + std::to_string(v) +
                     "; a block-FP8 scale must be finite and not negative (the file is damaged)");
     }
