@@ -91,11 +91,38 @@ void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef
 
 void append_mapping(TensorMapping& to, const TensorMapping& from) {
     const uint32_t offset = static_cast<uint32_t>(to.sources.size());
+    const size_t scales_offset = to.source_scales.size();
     to.sources.insert(to.sources.end(), from.sources.begin(), from.sources.end());
+    for (SourceScales s : from.source_scales) {
+        for (auto& c : s.scales.copies) c.source += offset;
+        to.source_scales.push_back(std::move(s));
+    }
     for (OutputTensor t : from.tensors) {
         for (auto& c : t.copies) c.source += offset;
+        if (t.source_scales) *t.source_scales += scales_offset;
         to.tensors.push_back(std::move(t));
     }
+}
+
+std::vector<const OutputTensor*> side_inputs(const TensorMapping& mapping, const OutputTensor& t) {
+    std::vector<const OutputTensor*> inputs;
+    if (t.lora_delta) {
+        const LoraDelta& d = mapping.lora_deltas.at(*t.lora_delta);
+        inputs.push_back(&d.a);
+        inputs.push_back(&d.b);
+    }
+    if (t.source_scales) inputs.push_back(&mapping.source_scales.at(*t.source_scales).scales);
+    return inputs;
+}
+
+std::vector<const OutputTensor*> all_side_inputs(const TensorMapping& mapping) {
+    std::vector<const OutputTensor*> inputs;
+    for (const LoraDelta& d : mapping.lora_deltas) {
+        inputs.push_back(&d.a);
+        inputs.push_back(&d.b);
+    }
+    for (const SourceScales& s : mapping.source_scales) inputs.push_back(&s.scales);
+    return inputs;
 }
 
 }  // namespace vmerge

@@ -50,6 +50,12 @@ struct OutputTensor {
     std::vector<unsigned char> constant;  // Constant: the bytes
     // A LoRA merge adds TensorMapping::lora_deltas[*lora_delta] to the assembled rows (lora.h).
     std::optional<size_t> lora_delta;
+    // A block-quantized source (block FP8 codes): the assembled codes are dequantized with
+    // TensorMapping::source_scales[*source_scales] before anything else sees the rows.
+    std::optional<size_t> source_scales;
+    // A quantized source tensor written as it is (block-FP8 pass-through): codes or scales, not
+    // a tensor in the model dtype.
+    bool quantized_as_stored = false;
     // Part of the extracted PEFT adapter (lora_adapter/adapter_model.safetensors), not the model.
     bool adapter = false;
     // The HF architecture keeps it in float32 whatever the model dtype (an architecture table's
@@ -76,11 +82,26 @@ struct LoraDelta {
     double scale = 0;
 };
 
+// The scales of a block-FP8 source weight [out, in] (DeepSeek-V3's `weight_scale_inv`): element
+// (r, c) of the weight is float32(code) · scales[r / block_rows][c / block_cols], computed in
+// float32 as transformers dequantizes it; the grid is ceil-sized, so edge blocks may be partial.
+struct SourceScales {
+    OutputTensor scales;  // F32 [ceil(out / block_rows), ceil(in / block_cols)], assembled whole
+    int64_t block_rows = 128;
+    int64_t block_cols = 128;
+};
+
 struct TensorMapping {
     std::vector<TensorRef> sources;
     std::vector<OutputTensor> tensors;  // in output (state dict) order
     std::vector<LoraDelta> lora_deltas;
+    std::vector<SourceScales> source_scales;
 };
+
+// The small tensors read whole beside `t`'s own rows: its LoRA factors and its source scales.
+std::vector<const OutputTensor*> side_inputs(const TensorMapping& mapping, const OutputTensor& t);
+// Those of every tensor of the mapping.
+std::vector<const OutputTensor*> all_side_inputs(const TensorMapping& mapping);
 
 // `from`'s tensors after `to`'s, their copies pointing at `from`'s sources appended to `to`'s
 // (an adapter beside the base model it was trained on).

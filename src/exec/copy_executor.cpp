@@ -3,6 +3,7 @@
 #include <bit>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -17,6 +18,7 @@
 #include "exec/fp4_quantize.h"
 #include "exec/fp8_quantize.h"
 #include "exec/int_quantize.h"
+#include "exec/block_dequantize.h"
 #include "exec/lora_kernel.h"
 #include "exec/strided_copy.h"
 #include "core/stopwatch.h"
@@ -195,8 +197,11 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
 }
 
 // The blocks run() cuts `t` into.
+// Rows that go through float32 before the cast: a LoRA fold or a block-FP8 source's dequantization.
+bool in_float32(const OutputTensor& t) { return t.lora_delta.has_value() || t.source_scales.has_value(); }
+
 BlockSizing sizing_of(const OutputTensor& t, uint64_t max_memory) {
-    return block_sizing(t, t.role == OutputTensor::Role::QuantPacked, t.lora_delta.has_value(), max_memory);
+    return block_sizing(t, t.role == OutputTensor::Role::QuantPacked, in_float32(t), max_memory);
 }
 
 }  // namespace
@@ -204,7 +209,7 @@ BlockSizing sizing_of(const OutputTensor& t, uint64_t max_memory) {
 void check_blocks_fit(const TensorMapping& mapping, uint64_t max_memory, bool quantizing) {
     for (const OutputTensor& t : mapping.tensors) {
         const bool quantized = quantizing && t.role == OutputTensor::Role::QuantPacked;
-        const BlockSizing s = block_sizing(t, quantized, t.lora_delta.has_value(), max_memory);
+        const BlockSizing s = block_sizing(t, quantized, in_float32(t), max_memory);
         const uint64_t smallest = s.per_row * static_cast<uint64_t>(s.align);
         if (s.align > 1 && smallest > max_memory)
             throw Error(t.name + ": its smallest block (" + std::to_string(s.align) + " rows: " + human_bytes(smallest) +
@@ -382,25 +387,26 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t rows = static_cast<size_t>(end - row);
     const uint64_t src_row = row_bytes(t) / element_size(t.dtype) * element_size(t.source_dtype);
+    const bool floats = in_float32(t);
     // An fp32 source is assembled straight into the buffer the update is added to (no copy).
-    const bool fold_in_place = lora && t.source_dtype == DType::F32;
-    std::vector<unsigned char>& assembled = lora && !fold_in_place ? block_ : out_;
+    const bool fold_in_place = lora && !t.source_scales && t.source_dtype == DType::F32;
+    std::vector<unsigned char>& assembled = floats && !fold_in_place ? block_ : out_;
     assembled.resize(rows * src_row);
     if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);
     // The writer thread casts from `cast.first`; a block it need not cast is hashed here.
-    const std::pair cast{lora ? DType::F32 : t.source_dtype, t.dtype};
+    const std::pair cast{floats ? DType::F32 : t.source_dtype, t.dtype};
     const bool hashing = hash_blocks_ && cast.first == cast.second;
-    if (hashing && !lora) block_hash_.begin(assembled.data(), assembled.size());
+    if (hashing && !floats) block_hash_.begin(assembled.data(), assembled.size());
     assemble(t, row, end, assembled.data());
     if (next) prefetch(*next);
-    if (lora) {
+    if (floats) {
         const auto start = Clock::now();
         const size_t count = rows * static_cast<size_t>(t.shape[1]);
         out_.resize(count * sizeof(float));
         float* merged = reinterpret_cast<float*>(out_.data());
-        if (!fold_in_place) cast_elements(block_.data(), t.source_dtype, merged, DType::F32, count);
-        fold_lora(merged, t, row, end, *lora);
-        stats_.lora_seconds += seconds_since(start);
+        if (!fold_in_place) assembled_to_floats(t, row, end, block_.data(), merged);
+        if (lora) fold_lora(merged, t, row, end, *lora);
+        (lora ? stats_.lora_seconds : stats_.cast_seconds) += seconds_since(start);
         if (hashing) block_hash_.begin(out_.data(), out_.size());  // the merged values, hashed whole
     }
     std::optional<uint64_t> hash;
@@ -419,9 +425,9 @@ void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int
                                    const LoraFactors* lora) {
     const size_t count = static_cast<size_t>(end - row) * static_cast<size_t>(t.source_shape[1]);
     floats_.resize(count);
-    if (lora) {
-        cast_elements(block_.data(), t.source_dtype, floats_.data(), DType::F32, count);
-        fold_lora(floats_.data(), t, row, end, *lora);
+    if (lora || t.source_scales) {
+        assembled_to_floats(t, row, end, block_.data(), floats_.data());
+        if (lora) fold_lora(floats_.data(), t, row, end, *lora);
         round_through(floats_.data(), DType::F32, model_dtype, floats_.data(), count);
     } else {
         round_through(block_.data(), t.source_dtype, model_dtype, floats_.data(), count);
@@ -537,6 +543,49 @@ void CopyExecutor::fold_lora(float* merged, const OutputTensor& t, int64_t row, 
     require_finite(merged, rows, cols, cols, {weight, row, WeightUse::LoraBase});
     add_lora_delta(merged, row, end, lora, threads_);
     require_finite(merged, rows, cols, cols, {weight, row, WeightUse::LoraResult});
+}
+
+// Rows [row, end) of `t` as assembled (its source dtype) to float32: block-FP8 codes dequantized
+// with their scales, anything else cast exactly.
+void CopyExecutor::assembled_to_floats(const OutputTensor& t, int64_t row, int64_t end, const unsigned char* assembled,
+                                       float* out) {
+    const int64_t cols = t.assembled_shape()[1];
+    if (!t.source_scales) {
+        cast_elements(assembled, t.source_dtype, out, DType::F32, static_cast<size_t>((end - row) * cols));
+        return;
+    }
+    const SourceScales& s = mapping_.source_scales.at(*t.source_scales);
+    const std::vector<float>& grid = source_scale_grid(*t.source_scales);
+    const int64_t scale_cols = (cols + s.block_cols - 1) / s.block_cols;
+    dequantize_block_fp8(assembled, row, end, cols, grid.data(), scale_cols, s.block_rows, s.block_cols, out);
+    // A LoRA update is folded into the weight as transformers loads it (dequantized, then in the
+    // model dtype), as PEFT folds it. Without a fold the writer's cast (or the quantizer's
+    // rounding to the model dtype) is that one rounding.
+    const DType model = t.role == OutputTensor::Role::QuantPacked ? t.quantize_from : t.dtype;
+    if (t.lora_delta && model != DType::F32 && can_cast(DType::F32, model))
+        round_through(out, DType::F32, model, out, static_cast<size_t>((end - row) * cols));
+}
+
+// The float32 scale grid of a block-FP8 source, read whole once and kept while its rows run.
+// A non-finite or negative scale is refused: it is a damaged file, not a weight.
+const std::vector<float>& CopyExecutor::source_scale_grid(size_t index) {
+    if (source_scales_for_ == index) return source_scale_values_;
+    const OutputTensor& scales = mapping_.source_scales.at(index).scales;
+    std::vector<unsigned char> raw(static_cast<size_t>(numel(scales.shape)) * element_size(scales.source_dtype));
+    assemble(scales, 0, scales.shape.empty() ? 1 : scales.shape[0], raw.data());
+    source_scale_values_.resize(static_cast<size_t>(numel(scales.shape)));
+    cast_elements(raw.data(), scales.source_dtype, source_scale_values_.data(), DType::F32, source_scale_values_.size());
+    for (size_t i = 0; i < source_scale_values_.size(); ++i) {
+        const float v = source_scale_values_[i];
+        if (std::isfinite(v) && v >= 0) continue;
+        const int64_t cols = scales.shape.size() == 2 ? scales.shape[1] : 1;
+        // An input value: every rerun meets it again, so the staged output is discarded (InputValueError).
+        throw InputValueError(scales.name + ": row " + std::to_string(static_cast<int64_t>(i) / cols) + ", column " +
+                    std::to_string(static_cast<int64_t>(i) % cols) + " is " + std::to_string(v) +
+                    "; a block-FP8 scale must be finite and not negative (the file is damaged)");
+    }
+    source_scales_for_ = index;
+    return source_scale_values_;
 }
 
 const LoraFactors& CopyExecutor::lora_factors(size_t delta) {

@@ -82,6 +82,8 @@ private:
     const SourceReader& open(const std::string& file);
     // The fp32 factors of one LoRA update; kept while the blocks of its weight run.
     const LoraFactors& lora_factors(size_t delta);
+    void assembled_to_floats(const OutputTensor& t, int64_t row, int64_t end, const unsigned char* assembled, float* out);
+    const std::vector<float>& source_scale_grid(size_t index);
     void fold_lora(float* merged, const OutputTensor& t, int64_t row, int64_t end, const LoraFactors& lora);
     bool already_written(size_t tensor, const OutputTensor& t, int64_t row, int64_t end, int64_t align,
                          const SkipBlock& skip) const;
@@ -130,6 +132,8 @@ private:
     std::vector<iovec> pieces_, scattered_;  // read_rows_into's places in the block
     std::map<size_t, float> global_scales_;  // by the first Packed tensor of a global_scale_group
     std::optional<size_t> lora_factors_for_;
+    std::optional<size_t> source_scales_for_;  // source_scale_grid's cache
+    std::vector<float> source_scale_values_;
     LoraFactors lora_factors_;
     CopyStats stats_;
     RecordCrcLedger crcs_;

@@ -140,10 +140,7 @@ SourceAccount SourceLedger::settle(const TensorMapping& mapping) const {
         }
     };
     for (const OutputTensor& t : mapping.tensors) mark(t);
-    for (const LoraDelta& d : mapping.lora_deltas) {
-        mark(d.a);
-        mark(d.b);
-    }
+    for (const OutputTensor* side : all_side_inputs(mapping)) mark(*side);
     SourceAccount account;
     // The message text is built only for the few examples kept per reason.
     auto count_drop = [&](DropReason reason, const auto& place) {

@@ -251,7 +251,7 @@ void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, c
             kept.push_back(std::move(t));
             continue;
         }
-        if (t.lora_delta || t.role != OutputTensor::Role::Plain || t.zero_fill)
+        if (t.lora_delta || t.source_scales || t.role != OutputTensor::Role::Plain || t.zero_fill)
             throw Error(table.file + ": rule " + std::to_string(rule.index) + " (from '" + rule.from + "'): " + t.name +
                         " carries a LoRA delta or is quantized or padded, and cannot be regrouped");
         for (OutputTensor& o : apply_rule(t, *match, table, config, mapping.sources)) {

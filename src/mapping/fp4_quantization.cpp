@@ -48,6 +48,7 @@ std::vector<OutputTensor> fp4_tensors(OutputTensor& t, const std::string& module
     packed.copies = std::move(t.copies);
     packed.zero_fill = t.zero_fill;
     packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
+    packed.source_scales = t.source_scales;  // and a block-FP8 source is dequantized first
     packed.quantize_from = t.dtype;
 
     OutputTensor scale;

@@ -1,6 +1,8 @@
 #include "mapping/fp8_quantization.h"
 
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "core/text_pattern.h"
@@ -26,6 +28,7 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
     weight.copies = std::move(t.copies);
     weight.zero_fill = t.zero_fill;
     weight.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
+    weight.source_scales = t.source_scales;  // and a block-FP8 source is dequantized first
     weight.quantize_from = t.dtype;
     // A block scale needs its whole 128-row stripe: ranks and blocks start on stripes.
     weight.row_align = block ? kBlock : 1;
@@ -43,6 +46,30 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
         scale.shape = {rows, 1};
     }
     return {std::move(weight), std::move(scale)};
+}
+
+// An FP8 source weight already in the output scheme, with no LoRA update to fold: written as it
+// is, codes and scales bit for bit, instead of dequantized and quantized again (which would round
+// through the model dtype and could move a scale). Block FP8: 128x128 blocks with float32 scales;
+// FP8_DYNAMIC: one scale per row in the model dtype. Returns the weight and its scale, or nothing.
+std::optional<std::pair<OutputTensor, OutputTensor>> passed_through(const TensorMapping& mapping, const OutputTensor& t,
+                                                                   const std::string& module, QuantScheme scheme) {
+    if (!t.source_scales || t.lora_delta) return std::nullopt;
+    const SourceScales& source = mapping.source_scales.at(*t.source_scales);
+    const bool block = scheme == QuantScheme::Fp8Block;
+    const bool same = block ? source.block_rows == kBlock && source.block_cols == kBlock &&
+                                  source.scales.source_dtype == DType::F32
+                            : source.block_rows == 1 && source.block_cols == t.shape[1] &&
+                                  source.scales.shape == Shape{t.shape[0], 1} && source.scales.source_dtype == t.dtype;
+    if (!same) return std::nullopt;
+    OutputTensor weight = t;
+    weight.source_scales.reset();
+    weight.dtype = DType::F8_E4M3;
+    weight.quantized_as_stored = true;
+    OutputTensor scale = source.scales;
+    scale.name = module + (block ? ".weight_scale_inv" : ".weight_scale");
+    scale.quantized_as_stored = true;
+    return std::pair{std::move(weight), std::move(scale)};
 }
 
 // Which candidate modules stay unquantized: the user's, and every part of a fused group one
@@ -125,6 +152,13 @@ QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpe
             throw Error(t.name + " is written as " + std::string(torch_name(t.dtype)) + "; --quantize=" +
                         quant_scheme_name(spec.scheme) + " quantizes bfloat16, float16 or float32 weights (--dtype)");
         quantized_linears.push_back({module, t.shape[0], t.shape[1]});
+        if (auto kept = passed_through(mapping, t, module, spec.scheme)) {
+            ++plan.passed_through;
+            plan.bytes_after += kept->first.nbytes() + kept->second.nbytes();
+            out.push_back(std::move(kept->first));
+            out.push_back(std::move(kept->second));
+            continue;
+        }
         auto [weight, scale] = fp8_tensors(t, module, spec.scheme);
         weight.scale_tensor = out.size() + 1;
         plan.bytes_after += weight.nbytes() + scale.nbytes();
@@ -133,6 +167,10 @@ QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpe
     }
     experts.check();
     mapping.tensors = std::move(out);
+    if (plan.passed_through)
+        plan.notes.push_back(std::to_string(plan.passed_through) + " FP8 source weights written as they are (codes and "
+                             "scales bit for bit: the source is already in the --quantize=" +
+                             quant_scheme_name(spec.scheme) + " scheme)");
     if (selection.widened)
         plan.notes.push_back(std::to_string(selection.widened) + " Linear modules left unquantized with the rest of their "
                              "fused group (vLLM loads q/k/v and gate/up as one layer, all FP8 or none), e.g. " +

@@ -60,13 +60,34 @@ void clear_missing_mtp(nlohmann::ordered_json& config, const TensorMapping& mapp
     *it = 0;
 }
 
+// Whether the output holds quantized weights (FP8 codes, packed integers or their scales).
+bool writes_quantized(const TensorMapping& mapping) {
+    for (const auto& t : mapping.tensors)
+        if (t.role != OutputTensor::Role::Plain && t.role != OutputTensor::Role::Constant) return true;
+        else if (!t.adapter && (t.dtype == DType::F8_E4M3 || t.dtype == DType::F8_E5M2)) return true;
+    return false;
+}
+
+// The source's own quantization_config (a block-FP8 folder read dequantized, or a model trained
+// in bf16 from a quantized release, whose config still says FP8) would make loaders expect
+// quantized tensors the output does not hold.
+void drop_stale_quantization(nlohmann::ordered_json& config, const TensorMapping& mapping, OutputConfig& out) {
+    const auto it = config.find("quantization_config");
+    if (it == config.end() || writes_quantized(mapping)) return;
+    std::string method;
+    if (it->is_object() && it->contains("quant_method") && (*it)["quant_method"].is_string())
+        method = " ('" + (*it)["quant_method"].get<std::string>() + "')";
+    out.notes.push_back("config.json: quantization_config" + method + " removed: the weights are written unquantized");
+    config.erase(it);
+}
+
 }  // namespace
 
 std::optional<DType> weights_dtype(const TensorMapping& mapping) {
     std::optional<DType> found;
     for (const auto& t : mapping.tensors) {
         // FP8 codes and F32 block or global scales are not the model dtype config.json states.
-        if (t.adapter || !is_floating(t.dtype) || t.role == OutputTensor::Role::QuantPacked ||
+        if (t.adapter || !is_floating(t.dtype) || t.quantized_as_stored || t.role == OutputTensor::Role::QuantPacked ||
             t.role == OutputTensor::Role::QuantScale || t.role == OutputTensor::Role::QuantGlobalScale)
             continue;
         if (found && *found != t.dtype) return std::nullopt;
@@ -90,6 +111,7 @@ OutputConfig plan_output_config(const std::string& source_path, const std::strin
     if (tie_word_embeddings) set_tied(config, out);
     clear_missing_mtp(config, mapping, out);
     if (!quantization_config.is_null()) config["quantization_config"] = quantization_config;
+    else drop_stale_quantization(config, mapping, out);
     if (!out.notes.empty() || !quantization_config.is_null()) out.text = config.dump(2) + "\n";
     return out;
 }

@@ -49,8 +49,10 @@ std::vector<std::string> apply_output_rules(TensorMapping& mapping, const HfConf
             ++kept_fp32;
             continue;
         }
-        if (t.source_dtype == *target) continue;
-        if (!can_cast(t.source_dtype, *target))
+        // A block-FP8 source is dequantized to float32 first (block_dequantize.h), then cast.
+        const DType from = t.source_scales ? DType::F32 : t.source_dtype;
+        if (t.source_scales ? t.dtype == *target : t.source_dtype == *target) continue;
+        if (!can_cast(from, *target))
             throw Error(t.name + ": cannot cast " + std::string(torch_name(t.source_dtype)) + " to " +
                         std::string(torch_name(*target)));
         t.dtype = *target;

@@ -130,6 +130,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         packed.copies = std::move(t.copies);
         packed.zero_fill = t.zero_fill;
         packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
+    packed.source_scales = t.source_scales;  // and a block-FP8 source is dequantized first
         packed.quantize_from = t.dtype;
         // Zero points are packed along rows, so a rank or block boundary must not split a word.
         packed.row_align = spec.symmetric ? 1 : per_word;

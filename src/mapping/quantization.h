@@ -57,6 +57,7 @@ struct QuantizationPlan {
     std::vector<std::string> shape_warnings;
     uint64_t bytes_before = 0;
     uint64_t bytes_after = 0;
+    size_t passed_through = 0;  // block-FP8 source weights written as they are (fp8_quantization.h)
 };
 
 // Replaces every quantizable Linear weight `<p>.weight` [out, in] by `<p>.weight_packed`,

@@ -12,11 +12,10 @@ bool feeds_rows(const OutputTensor& t, const BoxCopy& c, const WriteTask& task) 
 
 namespace {
 
-void add_lora_files(const TensorMapping& mapping, const OutputTensor& t, std::set<std::string>& files) {
-    if (!t.lora_delta) return;
-    const LoraDelta& d = mapping.lora_deltas[*t.lora_delta];
-    for (const auto* factor : {&d.a, &d.b})
-        for (const auto& c : factor->copies) files.insert(mapping.sources[c.source].storage.file);
+// The files of its LoRA factors and source scales (read whole).
+void add_side_input_files(const TensorMapping& mapping, const OutputTensor& t, std::set<std::string>& files) {
+    for (const OutputTensor* side : side_inputs(mapping, t))
+        for (const auto& c : side->copies) files.insert(mapping.sources[c.source].storage.file);
 }
 
 }  // namespace
@@ -27,7 +26,7 @@ std::set<std::string> input_files_of(const TensorMapping& mapping, const std::ve
         const OutputTensor& t = mapping.tensors[task.tensor];
         for (const auto& c : t.copies)
             if (feeds_rows(t, c, task)) files.insert(mapping.sources[c.source].storage.file);
-        add_lora_files(mapping, t, files);
+        add_side_input_files(mapping, t, files);
     }
     return files;
 }
@@ -40,10 +39,7 @@ std::set<std::string> input_files_of(const TensorMapping& mapping) {
                 files.insert(mapping.sources[c.source].storage.file);
     };
     for (const auto& t : mapping.tensors) add(t);
-    for (const auto& d : mapping.lora_deltas) {
-        add(d.a);
-        add(d.b);
-    }
+    for (const OutputTensor* side : all_side_inputs(mapping)) add(*side);
     return files;
 }
 

@@ -22,10 +22,8 @@ StorageReaders storage_readers(const TensorMapping& mapping, const std::vector<s
             const OutputTensor& t = mapping.tensors[task.tensor];
             for (const BoxCopy& c : t.copies)
                 if (numel(c.extent) > 0 && feeds_rows(t, c, task)) add_reader(readers, mapping.sources[c.source], r);
-            if (!t.lora_delta) continue;
-            const LoraDelta& delta = mapping.lora_deltas[*t.lora_delta];
-            for (const OutputTensor* factor : {&delta.a, &delta.b})
-                for (const BoxCopy& c : factor->copies) add_reader(readers, mapping.sources[c.source], r);
+            for (const OutputTensor* side : side_inputs(mapping, t))
+                for (const BoxCopy& c : side->copies) add_reader(readers, mapping.sources[c.source], r);
         }
     }
     return readers;

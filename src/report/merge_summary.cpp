@@ -54,7 +54,13 @@ namespace {
 void print_quantization_lines(const MergeSummary& s, const MergeTotals& t, std::ostream& out) {
     const QuantizeSpec& q = *s.quantize;
     out << "vmerge: quantized to " << quantization_description(q) << ": " << human_bytes(s.quantization.bytes_before) << " -> "
-        << human_bytes(s.quantization.bytes_after) << "; |dequantized - original| by kind (mean, max):\n";
+        << human_bytes(s.quantization.bytes_after);
+    // Nothing measured when every quantized weight was a block-FP8 source written as it is.
+    if (t.quantization_error.empty()) {
+        out << "\n";
+        return;
+    }
+    out << "; |dequantized - original| by kind (mean, max):\n";
     for (const auto& [kind, e] : t.quantization_error)
         out << "  " << kind << ": " << std::scientific << std::setprecision(3)
             << (e.count ? e.sum / static_cast<double>(e.count) : 0.0) << ", " << e.max << std::fixed << "\n";

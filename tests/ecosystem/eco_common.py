@@ -160,6 +160,9 @@ def write_case(case_dir, **fields):
       quantized_logits  false: the quantized loads skip the logits check (weights of edge values)
       quantized_load  false: the quantized outputs are only checked against compressed-tensors'
                      quantizer (fp4_oracle), not loaded (MoE models transformers fuses)
+      passthrough_modes  {mode: source file}: a quantized source merged with that mode's flags
+                     (run_case.py QUANT_MODES) must write every tensor of the source file bit for
+                     bit (block FP8 read and written in the same scheme)
       hdf5           true: also merge with --format hdf5 (plain and zstd) and read it with h5py
       extra_oracles  more tensor oracles the plain/extract output must equal, e.g. the producer's
                      own consolidation tool: [{"file": name in oracle/, "what": text for the

@@ -13,6 +13,9 @@ VARIANT (N ranks):
                  "dp": _StridedShard placements
   lora           PEFT LoRA (q/k/v/o/gate/up/down, r 4) on Qwen2 bf16 under FSDP2, full state dict
   lora_only      the same with verl's save_lora_only (only lora_ keys) and the base as an HF folder
+  lora_only_fp8_base  lora_only on a block-FP8 base (every Linear a multiple of 128): the base
+                 folder written by transformers' own Fp8Quantize (gen_quantized_sources.py), the
+                 live model what transformers' from_pretrained dequantizes from it on the CPU
   lora_value_head  a value model: Qwen2ForTokenClassification (num_labels 1) with LoRA on q/k/v/o
                  and modules_to_save=["score"] (PEFT's ModulesToSaveWrapper: score.original_module
                  and score.modules_to_save.default, the trained copy changed so the two differ)
@@ -40,6 +43,7 @@ VARIANTS = {
     "tp2d": ("llama", False, "bfloat16", "bfloat16", (2, 2), ("dp", "tp")),
     "lora": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
     "lora_only": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
+    "lora_only_fp8_base": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
     "lora_value_head": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
 }
 # The value model's head: one label, the Auto class transformers loads it with.
@@ -127,6 +131,29 @@ def base_names(tensors):
     return out
 
 
+def save_fp8_base(model, cfg, folder):
+    """The base as a block-FP8 HF folder, made by transformers' own FP8 quantizer."""
+    from safetensors.torch import save_file
+    from transformers import FineGrainedFP8Config
+    import gen_quantized_sources as Q
+    quant_config = FineGrainedFP8Config(weight_block_size=Q.BLOCK)
+    state = Q.fp8_state_dict(model, quant_config)
+    base_cfg = copy.deepcopy(cfg)
+    base_cfg.quantization_config = quant_config.to_dict()
+    E.save_hf_files(base_cfg, folder)
+    save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+
+
+def load_fp8_base(folder, dtype):
+    """What transformers builds from the FP8 base on a CPU: the weights dequantized to `dtype`."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=E.torch_dtype(dtype)).eval()
+    assert all(p.dtype == E.torch_dtype(dtype) for p in model.parameters())
+    model.config.dtype = dtype
+    assert getattr(model.config, "quantization_config", None) is None, "transformers kept the model quantized"
+    return model
+
+
 def write_verl_files(actor, model, rank, world, cfg, peft_model=None, lora_only=False):
     sd = model.state_dict()
     if lora_only:
@@ -150,7 +177,7 @@ def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
     family, tie, pdtype, cdtype, shape, names = VARIANTS[variant]
     rank, world = E.init_gloo()
-    sizes = E.SIZES_128 if variant == "w2_bf16_128" else None
+    sizes = E.SIZES_128 if variant in ("w2_bf16_128", "lora_only_fp8_base") else None
     value_head = variant in VALUE_HEAD_VARIANTS
     cfg = E.tiny_config(family, tie=tie, dtype=cdtype, sizes=sizes, value_head=value_head)
     model = E.build_model(E.tiny_config(family, tie=tie, dtype=pdtype, sizes=sizes, value_head=value_head),
@@ -158,12 +185,17 @@ def main():
     model.config.dtype = cdtype
     lora = variant.startswith("lora")
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
+    base = os.path.join(case_dir, "base")
     if rank == 0:
         os.makedirs(actor, exist_ok=True)
         if variant == "lora_only":
-            model.save_pretrained(os.path.join(case_dir, "base"))
-            E.save_hf_files(cfg, os.path.join(case_dir, "base"))
+            model.save_pretrained(base)
+            E.save_hf_files(cfg, base)
+        if variant == "lora_only_fp8_base":
+            save_fp8_base(model, cfg, base)
     dist.barrier()
+    if variant == "lora_only_fp8_base":  # trained on the base as transformers loads it
+        model = load_fp8_base(base, cdtype)
     peft_model = add_lora(model, value_head) if lora else None
     live = peft_model if lora else model
     # Where the merge casts, the oracle logits are the live model's cast with torch's .to().
@@ -178,7 +210,7 @@ def main():
         mesh = mesh["dp"]
     hf_model = peft_model.base_model.model if lora else model
     shard(live, hf_model.model.layers, mesh)
-    write_verl_files(actor, live, rank, world, cfg, peft_model, lora_only=variant == "lora_only")
+    write_verl_files(actor, live, rank, world, cfg, peft_model, lora_only=variant.startswith("lora_only"))
 
     full = E.full_tensors(live.state_dict())   # collective: every rank gathers
     if rank == 0:
@@ -198,7 +230,7 @@ def write_case_json(case_dir, variant, family, cdtype, pdtype, world, shape):
                  f"{', mesh ' + 'x'.join(map(str, shape)) if shape else ''}), verl file layout",
                  checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
                  output_dtype=cdtype, hf_load=True, logits_exact=True,
-                 adapter=lora, base_model="base" if variant == "lora_only" else None,
+                 adapter=lora, base_model="base" if variant.startswith("lora_only") else None,
                  verl_merger=variant in ("w2_bf16", "w3_fp32_tied", "hsdp"),
                  hf_auto_class="token_classification" if variant in VALUE_HEAD_VARIANTS else "causal_lm",
                  **quantized_fields(variant))

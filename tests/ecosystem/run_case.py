@@ -84,6 +84,17 @@ def check_quantized(args, case, np_, mode):
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 
 
+def check_passthrough(args, case, np_, mode, source):
+    """A quantized source merged into its own scheme: every output tensor must be the source
+    file's, bit for bit (codes and scales as the producer wrote them)."""
+    target = os.path.join(args.work, f"{os.path.basename(args.case)}.{mode}.passthrough.np{np_}")
+    shutil.rmtree(target, ignore_errors=True)
+    run_vmerge(args, case, np_, target, QUANT_MODES[mode][0])
+    C.check_tensors_exact(target, os.path.join(args.case, source), None, what="the quantized source " + source)
+    shutil.rmtree(target)
+    print(f"ok: {os.path.basename(args.case)} {mode} pass-through np{np_}", flush=True)
+
+
 def check_archive(args, case, np_, mode):
     """One HDF5 archive, read with h5py."""
     target = os.path.join(args.work, f"{os.path.basename(args.case)}.{mode}.np{np_}")
@@ -174,6 +185,9 @@ def main():
     most = max(args.np)
     for mode in filter(wanted, case.get("quantized_modes", [])):
         check_quantized(args, case, most, mode)
+    for mode, source in case.get("passthrough_modes", {}).items():
+        if wanted(mode):
+            check_passthrough(args, case, most, mode, source)
     for mode in filter(wanted, ARCHIVE_MODES if case.get("hdf5") else []):
         check_archive(args, case, most, mode)
 

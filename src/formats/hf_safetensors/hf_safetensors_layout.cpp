@@ -6,6 +6,7 @@
 
 #include "core/box_region.h"
 #include "formats/backend.h"
+#include "formats/hf_safetensors/quantized_sources.h"
 #include "io/input_tree.h"
 #include "safetensors/safetensors_file.h"
 
@@ -35,7 +36,7 @@ public:
 
     void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>&, const HfConfig&, const MapOptions&,
              MappedCheckpoint& m, SourceLedger&) const override {
-        m.mapping = map_hf_safetensors(d.weights_dir);
+        m.mapping = map_hf_safetensors(d.weights_dir, &m.notes);
     }
 };
 
@@ -64,9 +65,11 @@ void add_file(TensorMapping& mapping, const SafetensorsFile& file) {
 
 }  // namespace
 
-TensorMapping map_hf_safetensors(const std::string& dir) {
+TensorMapping map_hf_safetensors(const std::string& dir, std::vector<std::string>* notes) {
     TensorMapping mapping;
     for (const auto& file : read_hf_weights(dir).files) add_file(mapping, file);
+    const std::string note = attach_source_scales(mapping, read_source_quantization(dir));
+    if (notes && !note.empty()) notes->push_back(note);
     return mapping;
 }
 

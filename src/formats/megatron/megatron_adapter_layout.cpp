@@ -38,7 +38,7 @@ public:
         arch.pad_vocab = options.pad_vocab;
         const TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);
         const TensorMapping adapters = megatron_adapters_to_peft(canonical, arch, config, m.notes);
-        m.mapping = map_hf_safetensors(lora_base);
+        m.mapping = map_hf_safetensors(lora_base, &m.notes);
         check_against_config(m.mapping, config, arch);
         append_mapping(m.mapping, adapters);
         m.notes.push_back("base weights from " + lora_base);

@@ -27,7 +27,7 @@ TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping
             throw Error(d.weights_dir + ": holds only Megatron-Bridge LoRA adapter shards (linear_in/linear_out), not "
                         "the frozen base; pass --lora_base with the Hugging Face model the run started from "
                         "(verl: actor_rollout_ref.model.path)");
-        TensorMapping base = map_hf_safetensors(lora_base);
+        TensorMapping base = map_hf_safetensors(lora_base, &m.notes);
         check_against_config(base, config, arch);
         m.notes.push_back("LoRA: the base weights from --lora_base " + lora_base);
         return base;

@@ -88,7 +88,7 @@ public:
     void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config, const MapOptions& options,
              MappedCheckpoint& m, SourceLedger& ledger) const override {
         if (d.hf_named) {
-            m.mapping = map_hf_safetensors(d.weights_dir);  // checked against config.json like FSDP's names
+            m.mapping = map_hf_safetensors(d.weights_dir, &m.notes);  // checked against config.json like FSDP's names
             return;
         }
         const auto& meta = d.kept<DcpMetadata>();

@@ -114,7 +114,7 @@ void map_adapter_export(const DetectedCheckpoint& d, MappedCheckpoint& m) {
         throw Error(d.lora_adapter_dir + ": a Megatron-Bridge LoRA save holds the adapter only (with LoRA verl exports "
                     "the adapter instead of the weights and saves the frozen base nowhere); pass --lora_base with the "
                     "Hugging Face model the run started from (actor_rollout_ref.model.path)");
-    m.mapping = map_hf_safetensors(lora_base);
+    m.mapping = map_hf_safetensors(lora_base, &m.notes);
     append_mapping(m.mapping, adapter_export(d.lora_adapter_dir));
     m.notes.push_back("Megatron-Bridge LoRA: the adapter from " + d.lora_adapter_dir + ", the base weights from " +
                       lora_base);
@@ -250,7 +250,7 @@ public:
             return;
         }
         if (!d.lora_adapter_dir.empty()) map_adapter_export(d, m);
-        else m.mapping = map_hf_safetensors(d.weights_dir);
+        else m.mapping = map_hf_safetensors(d.weights_dir, &m.notes);
     }
 };
 
