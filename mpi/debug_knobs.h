@@ -16,6 +16,10 @@ struct DebugKnobs {
     // VMERGE_TEST_FREE_BYTES: what the target's file system is taken to have free, in place of
     // what it reports (0..2^63-1; a value that is not a number counts as 0).
     std::optional<uint64_t> free_bytes;
+    // VMERGE_TEST_S3_PART_SIZE: the multipart part size of a merge into a bucket, in bytes
+    // (1..2^40; otherwise the default), so the tests' small models span several parts (their
+    // server is told to take parts under S3's 5 MiB minimum).
+    uint64_t s3_part_size = 0;
 };
 
 // The knobs the environment sets.
