@@ -33,6 +33,13 @@ uint64_t number_in(const std::string& text, const std::string& what) {
     return value;
 }
 
+// An element's path without its root: the root's name varies between stores (AWS answers
+// ListParts with ListPartsResult, moto with ListPartsResponse) and says nothing the request did not.
+std::string below_root(const std::string& path) {
+    const size_t slash = path.find('/');
+    return slash == std::string::npos ? "" : path.substr(slash + 1);
+}
+
 // "uploadId=..." and friends: SigV4 wants the query sorted and encoded (s3_client.h).
 std::string upload_query(const std::string& upload_id) { return "uploadId=" + aws_uri_encode(upload_id, false); }
 
@@ -75,7 +82,7 @@ std::string create_multipart_upload(const S3Client& client, const ObjectUrl& obj
     request.headers.push_back("content-type: application/octet-stream");
     const auto response = client.perform(request);
     for (const auto& [path, text] : parse_xml_leaves(response.body, object.text() + ": CreateMultipartUpload"))
-        if (path == "InitiateMultipartUploadResult/UploadId" && !text.empty()) return text;
+        if (below_root(path) == "UploadId" && !text.empty()) return text;
     throw Error(object.text() + ": cannot " + request.what + ": the answer holds no UploadId");
 }
 
@@ -127,12 +134,13 @@ std::vector<UploadedPart> list_parts(const S3Client& client, const ObjectUrl& ob
         UploadedPart part;
         const std::string what = object.text() + ": ListParts";
         for (const auto& [path, text] : parse_xml_leaves(response.body, what)) {
-            if (path == "ListPartsResult/Part/PartNumber") part.number = static_cast<int>(number_in(text, what));
-            else if (path == "ListPartsResult/Part/Size") part.size = number_in(text, what);
-            else if (path == "ListPartsResult/Part/ETag") part.etag = text;
-            else if (path == "ListPartsResult/Part") parts.push_back(std::exchange(part, {}));
-            else if (path == "ListPartsResult/IsTruncated") truncated = text == "true";
-            else if (path == "ListPartsResult/NextPartNumberMarker") next = text;
+            const std::string field = below_root(path);
+            if (field == "Part/PartNumber") part.number = static_cast<int>(number_in(text, what));
+            else if (field == "Part/Size") part.size = number_in(text, what);
+            else if (field == "Part/ETag") part.etag = text;
+            else if (field == "Part") parts.push_back(std::exchange(part, {}));
+            else if (field == "IsTruncated") truncated = text == "true";
+            else if (field == "NextPartNumberMarker") next = text;
         }
         if (!truncated) return parts;
         if (next.empty() || next == marker) throw Error(what + ": the listing is truncated but names no next part");
@@ -158,12 +166,13 @@ std::vector<OpenUpload> list_multipart_uploads(const S3Client& client, const std
         std::string next_key, next_id;
         OpenUpload upload;
         for (const auto& [path, text] : parse_xml_leaves(response.body, what)) {
-            if (path == "ListMultipartUploadsResult/Upload/Key") upload.key = text;
-            else if (path == "ListMultipartUploadsResult/Upload/UploadId") upload.upload_id = text;
-            else if (path == "ListMultipartUploadsResult/Upload") uploads.push_back(std::exchange(upload, {}));
-            else if (path == "ListMultipartUploadsResult/IsTruncated") truncated = text == "true";
-            else if (path == "ListMultipartUploadsResult/NextKeyMarker") next_key = text;
-            else if (path == "ListMultipartUploadsResult/NextUploadIdMarker") next_id = text;
+            const std::string field = below_root(path);
+            if (field == "Upload/Key") upload.key = text;
+            else if (field == "Upload/UploadId") upload.upload_id = text;
+            else if (field == "Upload") uploads.push_back(std::exchange(upload, {}));
+            else if (field == "IsTruncated") truncated = text == "true";
+            else if (field == "NextKeyMarker") next_key = text;
+            else if (field == "NextUploadIdMarker") next_id = text;
         }
         if (!truncated) return uploads;
         if (next_key.empty() && next_id.empty()) throw Error(what + ": the listing is truncated but names no next upload");
