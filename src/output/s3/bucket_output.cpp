@@ -115,9 +115,10 @@ StagingState BucketOutput::prepare(const ResumeIdentity&, const std::vector<Inpu
         abort_uploads();
         throw;
     }
+    // (StagingState::resumed stays false: it reports bytes a staging folder kept, and a bucket's
+    // resume keeps parts, counted in the commit's note.)
     StagingState state;
-    state.resumed = !held_.empty();
-    if (state.resumed)
+    if (!held_.empty())
         state.note = "resuming " + options_.target + ": the store holds " + std::to_string(held_.size()) +
                      " parts of an interrupted merge; each is checked against the bytes it should hold";
     return state;
