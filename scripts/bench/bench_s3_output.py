@@ -11,6 +11,7 @@ It prints bytes sent to the store per byte of the output, requests per GiB of th
 the wall times. Run with build/s3-venv/bin/python.
 
     bench_s3_output.py --vmerge build/vmerge-mpi [--size-gb 0.5] [--np 2] [--work /tmp/vmerge-bench-s3-out]
+                       [--ways d2b,b2b,up] [--checkpoints fsdp_bf16,megatron_tp2_pp2]
 """
 import argparse
 import os
@@ -22,9 +23,8 @@ import time
 import boto3
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/object_storage"))
-from s3_merge_cases import ACCESS_KEY, SECRET_KEY, Server, upload  # noqa: E402
+from s3_merge_cases import ACCESS_KEY, BUCKET, SECRET_KEY, Server, upload  # noqa: E402
 
-BUCKET = "vmerge-bench"
 
 
 def stored_bytes(client, prefix):
@@ -49,6 +49,8 @@ def main():
     ap.add_argument("--size-gb", type=float, default=0.5)
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--work", default="/tmp/vmerge-bench-s3-out")
+    ap.add_argument("--ways", default="d2b,b2b,up", help="disk->bucket, bucket->bucket, merge to disk + upload")
+    ap.add_argument("--checkpoints", default="fsdp_bf16,megatron_tp2_pp2")
     args = ap.parse_args()
     source = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
     shutil.rmtree(args.work, ignore_errors=True)
@@ -72,6 +74,8 @@ def main():
     print("| checkpoint | way | output bytes | bytes sent / byte of output | requests | requests per GiB of output | wall |")
     print("|---|---|---|---|---|---|---|")
     for name, (command, sub) in checkpoints.items():
+        if name not in args.checkpoints.split(","):
+            continue
         folder = os.path.join(args.work, name)
         subprocess.run(command[:2] + [folder] + command[2:], check=True, stdout=subprocess.DEVNULL)
         local_dir = os.path.join(folder, sub) if sub else folder
@@ -86,20 +90,22 @@ def main():
                     client.upload_file(path, BUCKET, f"up/{name}/" + os.path.relpath(path, out))
 
         ways = [
-            ("vmerge disk -> bucket", f"d2b/{name}", lambda: subprocess.run(
+            ("d2b", "vmerge disk -> bucket", f"d2b/{name}", lambda: subprocess.run(
                 launch + ["--local_dir", local_dir, "--target_dir", f"s3://{BUCKET}/d2b/{name}"], env=env, check=True)),
-            ("vmerge bucket -> bucket", f"b2b/{name}", lambda: subprocess.run(
+            ("b2b", "vmerge bucket -> bucket", f"b2b/{name}", lambda: subprocess.run(
                 launch + ["--local_dir", f"s3://{BUCKET}/ckpt/{name}", "--target_dir", f"s3://{BUCKET}/b2b/{name}"],
                 env=env, check=True)),
-            ("merge to disk + boto3 upload", f"up/{name}", copy_up),
+            ("up", "merge to disk + boto3 upload", f"up/{name}", copy_up),
         ]
-        for way, prefix, run in ways:
+        for key, way, prefix, run in ways:
+            if key not in args.ways.split(","):
+                continue
             seconds, sent, _, requests = measured(server, run)
             written = stored_bytes(client, prefix)
             print(f"| {name} | {way} | {written} | {sent / written:.4f} | {requests} | "
                   f"{requests / (written / 2**30):.0f} | {seconds:.1f} s |", flush=True)
         shutil.rmtree(folder)
-        shutil.rmtree(out)
+        shutil.rmtree(out, ignore_errors=True)
     server.stop()
 
 

@@ -1,5 +1,6 @@
 #pragma once
 #include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "io/object_url.h"
 #include "io/s3_multipart.h"
 #include "output/output_format.h"
+#include "output/s3/part_uploader.h"
 #include "output/s3/rank_parts.h"
 #include "output/s3/upload_plan.h"
 
@@ -34,7 +36,7 @@ public:
     uint64_t executor_memory() const override;
     void write(const RowBlock& block) override;
     bool takes_block_hashes() const override { return true; }
-    void finish() override {}
+    void finish() override;
     int exchange_rounds() const override { return 2; }
     void exchange(int round, const OutputExchange& with) override;
     void abandon() override;
@@ -43,6 +45,7 @@ public:
 private:
     ObjectUrl file_url(const std::string& rel) const;
     void send_part(const PlannedPart& part, const std::vector<unsigned char>& bytes);
+    void queue_part(const PlannedPart& part, std::vector<unsigned char> bytes);
     void check_prefix(const std::vector<InputFolder>& inputs);
     void open_uploads();
     void abort_uploads() noexcept;
@@ -55,6 +58,8 @@ private:
     std::vector<WriteTask> work_;
     UploadPlan plan_;
     std::unique_ptr<RankParts> parts_;
+    std::unique_ptr<PartUploader> uploader_;
+    std::mutex sent_mutex_;  // etags_ and resumed_parts_, written by the uploader's threads
     std::vector<std::string> upload_ids_;                        // by file
     std::map<std::pair<size_t, int>, UploadedPart> held_;        // --resume: parts the store holds
     std::map<std::pair<size_t, int>, std::string> etags_;        // parts this rank sent or found

@@ -53,8 +53,8 @@ void RankParts::fill(const PlannedPart& part, uint64_t offset, const unsigned ch
     if (size) std::memcpy(a.bytes.data() + (offset - part.offset), data, size);
     a.missing -= size;
     if (a.missing == 0) {
-        ready_(part, a.bytes);
         a.sent = true;
+        ready_(part, std::move(a.bytes));  // the part's bytes go with it
         std::vector<unsigned char>().swap(a.bytes);
     }
 }

@@ -18,7 +18,7 @@ namespace vmerge {
 // writing plus the parts that wait for a neighbour's piece.
 class RankParts {
 public:
-    using Ready = std::function<void(const PlannedPart& part, const std::vector<unsigned char>& bytes)>;
+    using Ready = std::function<void(const PlannedPart& part, std::vector<unsigned char> bytes)>;
     RankParts(const UploadPlan& plan, const OutputLayout& layout, int rank, Ready ready);
 
     // Hands over the parts that hold only header bytes (a header longer than a part).
