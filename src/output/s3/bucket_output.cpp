@@ -53,8 +53,6 @@ void BucketOutput::plan(TensorMapping& mapping) {
                          options_.upload_part_size ? options_.upload_part_size : kDefaultPartBytes);
 }
 
-uint64_t BucketOutput::executor_memory() const { return options_.max_memory; }
-
 // The prefix must not hold an input, nor anything but an earlier vmerge output (with --force) or,
 // with --resume, weight files of this plan that an interrupted commit completed.
 void BucketOutput::check_prefix(const std::vector<InputFolder>& inputs) {

@@ -33,7 +33,6 @@ public:
     void share_prepared(const OutputExchange& with) override;
     void open() override;
     std::vector<WriteTask> tasks() const override { return work_; }
-    uint64_t executor_memory() const override;
     void write(const RowBlock& block) override;
     bool takes_block_hashes() const override { return true; }
     void finish() override;
