@@ -155,8 +155,17 @@ def prefix_cases(run, client):
     earlier = "out/fp32_to_bf16_w2/np1/d2b"
     run.expect_error("a prefix holding an earlier output", ["merge", "--local_dir", ckpt, "--target_dir", f"s3://{BUCKET}/{earlier}"],
                      ["holds an earlier vmerge output", "--force"])
-    r = run.vmerge(1, "merge", "--local_dir", ckpt, "--target_dir", f"s3://{BUCKET}/{earlier}", "--force", "--quiet")
+    run.check(f"{earlier}/vmerge.manifest.json" in objects_under(client, earlier), "a refused earlier output keeps its manifest")
+    client.put_object(Bucket=BUCKET, Key=f"{earlier}/README.md", Body=b"a model card the user added")
+    run.expect_error("--force over an output with an object it did not write",
+                     ["merge", "--local_dir", ckpt, "--target_dir", f"s3://{BUCKET}/{earlier}", "--force"],
+                     [f"s3://{BUCKET}/{earlier}/README.md", "is not in the earlier output's manifest"])
+    client.delete_object(Bucket=BUCKET, Key=f"{earlier}/README.md")
+    megatron = "out/mlm_llama_tp2_pp2/np1/d2b"  # an output with other files, replaced by the FSDP merge
+    r = run.vmerge(1, "merge", "--local_dir", ckpt, "--target_dir", f"s3://{BUCKET}/{megatron}", "--force", "--quiet")
     run.check(r.returncode == 0, "--force replaces an earlier output in the bucket" + ("" if r.returncode == 0 else ": " + r.stderr[-600:]))
+    same_as_disk(run, client, megatron, os.path.join(run.args.work, "fp32_to_bf16_w2.np1"),
+                 run.args.work, "--force into the bucket: only the new output's objects")
     run.expect_error("a target inside the input prefix",
                      ["merge", "--local_dir", f"s3://{BUCKET}/in/fsdp/fp32_to_bf16_w2/ckpt", "--target_dir",
                       f"s3://{BUCKET}/in/fsdp/fp32_to_bf16_w2/ckpt/merged"], ["overlaps", "--target_dir"])

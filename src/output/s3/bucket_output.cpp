@@ -53,6 +53,26 @@ void BucketOutput::plan(TensorMapping& mapping) {
                          options_.upload_part_size ? options_.upload_part_size : kDefaultPartBytes);
 }
 
+// The names an earlier output's manifest lists (Error when it is not a vmerge manifest).
+std::set<std::string> BucketOutput::manifest_files(const std::vector<ObjectListingPage::Object>& objects) const {
+    const ObjectUrl url = file_url(kManifestFile);
+    uint64_t size = 0;
+    for (const auto& o : objects)
+        if (o.key == url.key) size = o.size;
+    if (size > (16u << 20)) throw Error(url.text() + ": " + std::to_string(size) + " bytes, too large for a vmerge manifest");
+    std::string text(size, '\0');
+    s3_client().read_range(url, 0, text.data(), size);
+    std::set<std::string> files;
+    try {
+        const auto j = nlohmann::json::parse(text);
+        if (!j.contains("files") || !j["files"].is_array()) throw Error("no \"files\" list");
+        for (const auto& f : j["files"]) files.insert(f.get<std::string>());
+    } catch (const std::exception& e) {
+        throw Error(url.text() + ": not a vmerge manifest (" + e.what() + ")");
+    }
+    return files;
+}
+
 // The prefix must not hold an input, nor anything but an earlier vmerge output (with --force) or,
 // with --resume, weight files of this plan that an interrupted commit completed.
 void BucketOutput::check_prefix(const std::vector<InputFolder>& inputs) {
@@ -72,11 +92,16 @@ void BucketOutput::check_prefix(const std::vector<InputFolder>& inputs) {
     if (ours && !options_.force)
         throw Error("--target_dir " + options_.target + ": holds an earlier vmerge output (" + std::to_string(objects.size()) +
                     " objects); add --force to replace it");
-    if (ours) {
-        // The manifest and the index go first: from here on the prefix no longer claims a model.
-        delete_object(s3_client(), file_url(kManifestFile));
-        delete_object(s3_client(), file_url(kIndexFile));
-        for (const auto& o : objects) stale_keys_.push_back(o.key);
+    if (ours) {  // replaced at the commit; until then (and after a failed merge) it stays whole
+        const auto listed = manifest_files(objects);
+        for (const auto& o : objects) {
+            const std::string rel = o.key.substr(target_.key.size() + 1);
+            if (!listed.count(rel))
+                throw Error("--target_dir " + options_.target + ": s3://" + target_.bucket + "/" + o.key +
+                            " is not in the earlier output's manifest; vmerge replaces only what it wrote, even "
+                            "with --force");
+            stale_keys_.push_back(o.key);
+        }
         return;
     }
     for (const auto& o : objects) {
@@ -257,6 +282,12 @@ std::map<std::string, std::string> BucketOutput::small_files() const {
 std::vector<std::string> BucketOutput::commit() {
     std::vector<std::string> written;
     try {
+        if (!stale_keys_.empty()) {
+            // The earlier output's manifest and index go first: from here on the prefix no longer
+            // claims a model until the new manifest is written.
+            delete_object(s3_client(), file_url(kManifestFile));
+            delete_object(s3_client(), file_url(kIndexFile));
+        }
         complete_uploads();
         for (const auto& file : layout_.files) written.push_back(file_url(file.name).key);
         auto files = small_files();

@@ -1,6 +1,7 @@
 #pragma once
 #include <map>
 #include <mutex>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@ private:
     void send_part(const PlannedPart& part, const std::vector<unsigned char>& bytes);
     void queue_part(const PlannedPart& part, std::vector<unsigned char> bytes);
     void check_prefix(const std::vector<InputFolder>& inputs);
+    std::set<std::string> manifest_files(const std::vector<ObjectListingPage::Object>& objects) const;
     void open_uploads();
     void abort_uploads() noexcept;
     void complete_uploads();
