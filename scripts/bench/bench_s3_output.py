@@ -60,53 +60,55 @@ def main():
     env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_ENDPOINT_URL_S3=server.endpoint,
                AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull, OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
-                          aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
-    client.create_bucket(Bucket=BUCKET)
-    launch = ["mpiexec", "--oversubscribe", "-np", str(args.np), args.vmerge, "merge", "--quiet"]
-    gen = "/usr/bin/python3"
-    checkpoints = {
-        "fsdp_bf16": ([gen, os.path.join(source, "scripts/bench/make_bench_checkpoint.py"), "--size-gb", str(args.size_gb),
-                       "--world", "4", "--dtype", "bf16"], ""),
-        "megatron_tp2_pp2": ([gen, os.path.join(source, "scripts/bench/make_bench_megatron.py"), "--size-gb",
-                              str(args.size_gb)], "actor"),
-    }
-    print("| checkpoint | way | output bytes | bytes sent / byte of output | requests | requests per GiB of output | wall |")
-    print("|---|---|---|---|---|---|---|")
-    for name, (command, sub) in checkpoints.items():
-        if name not in args.checkpoints.split(","):
-            continue
-        folder = os.path.join(args.work, name)
-        subprocess.run(command[:2] + [folder] + command[2:], check=True, stdout=subprocess.DEVNULL)
-        local_dir = os.path.join(folder, sub) if sub else folder
-        upload(client, local_dir, "ckpt/" + name)
-        out = os.path.join(args.work, name + ".out")
-
-        def copy_up():
-            subprocess.run(launch + ["--local_dir", local_dir, "--target_dir", out], env=env, check=True)
-            for root, _, files in os.walk(out):
-                for f in files:
-                    path = os.path.join(root, f)
-                    client.upload_file(path, BUCKET, f"up/{name}/" + os.path.relpath(path, out))
-
-        ways = [
-            ("d2b", "vmerge disk -> bucket", f"d2b/{name}", lambda: subprocess.run(
-                launch + ["--local_dir", local_dir, "--target_dir", f"s3://{BUCKET}/d2b/{name}"], env=env, check=True)),
-            ("b2b", "vmerge bucket -> bucket", f"b2b/{name}", lambda: subprocess.run(
-                launch + ["--local_dir", f"s3://{BUCKET}/ckpt/{name}", "--target_dir", f"s3://{BUCKET}/b2b/{name}"],
-                env=env, check=True)),
-            ("up", "merge to disk + boto3 upload", f"up/{name}", copy_up),
-        ]
-        for key, way, prefix, run in ways:
-            if key not in args.ways.split(","):
+    try:
+        client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                              aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+        client.create_bucket(Bucket=BUCKET)
+        launch = ["mpiexec", "--oversubscribe", "-np", str(args.np), args.vmerge, "merge", "--quiet"]
+        gen = "/usr/bin/python3"
+        checkpoints = {
+            "fsdp_bf16": ([gen, os.path.join(source, "scripts/bench/make_bench_checkpoint.py"), "--size-gb", str(args.size_gb),
+                           "--world", "4", "--dtype", "bf16"], ""),
+            "megatron_tp2_pp2": ([gen, os.path.join(source, "scripts/bench/make_bench_megatron.py"), "--size-gb",
+                                  str(args.size_gb)], "actor"),
+        }
+        print("| checkpoint | way | output bytes | bytes sent / byte of output | requests | requests per GiB of output | wall |")
+        print("|---|---|---|---|---|---|---|")
+        for name, (command, sub) in checkpoints.items():
+            if name not in args.checkpoints.split(","):
                 continue
-            seconds, sent, _, requests = measured(server, run)
-            written = stored_bytes(client, prefix)
-            print(f"| {name} | {way} | {written} | {sent / written:.4f} | {requests} | "
-                  f"{requests / (written / 2**30):.0f} | {seconds:.1f} s |", flush=True)
-        shutil.rmtree(folder)
-        shutil.rmtree(out, ignore_errors=True)
-    server.stop()
+            folder = os.path.join(args.work, name)
+            subprocess.run(command[:2] + [folder] + command[2:], check=True, stdout=subprocess.DEVNULL)
+            local_dir = os.path.join(folder, sub) if sub else folder
+            upload(client, local_dir, "ckpt/" + name)
+            out = os.path.join(args.work, name + ".out")
+
+            def copy_up():
+                subprocess.run(launch + ["--local_dir", local_dir, "--target_dir", out], env=env, check=True)
+                for root, _, files in os.walk(out):
+                    for f in files:
+                        path = os.path.join(root, f)
+                        client.upload_file(path, BUCKET, f"up/{name}/" + os.path.relpath(path, out))
+
+            ways = [
+                ("d2b", "vmerge disk -> bucket", f"d2b/{name}", lambda: subprocess.run(
+                    launch + ["--local_dir", local_dir, "--target_dir", f"s3://{BUCKET}/d2b/{name}"], env=env, check=True)),
+                ("b2b", "vmerge bucket -> bucket", f"b2b/{name}", lambda: subprocess.run(
+                    launch + ["--local_dir", f"s3://{BUCKET}/ckpt/{name}", "--target_dir", f"s3://{BUCKET}/b2b/{name}"],
+                    env=env, check=True)),
+                ("up", "merge to disk + boto3 upload", f"up/{name}", copy_up),
+            ]
+            for key, way, prefix, run in ways:
+                if key not in args.ways.split(","):
+                    continue
+                seconds, sent, _, requests = measured(server, run)
+                written = stored_bytes(client, prefix)
+                print(f"| {name} | {way} | {written} | {sent / written:.4f} | {requests} | "
+                      f"{requests / (written / 2**30):.0f} | {seconds:.1f} s |", flush=True)
+            shutil.rmtree(folder)
+            shutil.rmtree(out, ignore_errors=True)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":
