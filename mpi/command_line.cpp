@@ -289,10 +289,16 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
     if (vm.count("hf_upload_path") && (o.hf_upload_path.empty() || o.hf_upload_path.starts_with("-")))
         throw UsageError("--hf_upload_path '" + o.hf_upload_path + "': expected a Hugging Face repo id (user/model)");
-    // Inputs may be s3:// URLs (io/input_tree.h); writing to a store is not built yet, and a URL
-    // taken as a local path would create a folder named "s3:".
-    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--target_dir", o.output.target},
-                                     {"--target_root", o.watch.target_root},
+    // Inputs may be s3:// URLs (io/input_tree.h) and merge writes into a bucket
+    // (output/s3/bucket_output.h); watch does not watch or write a bucket yet, and a URL taken as
+    // a local path would create a folder named "s3:".
+    if (is_object_url(o.output.target) && o.command != "merge")
+        throw UsageError("--target_dir " + o.output.target + ": " + o.command + " takes a local folder; only merge writes to s3://");
+    if (is_object_url(o.output.target) && !o.hf_upload_path.empty())
+        throw UsageError("--hf_upload_path uploads a local folder; --target_dir " + o.output.target + " is a bucket");
+    if (is_object_url(o.output.target) && !o.output.reuse.empty())
+        throw UsageError("--reuse takes over a local output's files; --target_dir " + o.output.target + " is a bucket");
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--target_root", o.watch.target_root},
                                      {"--root", o.watch.root}})
         if (is_object_url(path))
             throw UsageError(std::string(flag) + " " + path + ": vmerge reads checkpoints from s3:// but does not write to "

@@ -19,6 +19,10 @@ struct DebugKnobs {
     // VMERGE_TEST_ALLGATHER_PLANNING set (any value): a merge plans from every rank's scans
     // (the all-gather) even where the routed planning applies, so tests can compare the two.
     bool allgather_planning = false;
+    // VMERGE_TEST_S3_PART_SIZE: the multipart part size of a merge into a bucket, in bytes
+    // (1..2^40; otherwise the default), so the tests' small models span several parts (their
+    // server is told to take parts under S3's 5 MiB minimum).
+    uint64_t s3_part_size = 0;
 };
 
 // The knobs the environment sets.

@@ -27,6 +27,7 @@
 #include "merge_inputs.h"
 #include "routed_exchange_model.h"
 #include "output/output_folder.h"
+#include "io/object_url.h"
 #include "output/target_guard.h"
 #include "output/write_journal.h"
 #include "output/safetensors/safetensors_layout.h"
@@ -142,7 +143,8 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
 // merge writes it while `lock` is held.
 void guard_target(const Options& o, Comm& comm, const std::vector<InputFolder>& inputs, std::optional<TargetLock>& lock) {
     collective_step(comm, "check target", [&] {
-        if (comm.rank() != 0) return;
+        // A bucket's prefix is checked by its output format (output/s3/bucket_output.h).
+        if (comm.rank() != 0 || is_object_url(o.output.target)) return;
         check_target(o.output.target, o.output.force, inputs);
         lock.emplace(o.output.target);
     });

@@ -14,6 +14,7 @@
 #include "formats/simulated/simulated_checkpoint.h"
 #include "io/checksum.h"
 #include "io/input_file.h"
+#include "io/object_url.h"
 #include "io/read_once.h"
 #include "io/small_file.h"
 #include "io/record_crc.h"
@@ -99,7 +100,9 @@ MapRecipe map_recipe(const Options& o) {
     if (o.quantize) recipe.quantize = o.quantize_spec;
     recipe.lora = o.lora;
     // The extracted adapter sits inside the folder that holds its base model.
-    if (!o.output.target.empty())
+    if (is_object_url(o.output.target))  // a bucket target: its URL as given
+        recipe.lora.base_model_name_or_path = parse_object_url(o.output.target).text();
+    else if (!o.output.target.empty())
         recipe.lora.base_model_name_or_path = std::filesystem::absolute(o.output.target).lexically_normal().string();
     return recipe;
 }

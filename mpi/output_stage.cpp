@@ -93,6 +93,7 @@ OutputOptions output_options(const Options& o, const Comm& comm, uint64_t max_me
     options.rank = comm.rank();
     options.ranks = comm.size();
     options.parallel = comm.parallel_context();
+    options.upload_part_size = o.debug.s3_part_size;
     return options;
 }
 
@@ -125,6 +126,9 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
         if (comm.rank() == 0 && !o.quiet)
             for (const auto& note : notes) out << "vmerge: " << note << "\n";
     });
+    const OutputExchange exchange{[&](const std::string& mine) { return comm.allgather(mine); },
+                                  [&](std::vector<std::string> outgoing) { return comm.alltoall(std::move(outgoing)); }};
+    collective_step(comm, "share the prepared output", [&] { output.share_prepared(exchange); });
     std::string crc_partials, not_resumable;  // a CRC mismatch or a refused input value
     const auto copy_start = Clock::now();
     {
@@ -162,6 +166,8 @@ OutputResult write_output(OutputFormat& output, TensorMapping& mapping, const Ou
             throw;
         }
     }
+    for (int round = 0; round < output.exchange_rounds(); ++round)
+        collective_step(comm, "exchange between ranks", [&] { output.exchange(round, exchange); }, hint);
     if (!output.options().reuse.empty()) {
         // Which files any rank found changed decides what each fills in and what is linked.
         const auto states = comm.allgather(output.reuse_state());

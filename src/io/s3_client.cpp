@@ -156,6 +156,10 @@ S3Client::Response S3Client::perform_once(const Request& request) const {
     std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(nullptr, curl_slist_free_all);
     auto add = [&](const std::string& line) { headers.reset(curl_slist_append(headers.release(), line.c_str())); };
     add("x-amz-content-sha256: " + payload_hash);
+    // libcurl asks for "100 Continue" before a body over 1 MiB and waits up to a second for it;
+    // a store that does not answer it (many on-premises ones, test servers) costs that second on
+    // every part uploaded. The body is sent at once instead.
+    if (request.body) add("Expect:");
     if (!settings_.session_token.empty()) add("x-amz-security-token: " + settings_.session_token);
     for (const auto& line : request.headers) add(line);
     curl_easy_setopt(handle, CURLOPT_HTTPHEADER, headers.get());

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +43,14 @@ struct OutputOptions {
     std::string hf_dir;                          // the HF folder whose non-weight files are kept ("" none)
     std::vector<std::string> hf_training_files;  // in hf_dir, not copied (plan_hf_file_copies)
     std::map<std::string, std::string> generated;  // files the merge writes itself (they replace copied ones)
+    uint64_t upload_part_size = 0;  // a bucket target's multipart part size (0: the default)
+};
+
+// The collectives a format that trades facts or bytes between ranks gets from the driver (which
+// alone knows the communicator): Comm::allgather and Comm::alltoall.
+struct OutputExchange {
+    std::function<std::vector<std::string>(const std::string&)> allgather;
+    std::function<std::vector<std::string>(std::vector<std::string>)> alltoall;
 };
 
 // One merge's output in one format, written inside the shared staging lifecycle
@@ -65,6 +74,9 @@ public:
     virtual StagingState prepare(const ResumeIdentity& identity, const std::vector<InputFolder>& inputs) = 0;
     // The HF files the output holds besides tensors; notes on files not kept (for rank 0 to print).
     virtual std::vector<std::string> gather_files() { return {}; }
+    // Every rank, after prepare: what rank 0 prepared that the others need (a bucket's upload ids).
+    // The collective comes first, so a rank that fails afterwards fails the step on every rank.
+    virtual void share_prepared(const OutputExchange& /*with*/) {}
     // This rank's writer.
     virtual void open() = 0;
     // This rank's executor tasks in write order (after open), and the memory the executor may use.
@@ -82,6 +94,11 @@ public:
     virtual void task_done(const WriteTask& /*task*/) {}
     // This rank wrote its last block.
     virtual void finish() = 0;
+    // Every rank, after every rank finished its copy: rounds of trading between ranks before the
+    // commit (a bucket's part pieces, then its part ETags), each a collective step of its own that
+    // begins with its collective.
+    virtual int exchange_rounds() const { return 0; }
+    virtual void exchange(int /*round*/, const OutputExchange& /*with*/) {}
     // --reuse (formats that take it): this rank's findings, and, with every rank's, what
     // completes the reuse before the commit (notes for rank 0 to print).
     virtual std::string reuse_state() const { return ""; }

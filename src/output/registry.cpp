@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 #include "output/hdf5/hdf5_output.h"
+#include "io/object_url.h"
+#include "output/s3/bucket_output.h"
 #include "output/safetensors/safetensors_output.h"
 
 namespace vmerge {
@@ -33,6 +35,11 @@ const OutputFormatInfo* find_output_format(const std::string& name) {
 std::unique_ptr<OutputFormat> make_output_format(const std::string& name, OutputOptions options) {
     const OutputFormatInfo* format = find_output_format(name);
     if (!format) throw Error("--format " + name + ": expected " + output_format_choices());
+    if (is_object_url(options.target)) {
+        if (name != "safetensors")
+            throw Error("--format " + name + ": a merge into a bucket (" + options.target + ") writes safetensors only");
+        return std::make_unique<BucketOutput>(std::move(options));
+    }
     return format->make(std::move(options));
 }
 

@@ -209,8 +209,8 @@ def failure_cases(run, work, server):
     no_keys["AWS_CONFIG_FILE"] = os.path.join(work, "no-config")
     run.expect_error("no credentials", ["merge", "--local_dir", ckpt, "--target_dir", target],
                      ["no S3 credentials", "AWS_ACCESS_KEY_ID"], env=no_keys)
-    run.expect_error("target in a bucket (not built yet)", ["merge", "--local_dir", ckpt, "--target_dir", f"s3://{BUCKET}/out"],
-                     [f"--target_dir s3://{BUCKET}/out: vmerge reads checkpoints from s3:// but does not write to"])
+    run.expect_error("verify of a bucket (merge alone writes one)", ["verify", "--target_dir", f"s3://{BUCKET}/out"],
+                     [f"--target_dir s3://{BUCKET}/out: verify takes a local folder"])
     run.check(not os.path.exists(target) and not os.path.exists("s3:"), "the failed merges left no target folder")
 
     # Credentials from a profile of the shared files, the endpoint from the profile's config.

@@ -4,7 +4,10 @@ layer that checks every request's SigV4 signature the way AWS does (moto's own c
 default and, once on, rebuilds the request from its decoded URL), so a request vmerge signs
 wrongly fails here as it would on AWS. The layer also counts requests and bytes (GET
 /_test/stats, POST /_test/reset) for docs/performance.md, and can answer the first N requests
-with 503 SlowDown (POST /_test/throttle?count=N) to exercise the retries.
+with 503 SlowDown (POST /_test/throttle?count=N) to exercise the retries, or deny one UploadPart
+with 403 AccessDenied after N have gone through (POST /_test/deny_part?after=N), a failure in the
+middle of a merge into the bucket. Run with S3_UPLOAD_PART_MIN_SIZE=<bytes> in the environment,
+moto takes parts smaller than S3's 5 MiB (the tests' models are small).
 
     s3_server.py --port P [--access-key K --secret-key S]   prints "ready" when listening
 """
@@ -41,6 +44,7 @@ class SigV4Check:
         self.lock = threading.Lock()
         self.stats = {}
         self.throttle = 0
+        self.deny_part_after = -1  # UploadParts to let through before one is denied; -1: none
 
     def count(self, method, sent, received):
         with self.lock:
@@ -56,6 +60,9 @@ class SigV4Check:
                 body = json.dumps(self.stats).encode()
             elif path == "/_test/reset" and method == "POST":
                 self.stats = {}
+                body = b"{}"
+            elif path == "/_test/deny_part" and method == "POST":
+                self.deny_part_after = int(urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))["after"][0])
                 body = b"{}"
             elif path == "/_test/throttle" and method == "POST":
                 self.throttle = int(urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))["count"][0])
@@ -117,6 +124,13 @@ class SigV4Check:
         if throttled:
             self.count(method, 0, len(body))
             return error(start_response, "503 Slow Down", "SlowDown", "Please reduce your request rate.")
+        if method == "PUT" and "partNumber=" in environ.get("QUERY_STRING", ""):
+            with self.lock:
+                denied = self.deny_part_after == 0
+                self.deny_part_after -= 1 if self.deny_part_after >= 0 else 0
+            if denied:
+                self.count(method, 0, len(body))
+                return error(start_response, "403 Forbidden", "AccessDenied", "UploadPart denied by the test.")
         problem = self.signature_problem(environ, body)
         if problem:
             self.count(method, 0, len(body))
