@@ -1,0 +1,163 @@
+#include "map_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "architecture/architecture_table.h"
+#include "architecture/hf_config.h"
+#include "collective_step.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "exec/copy_executor.h"
+#include "exec/dtype_cast.h"
+#include "exit_code.h"
+#include "io/input_file.h"
+#include "learned_map/learned_table.h"
+#include "merge_inputs.h"
+#include "plan/rank_work.h"
+#include "rank_resources.h"
+#include "safetensors/safetensors_file.h"
+
+namespace vmerge {
+namespace {
+
+std::vector<double> as_doubles(const unsigned char* data, DType dtype, size_t count) {
+    std::vector<float> floats(count);
+    cast_elements(data, dtype, floats.data(), DType::F32, count);
+    return {floats.begin(), floats.end()};
+}
+
+// The checkpoint's rows, assembled by the copy executor from the mapping's box copies (the
+// merge's own reads), one row per request, cast to float32.
+class CheckpointRows final : public RowValues {
+public:
+    CheckpointRows(TensorMapping mapping, uint64_t budget) : mapping_(std::move(mapping)) {
+        for (auto& t : mapping_.tensors) t.dtype = DType::F32;
+        executor_ = std::make_unique<CopyExecutor>(mapping_, budget);
+    }
+    std::vector<double> row(size_t tensor, int64_t row) override {
+        std::vector<double> values;
+        executor_->run({{tensor, row, row + 1}}, [&](const RowBlock& b) {
+            values = as_doubles(b.data, DType::F32, b.size / sizeof(float));
+        });
+        return values;
+    }
+
+private:
+    TensorMapping mapping_;
+    std::unique_ptr<CopyExecutor> executor_;
+};
+
+// The base model's rows, read from its safetensors files (one pread per row).
+class BaseRows final : public RowValues {
+public:
+    BaseRows(const HfWeights& weights, std::vector<std::pair<size_t, size_t>> entries)
+        : weights_(weights), entries_(std::move(entries)) {}
+    std::vector<double> row(size_t tensor, int64_t row) override {
+        const auto [f, e] = entries_[tensor];
+        const SafetensorsEntry& entry = weights_.files[f].entries[e];
+        auto& file = files_[f];
+        if (!file) file = std::make_unique<InputFile>(weights_.files[f].path);
+        const size_t count = static_cast<size_t>(row_length(entry.shape));
+        std::vector<unsigned char> bytes(count * element_size(entry.dtype));
+        file->read_exact(entry.begin + static_cast<uint64_t>(row) * bytes.size(), bytes.data(), bytes.size(),
+                         "base tensor row");
+        return as_doubles(bytes.data(), entry.dtype, count);
+    }
+
+private:
+    const HfWeights& weights_;
+    std::vector<std::pair<size_t, size_t>> entries_;
+    std::map<size_t, std::unique_ptr<InputFile>> files_;
+};
+
+ModelShape model_shape(const HfConfig& config) {
+    ModelShape heads;
+    heads.heads = text_config_int(config, "num_attention_heads", 0);
+    heads.kv_heads = text_config_int(config, "num_key_value_heads", heads.heads);
+    const int64_t hidden = text_config_int(config, "hidden_size", 0);
+    heads.head_dim = text_config_int(config, "head_dim", heads.heads > 0 ? hidden / heads.heads : 0);
+    heads.vocab = text_config_int(config, "vocab_size", 0);
+    return heads;
+}
+
+// The floating-point tensors of the checkpoint (what a table can name) and the rest, dropped.
+std::vector<NamedShape> checkpoint_tensors(const TensorMapping& mapping) {
+    std::vector<NamedShape> tensors;
+    for (const auto& t : mapping.tensors) tensors.push_back({t.name, t.shape});
+    return tensors;
+}
+
+// The learned table's identity: named for the base, checked as the base's architecture when
+// vmerge knows its tensor set.
+TableIdentity table_identity(const Options& o, const HfConfig& base_config, TableSource source,
+                             const ArchitectureTables& tables) {
+    TableIdentity identity;
+    identity.source = source;
+    identity.architecture = base_config.architectures.empty() ? "" : base_config.architectures[0];
+    if (identity.architecture.empty()) throw Error(o.map_base + "/config.json: no architectures[0] to name the table for");
+    identity.name = "learned from " + std::filesystem::path(o.map_base).filename().string();
+    const ArchitectureTable* hf = find_architecture_table(tables, "hf", identity.architecture);
+    if (hf && hf->tensor_set) identity.config_check = identity.architecture;
+    identity.notes = "proposed by vmerge-mpi map from " + o.local_dir + " and the base model " + o.map_base +
+                     " (values compared on sampled rows)" +
+                     (source == TableSource::Megatron ? "; learned from a torch_dist save: no tp rules (a legacy per-rank "
+                                                        "checkpoint with tp > 1 needs them)"
+                                                      : "");
+    return identity;
+}
+
+// Writes `doc` after checking that vmerge reads it back as a table.
+void write_table(const nlohmann::ordered_json& doc, const std::string& path, std::ostream& out) {
+    parse_architecture_table(path.empty() ? "the learned table" : path, nlohmann::json::parse(doc.dump()));
+    if (path.empty()) {
+        out << doc.dump(1) << "\n";
+        return;
+    }
+    std::ofstream file(path);
+    file << doc.dump(1) << "\n";
+    file.close();
+    if (!file) throw Error(path + ": cannot write the learned table");
+    out << "vmerge map: wrote " << path << " (pass it to merge as --architecture_table " << path << ")\n";
+}
+
+}  // namespace
+
+int run_map(const Options& o, Comm& comm, std::ostream& out) {
+    std::shared_ptr<const ArchitectureTables> tables;
+    const std::string config_dir = o.hf_config.empty() ? o.map_base : o.hf_config;
+    MergeInputs in = load_checkpoint_names(o, config_dir, comm, tables);
+    int code = kExitSuccess;
+    collective_step(comm, "learn the table", [&] {
+        if (comm.rank() != 0) return;
+        const HfConfig base_config = load_hf_config(o.map_base);
+        const HfWeights weights = read_hf_weights(o.map_base);
+        std::vector<NamedShape> base;
+        std::vector<std::pair<size_t, size_t>> entries;
+        for (const auto& [name, at] : weights.by_name) {
+            base.push_back({name, weights.files[at.first].entries[at.second].shape});
+            entries.push_back(at);
+        }
+        const TableSource source =
+            in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
+        const std::vector<NamedShape> checkpoint = checkpoint_tensors(in.mapping());
+        CheckpointRows checkpoint_rows(in.mapping(), max_memory(o, comm));
+        BaseRows base_rows(weights, std::move(entries));
+        const MatchResult matches = match_tensors(checkpoint, checkpoint_rows, base, base_rows, model_shape(base_config),
+                                                  source, base_config.tie_word_embeddings);
+        const LearnedTable table = learn_table(matches, checkpoint, base);
+        out << learned_table_report(table);
+        if (!table.refusals.empty()) {
+            out << "vmerge map: no table proposed: " << table.refusals.size()
+                << (table.refusals.size() == 1 ? " rule is" : " rules are") << " ambiguous (above)\n";
+            code = kExitFailure;
+            return;
+        }
+        write_table(learned_table_json(table, table_identity(o, base_config, source, *tables)), o.map_out, out);
+    });
+    return code;
+}
+
+}  // namespace vmerge
