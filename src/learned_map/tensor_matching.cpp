@@ -97,7 +97,7 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
         return d;
     }
     if (!(best.distance <= kMatchDistance)) return d;  // no counterpart (decided by the caller)
-    if (d.runner_up && (d.runner_up->distance <= kMatchDistance || d.runner_up->distance < kAmbiguityRatio * best.distance)) {
+    if (d.runner_up && d.runner_up->distance <= kAmbiguityRatio * best.distance) {
         auto names = [&](const Fit& f) {
             std::string text;
             for (size_t b : f.guess.parts) text += (text.empty() ? "" : " + ") + base[b].name;

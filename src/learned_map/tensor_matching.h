@@ -56,8 +56,8 @@ struct MatchResult {
 // A fine-tuned tensor stays within this relative distance of its base; a tensor further from
 // every candidate is not matched.
 inline constexpr double kMatchDistance = 0.5;
-// The runner-up must be this many times further than the match (and beyond kMatchDistance):
-// otherwise the values cannot tell the two apart and map refuses.
+// The runner-up must be more than this many times further than the match: otherwise the values
+// cannot tell the two apart and map refuses (two identical base tensors: equal distances).
 inline constexpr double kAmbiguityRatio = 3.0;
 
 // The layer/expert numbers of a name: its dot-separated all-digit parts, in order
