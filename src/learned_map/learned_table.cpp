@@ -7,9 +7,9 @@
 namespace vmerge {
 namespace {
 
-std::string number_text(double value) {
+std::string number_text(double value, int digits = 3) {
     std::ostringstream out;
-    out.precision(3);
+    out.precision(digits);
     out << value;
     return out.str();
 }
@@ -145,7 +145,7 @@ std::string learned_table_report(const LearnedTable& table) {
     for (const LearnedRule& r : table.rules) {
         out << "  " << r.from << " -> " << rule_text(r) << "  (" << r.tensors << (r.tensors == 1 ? " tensor" : " tensors");
         if (r.drop.empty() && !r.tied_head) {
-            out << "; distance <= " << number_text(r.worst_distance) << ", cosine >= " << number_text(r.worst_cosine)
+            out << "; distance <= " << number_text(r.worst_distance) << ", cosine >= " << number_text(r.worst_cosine, 6)
                 << "; runner-up " << (r.closest_runner_up ? ">= " + number_text(*r.closest_runner_up) : "none");
         }
         out << ")\n";
