@@ -150,8 +150,8 @@ int run_map(const Options& o, Comm& comm, std::ostream& out) {
         const LearnedTable table = learn_table(matches, checkpoint, base);
         out << learned_table_report(table);
         if (!table.refusals.empty()) {
-            out << "vmerge map: no table proposed: " << table.refusals.size()
-                << (table.refusals.size() == 1 ? " rule is" : " rules are") << " ambiguous (above)\n";
+            out << "vmerge map: no table proposed: the values cannot decide " << table.refusals.size()
+                << (table.refusals.size() == 1 ? " case" : " cases") << " (refused above)\n";
             code = kExitFailure;
             return;
         }

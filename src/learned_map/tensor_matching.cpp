@@ -91,8 +91,8 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
         d.refused = name + " is all zeros in the sampled rows: its values cannot say which base tensor it is";
         return d;
     }
-    if (best.zero_base) {
-        d.refused = name + ": base tensor " + base[best.guess.parts[0]].name +
+    if (best.zero_part) {
+        d.refused = name + ": base tensor " + base[best.guess.parts[*best.zero_part]].name +
                     " is all zeros in the sampled rows: its values cannot say which checkpoint tensor it is";
         return d;
     }
@@ -215,7 +215,7 @@ Fit measure_fit(const LayoutGuess& guess, size_t source, const std::vector<Named
                 dot += got[k] * want[k];
             }
         }
-        fit.zero_base = fit.zero_base || part_norm == 0;
+        if (part_norm == 0 && !fit.zero_part) fit.zero_part = part;
         base_norm += part_norm;
     }
     fit.zero_source = source_norm == 0;

@@ -33,7 +33,7 @@ struct Fit {
     LayoutGuess guess;
     double distance = 0;
     double cosine = 0;
-    bool zero_base = false;    // a part's sampled rows are all zeros: its values say nothing
+    std::optional<size_t> zero_part;  // a part whose sampled rows are all zeros: its values say nothing
     bool zero_source = false;  // the checkpoint tensor's sampled rows are all zeros
 };
 
