@@ -83,11 +83,43 @@ ModelShape model_shape(const HfConfig& config) {
     return heads;
 }
 
-// The floating-point tensors of the checkpoint (what a table can name) and the rest, dropped.
-std::vector<NamedShape> checkpoint_tensors(const TensorMapping& mapping) {
+// The checkpoint's floating-point tensors, compared with the base; the others (integer
+// buffers) have no weights to compare and are dropped by name.
+struct CheckpointSide {
+    TensorMapping mapping;
     std::vector<NamedShape> tensors;
-    for (const auto& t : mapping.tensors) tensors.push_back({t.name, t.shape});
-    return tensors;
+    std::vector<std::string> not_floating;
+};
+
+CheckpointSide checkpoint_side(const TensorMapping& mapping) {
+    CheckpointSide side;
+    side.mapping.sources = mapping.sources;
+    for (const auto& t : mapping.tensors) {
+        if (!is_floating(t.source_dtype)) {
+            side.not_floating.push_back(t.name);
+            continue;
+        }
+        side.mapping.tensors.push_back(t);
+        side.tensors.push_back({t.name, t.shape});
+    }
+    return side;
+}
+
+// The base's floating-point tensors and where each lies.
+struct BaseSide {
+    std::vector<NamedShape> tensors;
+    std::vector<std::pair<size_t, size_t>> entries;  // (file, entry) in the HfWeights
+};
+
+BaseSide base_side(const HfWeights& weights) {
+    BaseSide side;
+    for (const auto& [name, at] : weights.by_name) {
+        const SafetensorsEntry& entry = weights.files[at.first].entries[at.second];
+        if (!is_floating(entry.dtype)) continue;
+        side.tensors.push_back({name, entry.shape});
+        side.entries.push_back(at);
+    }
+    return side;
 }
 
 // The learned table's identity: named for the base, checked as the base's architecture when
@@ -134,20 +166,16 @@ int run_map(const Options& o, Comm& comm, std::ostream& out) {
         if (comm.rank() != 0) return;
         const HfConfig base_config = load_hf_config(o.map_base);
         const HfWeights weights = read_hf_weights(o.map_base);
-        std::vector<NamedShape> base;
-        std::vector<std::pair<size_t, size_t>> entries;
-        for (const auto& [name, at] : weights.by_name) {
-            base.push_back({name, weights.files[at.first].entries[at.second].shape});
-            entries.push_back(at);
-        }
+        BaseSide base = base_side(weights);
+        CheckpointSide checkpoint = checkpoint_side(in.mapping());
         const TableSource source =
             in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
-        const std::vector<NamedShape> checkpoint = checkpoint_tensors(in.mapping());
-        CheckpointRows checkpoint_rows(in.mapping(), max_memory(o, comm));
-        BaseRows base_rows(weights, std::move(entries));
-        const MatchResult matches = match_tensors(checkpoint, checkpoint_rows, base, base_rows, model_shape(base_config),
-                                                  source, base_config.tie_word_embeddings);
-        const LearnedTable table = learn_table(matches, checkpoint, base);
+        CheckpointRows checkpoint_rows(checkpoint.mapping, max_memory(o, comm));
+        BaseRows base_rows(weights, std::move(base.entries));
+        const MatchResult matches = match_tensors(checkpoint.tensors, checkpoint_rows, base.tensors, base_rows,
+                                                  model_shape(base_config), source, base_config.tie_word_embeddings);
+        LearnedTable table = learn_table(matches, checkpoint.tensors, base.tensors);
+        for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
         out << learned_table_report(table);
         if (!table.refusals.empty()) {
             out << "vmerge map: no table proposed: the values cannot decide " << table.refusals.size()

@@ -100,6 +100,21 @@ LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShap
     return table;
 }
 
+void add_drop_rule(LearnedTable& table, const std::string& name, const std::string& reason) {
+    const std::string from = numbered_pattern(name);
+    for (LearnedRule& r : table.rules)
+        if (r.from == from) {
+            ++r.tensors;
+            return;
+        }
+    LearnedRule rule;
+    rule.from = from;
+    rule.drop = reason;
+    rule.tensors = 1;
+    rule.example = name;
+    table.rules.push_back(std::move(rule));
+}
+
 nlohmann::ordered_json learned_table_json(const LearnedTable& table, const TableIdentity& identity) {
     const bool megatron = identity.source == TableSource::Megatron;
     nlohmann::ordered_json doc;

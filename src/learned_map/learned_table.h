@@ -41,6 +41,10 @@ struct LearnedTable {
 LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShape>& source,
                          const std::vector<NamedShape>& base);
 
+// A drop rule for checkpoint tensor `name` that map did not compare (`reason`: why it has no HF
+// name), unless a rule of its pattern is there already.
+void add_drop_rule(LearnedTable& table, const std::string& name, const std::string& reason);
+
 // What the learned table is for: written into its JSON.
 struct TableIdentity {
     std::string name;
