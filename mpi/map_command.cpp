@@ -13,6 +13,7 @@
 #include "exec/copy_executor.h"
 #include "exec/dtype_cast.h"
 #include "exit_code.h"
+#include "formats/table_mapping.h"
 #include "io/input_file.h"
 #include "learned_map/learned_table.h"
 #include "merge_inputs.h"
@@ -85,13 +86,16 @@ ModelShape model_shape(const HfConfig& config) {
 
 // The checkpoint's floating-point tensors, compared with the base; the others (integer
 // buffers) have no weights to compare and are dropped by name.
+// A torchtitan tensor of three axes is a grouped expert tensor [E, out, in] or nothing a table
+// names: it is compared expert by expert, through views split as the merge splits them.
 struct CheckpointSide {
     TensorMapping mapping;
     std::vector<NamedShape> tensors;
     std::vector<std::string> not_floating;
+    std::vector<std::string> expert_views;
 };
 
-CheckpointSide checkpoint_side(const TensorMapping& mapping) {
+CheckpointSide checkpoint_side(const TensorMapping& mapping, TableSource source) {
     CheckpointSide side;
     side.mapping.sources = mapping.sources;
     for (const auto& t : mapping.tensors) {
@@ -99,8 +103,16 @@ CheckpointSide checkpoint_side(const TensorMapping& mapping) {
             side.not_floating.push_back(t.name);
             continue;
         }
-        side.mapping.tensors.push_back(t);
-        side.tensors.push_back({t.name, t.shape});
+        std::vector<OutputTensor> views;
+        if (source == TableSource::Torchtitan && t.shape.size() == 3)
+            views = split_experts(t, expert_view_pattern(t.name), "", side.mapping.sources);
+        else
+            views.push_back(t);
+        for (auto& v : views) {
+            if (views.size() > 1 || v.name != t.name) side.expert_views.push_back(v.name);
+            side.tensors.push_back({v.name, v.shape});
+            side.mapping.tensors.push_back(std::move(v));
+        }
     }
     return side;
 }
@@ -167,14 +179,15 @@ int run_map(const Options& o, Comm& comm, std::ostream& out) {
         const HfConfig base_config = load_hf_config(o.map_base);
         const HfWeights weights = read_hf_weights(o.map_base);
         BaseSide base = base_side(weights);
-        CheckpointSide checkpoint = checkpoint_side(in.mapping());
         const TableSource source =
             in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
+        CheckpointSide checkpoint = checkpoint_side(in.mapping(), source);
         CheckpointRows checkpoint_rows(checkpoint.mapping, max_memory(o, comm));
         BaseRows base_rows(weights, std::move(base.entries));
         const MatchResult matches = match_tensors(checkpoint.tensors, checkpoint_rows, base.tensors, base_rows,
                                                   model_shape(base_config), source, base_config.tie_word_embeddings);
         LearnedTable table = learn_table(matches, checkpoint.tensors, base.tensors);
+        join_expert_views(table, checkpoint.expert_views);
         for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
         out << learned_table_report(table);
         if (!table.refusals.empty()) {

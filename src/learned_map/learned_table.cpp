@@ -45,6 +45,7 @@ std::string rule_text(const LearnedRule& r) {
     for (const auto& t : r.to) text += (text.empty() ? "" : " | ") + t;
     if (r.tied_head) return text + " (tied head)";
     if (r.layout != RowLayout::Same) text += " [" + std::string(layout_name(r.layout)) + "]";
+    if (r.split_experts) text += " [split_experts]";
     return text;
 }
 
@@ -115,6 +116,16 @@ void add_drop_rule(LearnedTable& table, const std::string& name, const std::stri
     table.rules.push_back(std::move(rule));
 }
 
+std::string expert_view_pattern(const std::string& grouped) { return grouped + ".{e}"; }
+
+void join_expert_views(LearnedTable& table, const std::vector<std::string>& views) {
+    for (LearnedRule& r : table.rules) {
+        if (std::find(views.begin(), views.end(), r.example) == views.end() || !r.from.ends_with(".{e}")) continue;
+        r.from.resize(r.from.size() - 4);
+        r.split_experts = r.drop.empty();
+    }
+}
+
 nlohmann::ordered_json learned_table_json(const LearnedTable& table, const TableIdentity& identity) {
     const bool megatron = identity.source == TableSource::Megatron;
     nlohmann::ordered_json doc;
@@ -146,6 +157,7 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
                 rule["heads"] = r.heads_key;
                 break;
         }
+        if (r.split_experts) rule["transform"] = "split_experts";
         rules.push_back(std::move(rule));
     }
     doc["rules"] = std::move(rules);

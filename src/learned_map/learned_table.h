@@ -20,6 +20,9 @@ struct LearnedRule {
     RowLayout layout = RowLayout::Same;
     std::string heads_key;        // RopePermute: the config.json key of the head count
     bool tied_head = false;
+    // torchtitan's grouped experts [E, ...]: matched expert by expert (checkpoint_expert_views),
+    // stated as one rule with transform split_experts.
+    bool split_experts = false;
     std::string drop;             // why it has no HF name
     size_t tensors = 0;
     double worst_distance = 0;                // the largest distance of a match it took
@@ -44,6 +47,15 @@ LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShap
 // A drop rule for checkpoint tensor `name` that map did not compare (`reason`: why it has no HF
 // name), unless a rule of its pattern is there already.
 void add_drop_rule(LearnedTable& table, const std::string& name, const std::string& reason);
+
+// The names of the expert views of a grouped checkpoint tensor: `grouped` + ".{e}" ({e}: the
+// expert), so that a view's numbers (layer, expert) meet the base's per-expert tensors.
+std::string expert_view_pattern(const std::string& grouped);
+
+// The rules learned from expert views (`views`: their names) restated for the grouped tensors:
+// `from` without the view's ".{e}", transform split_experts. A grouped tensor whose experts
+// disagree was refused already (one pattern, two rules).
+void join_expert_views(LearnedTable& table, const std::vector<std::string>& views);
 
 // What the learned table is for: written into its JSON.
 struct TableIdentity {

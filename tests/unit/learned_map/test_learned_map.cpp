@@ -266,5 +266,26 @@ TEST(LearnedMap, LayersThatDisagreeAreRefused) {
         << t.refusals[0];
 }
 
+TEST(LearnedMap, ExpertViewsBecomeOneSplitExpertsRule) {
+    // Two experts' views of torchtitan's grouped w1 [E, F, H], matched with the per-expert base tensors.
+    Model m;
+    std::vector<std::string> views;
+    for (int e = 0; e < 2; ++e) {
+        m.base.push_back(random_tensor("model.layers.0.mlp.experts." + std::to_string(e) + ".gate_proj.weight", {8, 16}, 1 + e));
+        std::string view = expert_view_pattern("layers.0.moe.experts.w1_EFD");
+        views.push_back(view.replace(view.find("{e}"), 3, std::to_string(e)));
+        m.checkpoint.push_back(tuned(m.base.back(), views.back(), 10 + e));
+    }
+    LearnedTable t = learn(m, TableSource::Torchtitan);
+    join_expert_views(t, views);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u);
+    EXPECT_EQ(t.rules[0].from, "layers.{i}.moe.experts.w1_EFD");
+    EXPECT_EQ(t.rules[0].to[0], "model.layers.{i}.mlp.experts.{e}.gate_proj.weight");
+    const auto doc = learned_table_json(t, {"learned", TableSource::Torchtitan, "Qwen3MoeForCausalLM", "", ""});
+    EXPECT_EQ(doc["rules"][0]["transform"], "split_experts");
+    EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
+}
+
 }  // namespace
 }  // namespace vmerge
