@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "architecture/architecture_table.h"
 #include "architecture/hf_config.h"
@@ -167,38 +168,55 @@ void write_table(const nlohmann::ordered_json& doc, const std::string& path, std
     out << "vmerge map: wrote " << path << " (pass it to merge as --architecture_table " << path << ")\n";
 }
 
+// Every rank decides its share of the layer groups (decide_tensors) from the same checkpoint
+// mapping and base headers; rank 0 gathers the decisions and settles them.
+std::optional<MatchResult> shared_matches(const Options& o, Comm& comm, const CheckpointSide& checkpoint,
+                                          const BaseSide& base, const HfWeights& weights, const HfConfig& base_config,
+                                          TableSource source) {
+    std::vector<SourceDecision> mine;
+    collective_step(comm, "compare with the base", [&] {
+        CheckpointRows checkpoint_rows(checkpoint.mapping, max_memory(o, comm));
+        BaseRows base_rows(weights, base.entries);
+        mine = decide_tensors(checkpoint.tensors, checkpoint_rows, base.tensors, base_rows, model_shape(base_config),
+                              source, comm.rank(), comm.size());
+    });
+    const std::vector<std::string> gathered = comm.allgather(decisions_json(mine).dump());
+    if (comm.rank() != 0) return std::nullopt;
+    std::vector<SourceDecision> all;
+    for (const auto& text : gathered)
+        for (auto& d : decisions_from_json(nlohmann::json::parse(text))) all.push_back(std::move(d));
+    return settle_matches(std::move(all), checkpoint.tensors, base.tensors, base_config.tie_word_embeddings);
+}
+
 }  // namespace
 
 int run_map(const Options& o, Comm& comm, std::ostream& out) {
     std::shared_ptr<const ArchitectureTables> tables;
     const std::string config_dir = o.hf_config.empty() ? o.map_base : o.hf_config;
     MergeInputs in = load_checkpoint_names(o, config_dir, comm, tables);
-    int code = kExitSuccess;
-    collective_step(comm, "learn the table", [&] {
-        if (comm.rank() != 0) return;
-        const HfConfig base_config = load_hf_config(o.map_base);
-        const HfWeights weights = read_hf_weights(o.map_base);
-        BaseSide base = base_side(weights);
-        const TableSource source =
-            in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
-        CheckpointSide checkpoint = checkpoint_side(in.mapping(), source);
-        CheckpointRows checkpoint_rows(checkpoint.mapping, max_memory(o, comm));
-        BaseRows base_rows(weights, std::move(base.entries));
-        const MatchResult matches = match_tensors(checkpoint.tensors, checkpoint_rows, base.tensors, base_rows,
-                                                  model_shape(base_config), source, base_config.tie_word_embeddings);
-        LearnedTable table = learn_table(matches, checkpoint.tensors, base.tensors);
-        join_expert_views(table, checkpoint.expert_views);
-        for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
-        out << learned_table_report(table);
-        if (!table.refusals.empty()) {
-            out << "vmerge map: no table proposed: the values cannot decide " << table.refusals.size()
-                << (table.refusals.size() == 1 ? " case" : " cases") << " (refused above)\n";
-            code = kExitFailure;
-            return;
-        }
-        write_table(learned_table_json(table, table_identity(o, base_config, source, *tables)), o.map_out, out);
+    HfConfig base_config;
+    HfWeights weights;
+    collective_step(comm, "read the base", [&] {
+        base_config = load_hf_config(o.map_base);
+        weights = read_hf_weights(o.map_base);
     });
-    return code;
+    const TableSource source =
+        in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
+    const BaseSide base = base_side(weights);
+    const CheckpointSide checkpoint = checkpoint_side(in.mapping(), source);
+    const std::optional<MatchResult> matches = shared_matches(o, comm, checkpoint, base, weights, base_config, source);
+    if (comm.rank() != 0) return kExitSuccess;
+    LearnedTable table = learn_table(*matches, checkpoint.tensors, base.tensors);
+    join_expert_views(table, checkpoint.expert_views);
+    for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
+    out << learned_table_report(table);
+    if (!table.refusals.empty()) {
+        out << "vmerge map: no table proposed: the values cannot decide " << table.refusals.size()
+            << (table.refusals.size() == 1 ? " case" : " cases") << " (refused above)\n";
+        return kExitFailure;
+    }
+    write_table(learned_table_json(table, table_identity(o, base_config, source, *tables)), o.map_out, out);
+    return kExitSuccess;
 }
 
 }  // namespace vmerge

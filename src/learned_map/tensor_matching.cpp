@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -219,22 +220,23 @@ Fit measure_fit(const LayoutGuess& guess, size_t source, const std::vector<Named
         base_norm += part_norm;
     }
     fit.zero_source = source_norm == 0;
-    fit.distance = base_norm > 0 ? std::sqrt(diff / base_norm) : (diff == 0 ? 0 : INFINITY);
+    fit.distance = base_norm > 0 ? std::sqrt(diff / base_norm) : (diff == 0 ? 0 : std::numeric_limits<double>::max());
     fit.cosine = base_norm > 0 && source_norm > 0 ? dot / std::sqrt(base_norm * source_norm) : 0;
     return fit;
 }
 
-MatchResult match_tensors(const std::vector<NamedShape>& source, RowValues& source_rows,
-                          const std::vector<NamedShape>& base, RowValues& base_rows, const ModelShape& heads,
-                          TableSource source_kind, bool tied_embeddings) {
+std::vector<SourceDecision> decide_tensors(const std::vector<NamedShape>& source, RowValues& source_rows,
+                                           const std::vector<NamedShape>& base, RowValues& base_rows,
+                                           const ModelShape& heads, TableSource source_kind, int rank, int ranks) {
     // Group both sides by their layer/expert numbers: a layer's tensors only meet its own.
     std::map<std::vector<std::string>, std::vector<size_t>> base_groups, source_groups;
     for (size_t b = 0; b < base.size(); ++b) base_groups[name_numbers(base[b].name)].push_back(b);
     for (size_t s = 0; s < source.size(); ++s) source_groups[name_numbers(source[s].name)].push_back(s);
-    MatchResult result;
-    result.decisions.resize(source.size());
+    std::vector<SourceDecision> decisions;
     CachedRows cached_source(source_rows), cached_base(base_rows);
+    size_t group = 0;
     for (const auto& [numbers, members] : source_groups) {
+        if (static_cast<int>(group++ % static_cast<size_t>(ranks)) != rank) continue;
         const auto it = base_groups.find(numbers);
         const std::vector<size_t> none;
         const std::vector<size_t>& candidates = it == base_groups.end() ? none : it->second;
@@ -242,10 +244,21 @@ MatchResult match_tensors(const std::vector<NamedShape>& source, RowValues& sour
             std::vector<Fit> fits;
             for (const LayoutGuess& g : layout_guesses(source[s], base, candidates, heads, source_kind))
                 fits.push_back(measure_fit(g, s, base, cached_source, cached_base, heads));
-            result.decisions[s] = decide(s, std::move(fits), source, base);
+            decisions.push_back(decide(s, std::move(fits), source, base));
         }
         cached_source.clear();
         cached_base.clear();
+    }
+    return decisions;
+}
+
+MatchResult settle_matches(std::vector<SourceDecision> decisions, const std::vector<NamedShape>& source,
+                           const std::vector<NamedShape>& base, bool tied_embeddings) {
+    MatchResult result;
+    result.decisions.resize(source.size());
+    for (SourceDecision& d : decisions) {
+        if (d.source >= source.size()) throw Error("internal: a map decision names checkpoint tensor " + std::to_string(d.source));
+        result.decisions[d.source] = std::move(d);
     }
     refuse_shared_targets(result.decisions, source, base);
     for (SourceDecision& d : result.decisions)
@@ -257,6 +270,59 @@ MatchResult match_tensors(const std::vector<NamedShape>& source, RowValues& sour
     for (size_t b = 0; b < base.size(); ++b)
         if (!taken[b]) result.unmapped_base.push_back(b);
     return result;
+}
+
+MatchResult match_tensors(const std::vector<NamedShape>& source, RowValues& source_rows,
+                          const std::vector<NamedShape>& base, RowValues& base_rows, const ModelShape& heads,
+                          TableSource source_kind, bool tied_embeddings) {
+    return settle_matches(decide_tensors(source, source_rows, base, base_rows, heads, source_kind, 0, 1), source, base,
+                          tied_embeddings);
+}
+
+nlohmann::json decisions_json(const std::vector<SourceDecision>& decisions) {
+    auto fit_json = [](const std::optional<Fit>& f) -> nlohmann::json {
+        if (!f) return nullptr;
+        return {{"layout", static_cast<int>(f->guess.layout)}, {"parts", f->guess.parts},
+                {"rope_heads", f->guess.rope_heads}, {"heads_key", f->guess.heads_key}, {"distance", f->distance},
+                {"cosine", f->cosine}, {"zero_part", f->zero_part ? nlohmann::json(*f->zero_part) : nlohmann::json()},
+                {"zero_source", f->zero_source}};
+    };
+    nlohmann::json doc = nlohmann::json::array();
+    for (const SourceDecision& d : decisions)
+        doc.push_back({{"source", d.source}, {"match", fit_json(d.match)}, {"best", fit_json(d.best)},
+                       {"runner_up", fit_json(d.runner_up)}, {"refused", d.refused}});
+    return doc;
+}
+
+std::vector<SourceDecision> decisions_from_json(const nlohmann::json& doc) {
+    auto fit_of = [](const nlohmann::json& j) -> std::optional<Fit> {
+        if (j.is_null()) return std::nullopt;
+        Fit f;
+        f.guess.layout = static_cast<RowLayout>(j.at("layout").get<int>());
+        f.guess.parts = j.at("parts").get<std::vector<size_t>>();
+        f.guess.rope_heads = j.at("rope_heads").get<int64_t>();
+        f.guess.heads_key = j.at("heads_key").get<std::string>();
+        // JSON has no NaN (values that are not numbers give it): written as null, read back as NaN.
+        const auto number = [](const nlohmann::json& v) {
+            return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+        };
+        f.distance = number(j.at("distance"));
+        f.cosine = number(j.at("cosine"));
+        if (!j.at("zero_part").is_null()) f.zero_part = j.at("zero_part").get<size_t>();
+        f.zero_source = j.at("zero_source").get<bool>();
+        return f;
+    };
+    std::vector<SourceDecision> decisions;
+    for (const auto& j : doc) {
+        SourceDecision d;
+        d.source = j.at("source").get<size_t>();
+        d.match = fit_of(j.at("match"));
+        d.best = fit_of(j.at("best"));
+        d.runner_up = fit_of(j.at("runner_up"));
+        d.refused = j.at("refused").get<std::string>();
+        decisions.push_back(std::move(d));
+    }
+    return decisions;
 }
 
 }  // namespace vmerge

@@ -1,6 +1,8 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -80,9 +82,25 @@ Fit measure_fit(const LayoutGuess& guess, size_t source, const std::vector<Named
 // kAmbiguityRatio); two checkpoint tensors taking one base tensor are both refused; a tensor
 // matching nothing is dropped with its reason (TransformerEngine _extra_state, training state,
 // or no counterpart), or, when config.json ties the embeddings and it has the embedding's
-// shape, is the tied output head.
+// shape, is the tied output head. decide_tensors and settle_matches in one process.
 MatchResult match_tensors(const std::vector<NamedShape>& source, RowValues& source_rows,
                           const std::vector<NamedShape>& base, RowValues& base_rows, const ModelShape& heads,
                           TableSource source_kind, bool tied_embeddings);
+
+// The first half, shared by `ranks`: the decisions of the layer groups (checkpoint tensors of
+// one set of layer/expert numbers) numbered `rank`, `rank + ranks`, ... in name order, each from
+// its own values alone.
+std::vector<SourceDecision> decide_tensors(const std::vector<NamedShape>& source, RowValues& source_rows,
+                                           const std::vector<NamedShape>& base, RowValues& base_rows,
+                                           const ModelShape& heads, TableSource source_kind, int rank, int ranks);
+
+// The second half, once every group is decided (`decisions` in any order, each tensor once):
+// shared targets refused, unmatched tensors settled, base tensors nothing takes listed.
+MatchResult settle_matches(std::vector<SourceDecision> decisions, const std::vector<NamedShape>& source,
+                           const std::vector<NamedShape>& base, bool tied_embeddings);
+
+// Decisions as JSON and back, for the ranks to exchange (doubles round-trip exactly).
+nlohmann::json decisions_json(const std::vector<SourceDecision>& decisions);
+std::vector<SourceDecision> decisions_from_json(const nlohmann::json& doc);
 
 }  // namespace vmerge

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Every case of make_learned_map_fixtures.py: `map` learns the table from the checkpoint and its
-# base model (with 1 and 2 ranks, the same table), a merge with the learned table matches the
+# base model (with 1 and 2 ranks sharing the comparisons, the same table), a merge with the learned table matches the
 # fine-tuned tensors the producer wrote bit for bit (1 and 2 ranks), and, where vmerge ships a
 # table for the layout, writes the same bytes as a merge with the shipped table; an ambiguous
-# base is refused (exit 1, the tensors named, no table written).
+# base is refused (3 ranks: exit 1, the tensors named, no table written).
 # usage: learned_map_cases.sh VMERGE MPIEXEC PYTHON FIXTURES WORK
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 fixtures=$4 work=$5
@@ -20,7 +20,8 @@ for case in $cases; do
     echo "== $case"
     if [[ -n $error ]]; then
         status=0
-        "$vmerge" map --local_dir "$local_dir" --base "$base" --out "$table" >"$work/$case.out" 2>&1 || status=$?
+        "$mpiexec" --oversubscribe -np 3 "$vmerge" map --local_dir "$local_dir" --base "$base" --out "$table" \
+            >"$work/$case.out" 2>&1 || status=$?
         cat "$work/$case.out"
         [[ $status == 1 ]] || { echo "FAIL: map exited $status, expected 1"; exit 1; }
         grep -q "refused: .*$error" "$work/$case.out" || { echo "FAIL: no refusal naming $error"; exit 1; }

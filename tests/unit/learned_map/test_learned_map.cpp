@@ -195,6 +195,23 @@ TEST(LearnedMap, MegatronFusedLayoutsAreRecognised) {
     EXPECT_EQ(parsed.rules.size(), t.rules.size());
 }
 
+TEST(LearnedMap, RanksSharingTheGroupsDecideAsOne) {
+    const Model m = megatron_llama();
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    std::vector<SourceDecision> gathered;
+    for (int rank = 0; rank < 3; ++rank) {
+        const auto mine = decide_tensors(shapes(m.checkpoint), checkpoint_rows, shapes(m.base), base_rows, kHeads,
+                                         TableSource::Megatron, rank, 3);
+        for (auto& d : decisions_from_json(nlohmann::json::parse(decisions_json(mine).dump()))) gathered.push_back(d);
+    }
+    const MatchResult shared = settle_matches(gathered, shapes(m.checkpoint), shapes(m.base), false);
+    const LearnedTable one = learn(m, TableSource::Megatron);
+    const TableIdentity id{"learned", TableSource::Megatron, "LlamaForCausalLM", "", ""};
+    EXPECT_EQ(learned_table_json(learn_table(shared, shapes(m.checkpoint), shapes(m.base)), id).dump(),
+              learned_table_json(one, id).dump());
+    EXPECT_EQ(learned_table_report(learn_table(shared, shapes(m.checkpoint), shapes(m.base))), learned_table_report(one));
+}
+
 TEST(LearnedMap, TorchtitanRopeRowsAreRecognised) {
     Model m;
     m.base.push_back(random_tensor("model.layers.0.self_attn.q_proj.weight", {16, 16}, 1));
