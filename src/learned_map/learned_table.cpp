@@ -82,7 +82,9 @@ LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShap
     std::map<std::string, size_t> by_from;  // pattern -> rule index
     for (const SourceDecision& d : matches.decisions) {
         if (!d.refused.empty()) {
-            table.refusals.push_back(d.refused);
+            // Two tensors refused for sharing one base tensor carry the same message: once.
+            if (std::find(table.refusals.begin(), table.refusals.end(), d.refused) == table.refusals.end())
+                table.refusals.push_back(d.refused);
             continue;
         }
         LearnedRule rule = rule_of(d, source, base);
