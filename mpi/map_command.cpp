@@ -143,7 +143,10 @@ TableIdentity table_identity(const Options& o, const HfConfig& base_config, Tabl
     identity.source = source;
     identity.architecture = base_config.architectures.empty() ? "" : base_config.architectures[0];
     if (identity.architecture.empty()) throw Error(o.map_base + "/config.json: no architectures[0] to name the table for");
-    identity.name = "learned from " + std::filesystem::path(o.map_base).filename().string();
+    // The base folder's own name ("Llama-3.1-8B"), also when given as "Llama-3.1-8B/" or ".".
+    const std::filesystem::path base = std::filesystem::absolute(o.map_base).lexically_normal();
+    const std::string folder = base.has_filename() ? base.filename().string() : base.parent_path().filename().string();
+    identity.name = "learned from " + folder;
     const ArchitectureTable* hf = find_architecture_table(tables, "hf", identity.architecture);
     if (hf && hf->tensor_set) identity.config_check = identity.architecture;
     identity.notes = "proposed by vmerge-mpi map from " + o.local_dir + " and the base model " + o.map_base +
