@@ -203,7 +203,11 @@ MergeInputs load_checkpoint_names(const Options& o, const std::string& config_di
     if ((layout != "torchtitan" && layout != "torch_dist") || in.checkpoint.hf_named)
         throw Error(in.checkpoint.description + ": map learns tables for torchtitan DCP and Megatron torch_dist "
                     "checkpoints (their tensors under the trainer's own names, assembled whole); this is " +
-                    (layout.empty() ? std::string("another layout") : layout));
+                    (layout.empty() ? std::string("another layout") : layout) +
+                    (layout == "megatron_legacy" ? " (its tensor-parallel pieces join by the table map would learn)"
+                     : layout == "fsdp" || layout == "dcp" || layout == "deepspeed" || in.checkpoint.hf_named
+                         ? " (it keeps transformers' own names: no table to learn)"
+                         : ""));
     in.scans = scan(in.checkpoint, comm);
     const std::string config_text = shared_hf_config_text(comm, config_dir);
     const std::string table_texts = shared_table_texts(comm, o);
