@@ -164,10 +164,17 @@ void write_table(const nlohmann::ordered_json& doc, const std::string& path, std
         out << doc.dump(1) << "\n";
         return;
     }
-    std::ofstream file(path);
+    // Written beside it and renamed: an interrupted map leaves no half table behind.
+    const std::string partial = path + ".partial";
+    std::ofstream file(partial);
     file << doc.dump(1) << "\n";
     file.close();
-    if (!file) throw Error(path + ": cannot write the learned table");
+    std::error_code ec;
+    if (file) std::filesystem::rename(partial, path, ec);
+    if (!file || ec) {
+        std::filesystem::remove(partial, ec);
+        throw Error(path + ": cannot write the learned table");
+    }
     out << "vmerge map: wrote " << path << " (pass it to merge as --architecture_table " << path << ")\n";
 }
 
