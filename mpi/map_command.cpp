@@ -82,6 +82,7 @@ ModelShape model_shape(const HfConfig& config) {
     const int64_t hidden = text_config_int(config, "hidden_size", 0);
     heads.head_dim = text_config_int(config, "head_dim", heads.heads > 0 ? hidden / heads.heads : 0);
     heads.vocab = text_config_int(config, "vocab_size", 0);
+    heads.layers = text_config_int(config, "num_hidden_layers", 0);
     return heads;
 }
 

@@ -26,6 +26,11 @@ LearnedRule rule_of(const SourceDecision& d, const std::vector<NamedShape>& sour
         rule.layout = d.match->guess.layout;
         rule.heads_key = d.match->guess.heads_key;
         for (size_t b : d.match->guess.parts) rule.to.push_back(numbered_pattern(base[b].name));
+        // Only candidate_groups' offset gets here: the base layer num_hidden_layers further.
+        const auto from_numbers = name_numbers(source[d.source].name);
+        const auto to_numbers = name_numbers(base[d.match->guess.parts[0]].name);
+        if (!from_numbers.empty() && !to_numbers.empty() && from_numbers[0] != to_numbers[0])
+            rule.layer_offset = std::stoll(to_numbers[0]) - std::stoll(from_numbers[0]);
     } else {
         rule.drop = d.dropped;
     }
@@ -36,7 +41,7 @@ bool same_rule(const LearnedRule& a, const LearnedRule& b) {
     // A drop's reason names the closest tensor, which differs per layer: the kind is what counts.
     const bool a_drop = !a.drop.empty(), b_drop = !b.drop.empty();
     return a.to == b.to && a.layout == b.layout && a.heads_key == b.heads_key && a.tied_head == b.tied_head &&
-           a_drop == b_drop;
+           a.layer_offset == b.layer_offset && a_drop == b_drop;
 }
 
 std::string rule_text(const LearnedRule& r) {
@@ -46,6 +51,7 @@ std::string rule_text(const LearnedRule& r) {
     if (r.tied_head) return text + " (tied head)";
     if (r.layout != RowLayout::Same) text += " [" + std::string(layout_name(r.layout)) + "]";
     if (r.split_experts) text += " [split_experts]";
+    if (r.layer_offset != 0) text += " [layer + num_hidden_layers]";
     return text;
 }
 
@@ -160,6 +166,7 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
                 break;
         }
         if (r.split_experts) rule["transform"] = "split_experts";
+        if (r.layer_offset != 0) rule["layer_offset"] = "num_hidden_layers";
         rules.push_back(std::move(rule));
     }
     doc["rules"] = std::move(rules);

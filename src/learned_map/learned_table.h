@@ -23,6 +23,9 @@ struct LearnedRule {
     // torchtitan's grouped experts [E, ...]: matched expert by expert (checkpoint_expert_views),
     // stated as one rule with transform split_experts.
     bool split_experts = false;
+    // The HF layer number minus the checkpoint's (torchtitan's MTP layers: num_hidden_layers),
+    // stated as layer_offset "num_hidden_layers"; 0: the same numbers.
+    int64_t layer_offset = 0;
     std::string drop;             // why it has no HF name
     size_t tensors = 0;
     double worst_distance = 0;                // the largest distance of a match it took

@@ -24,6 +24,9 @@ struct ModelShape {
     int64_t kv_heads = 0;  // num_key_value_heads (heads when absent)
     int64_t head_dim = 0;  // head_dim, or hidden_size / heads
     int64_t vocab = 0;     // vocab_size: only a tensor of these rows can be a padded vocabulary
+    // num_hidden_layers: torchtitan numbers its multi-token prediction layers apart
+    // (mtp_layers.k is HF layer num_hidden_layers + k), so layer n also meets base layer n + this.
+    int64_t layers = 0;
 };
 
 // One way `parts` base tensors could sit in a checkpoint tensor, with what locates their rows.

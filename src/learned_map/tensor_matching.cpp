@@ -159,6 +159,19 @@ void settle_unmatched(SourceDecision& d, const std::vector<NamedShape>& src, con
     }
 }
 
+// The base groups a checkpoint group meets: its own numbers and, for torchtitan (whose table
+// can state a layer_offset), the layer num_hidden_layers further (an MTP layer's HF number).
+std::vector<std::vector<std::string>> candidate_groups(const std::vector<std::string>& numbers, const ModelShape& heads,
+                                                       TableSource source_kind) {
+    std::vector<std::vector<std::string>> keys{numbers};
+    if (source_kind == TableSource::Torchtitan && heads.layers > 0 && !numbers.empty() && numbers[0].size() < 10) {
+        std::vector<std::string> offset = numbers;
+        offset[0] = std::to_string(std::stoll(numbers[0]) + heads.layers);
+        keys.push_back(std::move(offset));
+    }
+    return keys;
+}
+
 }  // namespace
 
 std::vector<std::string> name_numbers(const std::string& name) {
@@ -237,9 +250,10 @@ std::vector<SourceDecision> decide_tensors(const std::vector<NamedShape>& source
     size_t group = 0;
     for (const auto& [numbers, members] : source_groups) {
         if (static_cast<int>(group++ % static_cast<size_t>(ranks)) != rank) continue;
-        const auto it = base_groups.find(numbers);
-        const std::vector<size_t> none;
-        const std::vector<size_t>& candidates = it == base_groups.end() ? none : it->second;
+        std::vector<size_t> candidates;
+        for (const auto& key : candidate_groups(numbers, heads, source_kind))
+            if (const auto it = base_groups.find(key); it != base_groups.end())
+                candidates.insert(candidates.end(), it->second.begin(), it->second.end());
         for (size_t s : members) {
             std::vector<Fit> fits;
             for (const LayoutGuess& g : layout_guesses(source[s], base, candidates, heads, source_kind))

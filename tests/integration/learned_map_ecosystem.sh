@@ -3,8 +3,8 @@
 # the base model is the producer's own live tensors (the case's oracle/weights.safetensors beside
 # its config.json), so every match is at distance 0 and the runner-ups are the producer's other
 # tensors. The learned table must merge the checkpoint bit for bit to those tensors (torchtitan
-# Llama3 and Qwen3-MoE, megatron-core torch_dist); torchtitan's DeepSeek-V3 numbers its MTP layer
-# apart from the decoder (mtp_layers.0 is HF layer 2), which map does not learn: it must refuse.
+# Llama3, Qwen3-MoE and DeepSeek-V3, whose MTP layer mtp_layers.0 is HF layer 2: a layer_offset;
+# megatron-core torch_dist).
 # usage: learned_map_ecosystem.sh VMERGE PYTHON ECO_CASES WORK
 set -euo pipefail
 vmerge=$1 python=$2 cases=$3 work=$4
@@ -21,14 +21,6 @@ for case in torchtitan_llama3 torchtitan_qwen3_moe megatron_tp2pp2_torch_dist to
     cp "$dir/oracle/weights.safetensors" "$base/model.safetensors"
     table="$work/$case/table.json"
     read -r -a merge_args <<<"$(field "$case" merge_args)"
-    if [[ $case == torchtitan_deepseek_v3 ]]; then
-        status=0
-        "$vmerge" map --local_dir "$dir/$(field "$case" checkpoint)" --base "$base" --out "$table" \
-            "${merge_args[@]}" >"$work/$case/map.out" 2>&1 || status=$?
-        [[ $status == 1 ]] && grep -q "refused: mtp_layers.0" "$work/$case/map.out" && [[ ! -e $table ]] ||
-            { cat "$work/$case/map.out"; echo "FAIL: map should refuse the MTP layer"; exit 1; }
-        continue
-    fi
     "$vmerge" map --local_dir "$dir/$(field "$case" checkpoint)" --base "$base" --out "$table" "${merge_args[@]}"
     "$vmerge" test --local_dir "$dir/$(field "$case" checkpoint)" --hf_config "$dir/$(field "$case" hf_config)" \
         --test_hf_dir "$base" --architecture_table "$table" "${merge_args[@]}"

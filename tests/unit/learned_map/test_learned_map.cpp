@@ -228,6 +228,28 @@ TEST(LearnedMap, TorchtitanRopeRowsAreRecognised) {
     EXPECT_EQ(rule_from(t, "layers.{i}.attention.wv.weight")->layout, RowLayout::Same);
 }
 
+TEST(LearnedMap, TorchtitanMtpLayersGetTheLayerOffset) {
+    // Two decoder layers; torchtitan's mtp_layers.0 is HF layer 2.
+    Model m;
+    for (int layer = 0; layer < 3; ++layer)
+        m.base.push_back(random_tensor("model.layers." + std::to_string(layer) + ".input_layernorm.weight", {16}, 1 + layer));
+    m.checkpoint.push_back(tuned(m.base[0], "layers.0.attention_norm.weight", 10));
+    m.checkpoint.push_back(tuned(m.base[1], "layers.1.attention_norm.weight", 11));
+    m.checkpoint.push_back(tuned(m.base[2], "mtp_layers.0.attention_norm.weight", 12));
+    ModelShape shape = kHeads;
+    shape.layers = 2;
+    const LearnedTable t = learn(m, TableSource::Torchtitan, false, shape);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    EXPECT_EQ(rule_from(t, "layers.{i}.attention_norm.weight")->layer_offset, 0);
+    EXPECT_EQ(rule_from(t, "mtp_layers.{i}.attention_norm.weight")->layer_offset, 2);
+    EXPECT_TRUE(t.unmapped_base.empty());
+    const auto doc = learned_table_json(t, {"learned", TableSource::Torchtitan, "DeepseekV3ForCausalLM", "", ""});
+    ASSERT_EQ(doc["rules"].size(), 2u);
+    EXPECT_EQ(doc["rules"][1]["from"], "mtp_layers.{i}.attention_norm.weight");
+    EXPECT_EQ(doc["rules"][1]["layer_offset"], "num_hidden_layers");
+    EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
+}
+
 TEST(LearnedMap, IdenticalBaseTensorsAreRefused) {
     Model m;
     m.base.push_back(random_tensor("model.layers.0.input_layernorm.weight", {16}, 1));
