@@ -322,6 +322,7 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
     if ((o.command == "merge" || o.command == "verify") && o.output.target.empty())
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
+    if (o.command == "map" && o.map_base.empty()) throw UsageError("map needs --base (the model the checkpoint was trained from)");
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace vmerge {
 // own options struct directly: MapOptions (formats), QuantizeSpec (mapping), LoraOptions
 // (mapping) and OutputOptions (output); the driver adds what only it knows (rank, budget).
 struct Options {
-    std::string command;          // merge | test | inspect | verify | watch
+    std::string command;          // merge | test | inspect | verify | watch | map
     // Discover.
     std::string backend = "auto";
     std::string local_dir;
@@ -57,6 +57,8 @@ struct Options {
     bool json = false;
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
     WatchOptions watch;  // the watch command
+    std::string map_base;  // map: the Hugging Face model the checkpoint was trained from
+    std::string map_out;   // map: where the learned table is written ("": stdout)
     DebugKnobs debug;    // set by main from the environment (tests and benchmarks only)
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };

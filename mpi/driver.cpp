@@ -13,6 +13,7 @@
 #include "check_commands.h"
 #include "exit_code.h"
 #include "collective_step.h"
+#include "map_command.h"
 #include "watch_command.h"
 #include "core/error.h"
 #include "output/registry.h"
@@ -250,6 +251,7 @@ int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& e
         if (o.command == "merge") return run_merge(o, comm, out, err);
         if (o.command == "test") return run_test(o, comm, out);
         if (o.command == "verify") return run_verify(o, comm, out);
+        if (o.command == "map") return run_map(o, comm, out);
         if (o.command == "watch")
             return run_watch(o, comm, out, err, [&](const Options& step) {
                 if (run_merge(step, comm, out, err) != kExitSuccess) throw Error("the merge failed");

@@ -282,6 +282,32 @@ MergeInputs load_inputs(const Options& o, Comm& comm) {
     return in;
 }
 
+MergeInputs load_checkpoint_names(const Options& o, const std::string& config_dir, Comm& comm,
+                                  std::shared_ptr<const ArchitectureTables>& tables) {
+    MergeInputs in;
+    in.checkpoint = discover(o, comm);
+    const std::string layout = in.checkpoint.source ? in.checkpoint.source->name() : "";
+    if ((layout != "torchtitan" && layout != "torch_dist") || in.checkpoint.hf_named)
+        throw Error(in.checkpoint.description + ": map learns tables for torchtitan DCP and Megatron torch_dist "
+                    "checkpoints (their tensors under the trainer's own names, assembled whole); this is " +
+                    (layout.empty() ? std::string("another layout") : layout) +
+                    (layout == "megatron_legacy" ? " (its tensor-parallel pieces join by the table map would learn)"
+                     : layout == "fsdp" || layout == "dcp" || layout == "deepspeed" || in.checkpoint.hf_named
+                         ? " (it keeps transformers' own names: no table to learn)"
+                         : ""));
+    in.scans = scan(in.checkpoint, comm);
+    const std::string config_text = shared_hf_config_text(comm, config_dir);
+    const std::string table_texts = shared_table_texts(comm, o);
+    MapOptions names = o.map;
+    names.checkpoint_names = true;
+    collective_step(comm, "map", [&] {
+        in.config = parse_hf_config(config_dir, config_text);
+        names.tables = tables = load_shared_tables(table_texts, o);
+        in.mapped = map_checkpoint(in.checkpoint, in.scans, in.config, names);
+    });
+    return in;
+}
+
 MergeInputs simulate_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
     const std::string config_text = shared_hf_config_text(comm, o.hf_config);

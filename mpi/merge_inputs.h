@@ -53,6 +53,12 @@ struct MergeInputs {
 // Discover, scan (spread over the ranks, all-gathered) and map `o.local_dir`.
 MergeInputs load_inputs(const Options& o, Comm& comm);
 
+// map: discover and scan `o.local_dir` as a merge does, then its tensors under the checkpoint's
+// own canonical names (MapOptions::checkpoint_names), with config.json from `config_dir`; no
+// architecture table is applied (map learns it). `tables` receives the loaded tables.
+MergeInputs load_checkpoint_names(const Options& o, const std::string& config_dir, Comm& comm,
+                                  std::shared_ptr<const ArchitectureTables>& tables);
+
 // inspect --simulate: the mapping a checkpoint of the declared layout would give, from
 // config.json alone (cluster-scale planning without the files).
 MergeInputs simulate_inputs(const Options& o, Comm& comm);

@@ -176,6 +176,12 @@ void add_watch_options(OptionTable& t, Options& o) {
          "FSDP steps without a completion marker: rank files unchanged this many seconds");
 }
 
+void add_map_options(OptionTable& t, Options& o) {
+    t.mapping.add_options()
+        ("base", po::value(&o.map_base), "map: the Hugging Face model folder the checkpoint was trained from")
+        ("out", po::value(&o.map_out), "map: write the learned architecture table here (default: print it)");
+}
+
 // The commands, in --help order, with the groups each takes.
 const std::vector<CommandInfo> kCommands = {
     {"merge",
@@ -198,6 +204,9 @@ const std::vector<CommandInfo> kCommands = {
      {"merge every finished checkpoint of a training run (--root) into --target_root, as it appears"},
      {&OptionTable::watching, &OptionTable::input, &OptionTable::conversion, &OptionTable::output, &OptionTable::lora,
       &OptionTable::quantizing, &OptionTable::run}},
+    {"map",
+     {"learn the checkpoint's architecture table from its base model (--local_dir CKPT --base HF_DIR --out FILE)"},
+     {&OptionTable::input, &OptionTable::mapping, &OptionTable::run}},
 };
 
 // The groups `command` takes; none for an unknown one.
@@ -237,13 +246,14 @@ OptionTable option_table(Options& o, RawFlags& raw) {
     add_quantize_and_lora_options(t, o, raw);
     add_run_options(t, o, raw);
     add_watch_options(t, o);
+    add_map_options(t, o);
     return t;
 }
 
 po::options_description visible_options(const OptionTable& t) {
     po::options_description visible;
     visible.add(t.input).add(t.conversion).add(t.output).add(t.lora).add(t.quantizing).add(t.run).add(t.testing)
-        .add(t.inspecting).add(t.watching);
+        .add(t.inspecting).add(t.watching).add(t.mapping);
     return visible;
 }
 

@@ -41,6 +41,7 @@ struct OptionTable {
     po::options_description testing{"test"};
     po::options_description inspecting{"inspect"};
     po::options_description watching{"watch (every merge option applies to each step)"};
+    po::options_description mapping{"map"};
 };
 
 // One command: its name, its lines in `vmerge-mpi --help`, and the option groups it takes, in

@@ -109,6 +109,10 @@ struct MapOptions {
     // (mtp_shared_copies.h); an architecture whose release holds them gets them by default.
     bool no_mtp_shared_copies = false;
     bool pad_vocab = false;  // --pad_vocab: zero rows up to vocab_size where the checkpoint holds fewer
+    // `map` (learned_map/): the checkpoint's tensors under its own canonical names, assembled as a
+    // merge assembles them but given to no table (the table is what map learns). Layouts that
+    // name tensors by a table (torchtitan, torch_dist) stop before it (map refuses the others).
+    bool checkpoint_names = false;
 };
 
 struct MappedCheckpoint {

@@ -34,6 +34,7 @@ ALLOWED = {
     "formats": {"core", "io", "zip", "pickle", "safetensors", "torch", "architecture", "hdf5"},
     "mapping": {"core", "io", "safetensors", "architecture", "formats"},
     "plan": {"core"},
+    "learned_map": {"core"},  # map's planning: pure, the reads are the mpi/ command's
     "exec": {"core", "io", "architecture", "mapping", "plan"},
     "output": {"core", "io", "safetensors", "architecture", "mapping", "plan", "exec", "hdf5"},
     "report": {"core", "io", "architecture", "formats", "mapping", "plan", "exec", "output"},

@@ -38,6 +38,16 @@ TensorMapping lora_base_weights(const DetectedCheckpoint& d, const TensorMapping
                           &m.facts["architecture_table"]);
 }
 
+// map (MapOptions::checkpoint_names): the canonical tensors, no table; an adapter-only save has
+// no model to learn names from.
+void map_canonical_names(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, MappedCheckpoint& m,
+                         SourceLedger& ledger) {
+    TensorMapping canonical = assemble_dcp_tensors(d.kept<DcpMetadata>(), scans, true, &ledger);
+    if (!take_megatron_adapters(canonical).tensors.empty())
+        throw Error(d.weights_dir + " holds LoRA adapter shards: map learns names from a full model's checkpoint");
+    m.mapping = std::move(canonical);
+}
+
 class TorchDistBackend final : public Backend {
 public:
     std::string name() const override { return "torch_dist"; }
@@ -54,6 +64,7 @@ public:
 
     void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
+        if (options.checkpoint_names) return map_canonical_names(d, scans, m, ledger);
         ArchitectureInfo arch =
             architecture_for(config, options.is_value_model, options.drop_mtp, options.loaded_tables());
         arch.pad_vocab = options.pad_vocab;

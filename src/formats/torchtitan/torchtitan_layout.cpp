@@ -108,6 +108,10 @@ public:
             m.notes.push_back("full training checkpoint: " + std::to_string(training_state) +
                               " optimizer / lr_scheduler / dataloader / train_state tensors not written");
         if (model.tensors.empty()) throw Error(meta.dir + "/.metadata: no model tensors (only training state)");
+        if (options.checkpoint_names) {
+            m.mapping = std::move(model);
+            return;
+        }
         const ArchitectureTables& tables = options.loaded_tables();
         const std::string arch = config.architectures.empty() ? "" : config.architectures[0];
         const ArchitectureTable* table = find_architecture_table(tables, "torchtitan", arch);

@@ -62,7 +62,7 @@ TEST(CommandLine, NameListsGiveTheirOwnMessages) {
               "--backend zip: expected auto, fsdp, megatron, torchtitan, dcp, deepspeed or hdf5");
     EXPECT_EQ(usage_error({"merge", "--local_dir", "a", "--target_dir", "b", "--format", "gguf"}),
               "--format gguf: expected safetensors or hdf5");
-    EXPECT_EQ(usage_error({"frobnicate"}), "unknown command 'frobnicate' (merge, test, inspect, verify or watch)");
+    EXPECT_EQ(usage_error({"frobnicate"}), "unknown command 'frobnicate' (merge, test, inspect, verify, watch or map)");
     EXPECT_EQ(usage_error({"merge", "--local_dir", "a"}), "merge needs --target_dir");
     EXPECT_EQ(usage_error({"merge", "--local_dir", "a", "--target_dir", "b", "--symmetric", "--asymmetric"}),
               "--symmetric and --asymmetric exclude each other");
@@ -151,6 +151,16 @@ TEST(CommandLine, UnknownCommandOrMissingArgumentsAreUsageErrors) {
     EXPECT_THROW(parse({"test", "--local_dir", "/in"}), UsageError);
     EXPECT_THROW(parse({"merge", "--local_dir", "/in", "--target_dir", "/out", "--no_such_option", "1"}), UsageError);
     EXPECT_THROW(parse({"merge", "--local_dir", "/in", "--target_dir", "/out", "--backend", "xyz"}), UsageError);
+}
+
+TEST(CommandLine, MapTakesTheBaseAndTheTableFile) {
+    const Options o = parse({"map", "--local_dir", "/in", "--base", "/base", "--out", "t.json"});
+    EXPECT_EQ(o.command, "map");
+    EXPECT_EQ(o.map_base, "/base");
+    EXPECT_EQ(o.map_out, "t.json");
+    EXPECT_THROW(parse({"map", "--local_dir", "/in"}), UsageError);                                   // no --base
+    EXPECT_THROW(parse({"map", "--base", "/base"}), UsageError);                                       // no --local_dir
+    EXPECT_THROW(parse({"merge", "--local_dir", "/in", "--target_dir", "/out", "--base", "/b"}), UsageError);  // map's flag
 }
 
 TEST(CommandLine, ParseByteSize) {

@@ -1,0 +1,233 @@
+#include "map_command.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "architecture/architecture_table.h"
+#include "architecture/hf_config.h"
+#include "collective_step.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "exec/copy_executor.h"
+#include "exec/dtype_cast.h"
+#include "exit_code.h"
+#include "formats/table_mapping.h"
+#include "io/input_file.h"
+#include "learned_map/learned_table.h"
+#include "merge_inputs.h"
+#include "plan/rank_work.h"
+#include "rank_resources.h"
+#include "safetensors/safetensors_file.h"
+
+namespace vmerge {
+namespace {
+
+std::vector<double> as_doubles(const unsigned char* data, DType dtype, size_t count) {
+    std::vector<float> floats(count);
+    cast_elements(data, dtype, floats.data(), DType::F32, count);
+    return {floats.begin(), floats.end()};
+}
+
+// The checkpoint's rows, assembled by the copy executor from the mapping's box copies (the
+// merge's own reads), one row per request, cast to float32.
+class CheckpointRows final : public RowValues {
+public:
+    CheckpointRows(TensorMapping mapping, uint64_t budget) : mapping_(std::move(mapping)) {
+        for (auto& t : mapping_.tensors) t.dtype = DType::F32;
+        executor_ = std::make_unique<CopyExecutor>(mapping_, budget);
+    }
+    std::vector<double> row(size_t tensor, int64_t row) override {
+        std::vector<double> values;
+        executor_->run({{tensor, row, row + 1}}, [&](const RowBlock& b) {
+            values = as_doubles(b.data, DType::F32, b.size / sizeof(float));
+        });
+        return values;
+    }
+
+private:
+    TensorMapping mapping_;
+    std::unique_ptr<CopyExecutor> executor_;
+};
+
+// The base model's rows, read from its safetensors files (one pread per row).
+class BaseRows final : public RowValues {
+public:
+    BaseRows(const HfWeights& weights, std::vector<std::pair<size_t, size_t>> entries)
+        : weights_(weights), entries_(std::move(entries)) {}
+    std::vector<double> row(size_t tensor, int64_t row) override {
+        const auto [f, e] = entries_[tensor];
+        const SafetensorsEntry& entry = weights_.files[f].entries[e];
+        auto& file = files_[f];
+        if (!file) file = std::make_unique<InputFile>(weights_.files[f].path);
+        const size_t count = static_cast<size_t>(row_length(entry.shape));
+        std::vector<unsigned char> bytes(count * element_size(entry.dtype));
+        file->read_exact(entry.begin + static_cast<uint64_t>(row) * bytes.size(), bytes.data(), bytes.size(),
+                         "base tensor row");
+        return as_doubles(bytes.data(), entry.dtype, count);
+    }
+
+private:
+    const HfWeights& weights_;
+    std::vector<std::pair<size_t, size_t>> entries_;
+    std::map<size_t, std::unique_ptr<InputFile>> files_;
+};
+
+ModelShape model_shape(const HfConfig& config) {
+    ModelShape heads;
+    heads.heads = text_config_int(config, "num_attention_heads", 0);
+    heads.kv_heads = text_config_int(config, "num_key_value_heads", heads.heads);
+    const int64_t hidden = text_config_int(config, "hidden_size", 0);
+    heads.head_dim = text_config_int(config, "head_dim", heads.heads > 0 ? hidden / heads.heads : 0);
+    heads.vocab = text_config_int(config, "vocab_size", 0);
+    heads.layers = text_config_int(config, "num_hidden_layers", 0);
+    return heads;
+}
+
+// The checkpoint's floating-point tensors, compared with the base; the others (integer
+// buffers) have no weights to compare and are dropped by name.
+// A torchtitan tensor of three axes is a grouped expert tensor [E, out, in] or nothing a table
+// names: it is compared expert by expert, through views split as the merge splits them.
+struct CheckpointSide {
+    TensorMapping mapping;
+    std::vector<NamedShape> tensors;
+    std::vector<std::string> not_floating;
+    std::vector<std::string> expert_views;
+};
+
+CheckpointSide checkpoint_side(const TensorMapping& mapping, TableSource source) {
+    CheckpointSide side;
+    side.mapping.sources = mapping.sources;
+    for (const auto& t : mapping.tensors) {
+        if (!is_floating(t.source_dtype)) {
+            side.not_floating.push_back(t.name);
+            continue;
+        }
+        std::vector<OutputTensor> views;
+        if (source == TableSource::Torchtitan && t.shape.size() == 3)
+            views = split_experts(t, expert_view_pattern(t.name), "", side.mapping.sources);
+        else
+            views.push_back(t);
+        for (auto& v : views) {
+            if (views.size() > 1 || v.name != t.name) side.expert_views.push_back(v.name);
+            side.tensors.push_back({v.name, v.shape});
+            side.mapping.tensors.push_back(std::move(v));
+        }
+    }
+    return side;
+}
+
+// The base's floating-point tensors and where each lies.
+struct BaseSide {
+    std::vector<NamedShape> tensors;
+    std::vector<std::pair<size_t, size_t>> entries;  // (file, entry) in the HfWeights
+};
+
+BaseSide base_side(const HfWeights& weights) {
+    BaseSide side;
+    for (const auto& [name, at] : weights.by_name) {
+        const SafetensorsEntry& entry = weights.files[at.first].entries[at.second];
+        if (!is_floating(entry.dtype)) continue;
+        side.tensors.push_back({name, entry.shape});
+        side.entries.push_back(at);
+    }
+    return side;
+}
+
+// The learned table's identity: named for the base, checked as the base's architecture when
+// vmerge knows its tensor set.
+TableIdentity table_identity(const Options& o, const HfConfig& base_config, TableSource source,
+                             const ArchitectureTables& tables) {
+    TableIdentity identity;
+    identity.source = source;
+    identity.architecture = base_config.architectures.empty() ? "" : base_config.architectures[0];
+    if (identity.architecture.empty()) throw Error(o.map_base + "/config.json: no architectures[0] to name the table for");
+    // The base folder's own name ("Llama-3.1-8B"), also when given as "Llama-3.1-8B/" or ".".
+    const std::filesystem::path base = std::filesystem::absolute(o.map_base).lexically_normal();
+    const std::string folder = base.has_filename() ? base.filename().string() : base.parent_path().filename().string();
+    identity.name = "learned from " + folder;
+    const ArchitectureTable* hf = find_architecture_table(tables, "hf", identity.architecture);
+    if (hf && hf->tensor_set) identity.config_check = identity.architecture;
+    identity.notes = "proposed by vmerge-mpi map from " + o.local_dir + " and the base model " + o.map_base +
+                     " (values compared on sampled rows)" +
+                     (source == TableSource::Megatron ? "; learned from a torch_dist save: no tp rules (a legacy per-rank "
+                                                        "checkpoint with tp > 1 needs them)"
+                                                      : "");
+    return identity;
+}
+
+// Writes `doc` after checking that vmerge reads it back as a table.
+void write_table(const nlohmann::ordered_json& doc, const std::string& path, std::ostream& out) {
+    parse_architecture_table(path.empty() ? "the learned table" : path, nlohmann::json::parse(doc.dump()));
+    if (path.empty()) {
+        out << doc.dump(1) << "\n";
+        return;
+    }
+    // Written beside it and renamed: an interrupted map leaves no half table behind.
+    const std::string partial = path + ".partial";
+    std::ofstream file(partial);
+    file << doc.dump(1) << "\n";
+    file.close();
+    std::error_code ec;
+    if (file) std::filesystem::rename(partial, path, ec);
+    if (!file || ec) {
+        std::filesystem::remove(partial, ec);
+        throw Error(path + ": cannot write the learned table");
+    }
+    out << "vmerge map: wrote " << path << " (pass it to merge as --architecture_table " << path << ")\n";
+}
+
+// Every rank decides its share of the layer groups (decide_tensors) from the same checkpoint
+// mapping and base headers; rank 0 gathers the decisions and settles them.
+std::optional<MatchResult> shared_matches(const Options& o, Comm& comm, const CheckpointSide& checkpoint,
+                                          const BaseSide& base, const HfWeights& weights, const HfConfig& base_config,
+                                          TableSource source) {
+    std::vector<SourceDecision> mine;
+    collective_step(comm, "compare with the base", [&] {
+        CheckpointRows checkpoint_rows(checkpoint.mapping, max_memory(o, comm));
+        BaseRows base_rows(weights, base.entries);
+        mine = decide_tensors(checkpoint.tensors, checkpoint_rows, base.tensors, base_rows, model_shape(base_config),
+                              source, comm.rank(), comm.size());
+    });
+    const std::vector<std::string> gathered = comm.allgather(decisions_json(mine).dump());
+    if (comm.rank() != 0) return std::nullopt;
+    std::vector<SourceDecision> all;
+    for (const auto& text : gathered)
+        for (auto& d : decisions_from_json(nlohmann::json::parse(text))) all.push_back(std::move(d));
+    return settle_matches(std::move(all), checkpoint.tensors, base.tensors, base_config.tie_word_embeddings);
+}
+
+}  // namespace
+
+int run_map(const Options& o, Comm& comm, std::ostream& out) {
+    std::shared_ptr<const ArchitectureTables> tables;
+    const std::string config_dir = o.hf_config.empty() ? o.map_base : o.hf_config;
+    MergeInputs in = load_checkpoint_names(o, config_dir, comm, tables);
+    HfConfig base_config;
+    HfWeights weights;
+    collective_step(comm, "read the base", [&] {
+        base_config = load_hf_config(o.map_base);
+        weights = read_hf_weights(o.map_base);
+    });
+    const TableSource source =
+        in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
+    const BaseSide base = base_side(weights);
+    const CheckpointSide checkpoint = checkpoint_side(in.mapping(), source);
+    const std::optional<MatchResult> matches = shared_matches(o, comm, checkpoint, base, weights, base_config, source);
+    if (comm.rank() != 0) return kExitSuccess;
+    LearnedTable table = learn_table(*matches, checkpoint.tensors, base.tensors);
+    join_expert_views(table, checkpoint.expert_views);
+    for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
+    out << learned_table_report(table);
+    if (!table.refusals.empty()) {
+        out << "vmerge map: no table proposed: the values cannot decide " << table.refusals.size()
+            << (table.refusals.size() == 1 ? " case" : " cases") << " (refused above)\n";
+        return kExitFailure;
+    }
+    write_table(learned_table_json(table, table_identity(o, base_config, source, *tables)), o.map_out, out);
+    return kExitSuccess;
+}
+
+}  // namespace vmerge

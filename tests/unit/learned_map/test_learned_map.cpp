@@ -1,0 +1,330 @@
+// Unit tests for src/learned_map/: the row layouts, the matching by sampled values and the table
+// learned from the matches, on small in-memory models whose fused and permuted layouts are built
+// here row by row as Megatron and torchtitan store them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "architecture/architecture_table.h"
+#include "learned_map/learned_table.h"
+#include "learned_map/tensor_matching.h"
+
+namespace vmerge {
+namespace {
+
+// A tensor held in memory: rows of doubles.
+struct HeldTensor {
+    std::string name;
+    Shape shape;
+    std::vector<std::vector<double>> rows;
+};
+
+class HeldRows final : public RowValues {
+public:
+    explicit HeldRows(const std::vector<HeldTensor>& tensors) : tensors_(tensors) {}
+    std::vector<double> row(size_t tensor, int64_t row) override { return tensors_.at(tensor).rows.at(row); }
+    int reads = 0;
+
+private:
+    const std::vector<HeldTensor>& tensors_;
+};
+
+HeldTensor random_tensor(const std::string& name, Shape shape, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<double> normal;
+    HeldTensor t{name, shape, {}};
+    const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+    t.rows.assign(rows, std::vector<double>(cols));
+    for (auto& r : t.rows)
+        for (auto& v : r) v = normal(gen);
+    return t;
+}
+
+// `t` fine-tuned: each element moved by a little noise (its own seed).
+HeldTensor tuned(HeldTensor t, const std::string& name, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<double> normal(0, 0.01);
+    t.name = name;
+    for (auto& r : t.rows)
+        for (auto& v : r) v += normal(gen);
+    return t;
+}
+
+std::vector<NamedShape> shapes(const std::vector<HeldTensor>& tensors) {
+    std::vector<NamedShape> out;
+    for (const auto& t : tensors) out.push_back({t.name, t.shape});
+    return out;
+}
+
+// Megatron's fused qkv: per query group g, its q heads, then its k head, then its v head.
+HeldTensor megatron_qkv(const std::string& name, const HeldTensor& q, const HeldTensor& k, const HeldTensor& v,
+                        int64_t heads, int64_t groups, int64_t d) {
+    HeldTensor t{name, {(heads + 2 * groups) * d, q.shape[1]}, {}};
+    for (int64_t g = 0; g < groups; ++g) {
+        for (int64_t h = g * heads / groups; h < (g + 1) * heads / groups; ++h)
+            for (int64_t r = 0; r < d; ++r) t.rows.push_back(q.rows[h * d + r]);
+        for (int64_t r = 0; r < d; ++r) t.rows.push_back(k.rows[g * d + r]);
+        for (int64_t r = 0; r < d; ++r) t.rows.push_back(v.rows[g * d + r]);
+    }
+    return t;
+}
+
+HeldTensor stacked(const std::string& name, const HeldTensor& a, const HeldTensor& b) {
+    HeldTensor t{name, {a.shape[0] + b.shape[0], a.shape[1]}, a.rows};
+    t.rows.insert(t.rows.end(), b.rows.begin(), b.rows.end());
+    return t;
+}
+
+// torchtitan's q before to_hf: within each head, HF's rotate-half row j·d/2 + p is row 2p + j.
+HeldTensor interleaved_rope(const std::string& name, const HeldTensor& hf, int64_t heads) {
+    const int64_t d = hf.shape[0] / heads;
+    HeldTensor t{name, hf.shape, hf.rows};
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < 2; ++j)
+            for (int64_t p = 0; p < d / 2; ++p) t.rows[h * d + 2 * p + j] = hf.rows[h * d + j * d / 2 + p];
+    return t;
+}
+
+const ModelShape kHeads{4, 2, 4, 40};  // 4 query heads, 2 groups, head dim 4; hidden 16; vocab 40
+
+struct Model {
+    std::vector<HeldTensor> base, checkpoint;
+};
+
+// A two-layer Llama-like base and its fine-tuned Megatron canonical tensors.
+Model megatron_llama() {
+    Model m;
+    unsigned seed = 1;
+    m.base.push_back(random_tensor("model.embed_tokens.weight", {40, 16}, seed++));
+    HeldTensor embedding = m.base.back();
+    embedding.rows.resize(48, std::vector<double>(16, 0.5));  // padded vocabulary rows
+    embedding.shape = {48, 16};
+    m.checkpoint.push_back(tuned(embedding, "embedding.word_embeddings.weight", 100));
+    for (int layer = 0; layer < 2; ++layer) {
+        const std::string hf = "model.layers." + std::to_string(layer) + ".";
+        const std::string mc = "decoder.layers." + std::to_string(layer) + ".";
+        auto add = [&](const std::string& name, Shape shape) {
+            m.base.push_back(random_tensor(hf + name, shape, seed++));
+            return m.base.back();
+        };
+        const HeldTensor q = add("self_attn.q_proj.weight", {16, 16}), k = add("self_attn.k_proj.weight", {8, 16}),
+                         v = add("self_attn.v_proj.weight", {8, 16}), o = add("self_attn.o_proj.weight", {16, 16}),
+                         gate = add("mlp.gate_proj.weight", {24, 16}), up = add("mlp.up_proj.weight", {24, 16}),
+                         down = add("mlp.down_proj.weight", {16, 24}), norm1 = add("input_layernorm.weight", {16}),
+                         norm2 = add("post_attention_layernorm.weight", {16});
+        m.checkpoint.push_back(tuned(megatron_qkv(mc + "self_attention.linear_qkv.weight", q, k, v, 4, 2, 4), "", seed++));
+        m.checkpoint.back().name = mc + "self_attention.linear_qkv.weight";
+        m.checkpoint.push_back(tuned(o, mc + "self_attention.linear_proj.weight", seed++));
+        m.checkpoint.push_back(tuned(stacked("", gate, up), mc + "mlp.linear_fc1.weight", seed++));
+        m.checkpoint.push_back(tuned(down, mc + "mlp.linear_fc2.weight", seed++));
+        m.checkpoint.push_back(tuned(norm1, mc + "self_attention.linear_qkv.layer_norm_weight", seed++));
+        m.checkpoint.push_back(tuned(norm2, mc + "mlp.linear_fc1.layer_norm_weight", seed++));
+    }
+    m.base.push_back(random_tensor("model.norm.weight", {16}, seed++));
+    m.checkpoint.push_back(tuned(m.base.back(), "decoder.final_layernorm.weight", seed++));
+    return m;
+}
+
+LearnedTable learn(const Model& m, TableSource source, bool tied = false, const ModelShape& heads = kHeads) {
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    const auto matches = match_tensors(shapes(m.checkpoint), checkpoint_rows, shapes(m.base), base_rows, heads, source, tied);
+    return learn_table(matches, shapes(m.checkpoint), shapes(m.base));
+}
+
+const LearnedRule* rule_from(const LearnedTable& t, const std::string& from) {
+    for (const auto& r : t.rules)
+        if (r.from == from) return &r;
+    return nullptr;
+}
+
+TEST(RowLayout, SamplesAreSpreadAndInclusive) {
+    EXPECT_EQ(sample_rows(10, 4), (std::vector<int64_t>{0, 3, 6, 9}));
+    EXPECT_EQ(sample_rows(3, 8), (std::vector<int64_t>{0, 1, 2}));
+    EXPECT_EQ(sample_rows(0, 8), std::vector<int64_t>{});
+    EXPECT_EQ(sample_count(1), 64);
+    EXPECT_EQ(sample_count(4096), 8);
+}
+
+TEST(RowLayout, QkvRowsFollowTheQueryGroups) {
+    // 4 heads in 2 groups of head dim 2: group rows [q0 q0 q1 q1 k0 k0 v0 v0 | q2 q2 q3 q3 k1 k1 v1 v1].
+    const ModelShape heads{4, 2, 2, 0};
+    const LayoutGuess g{RowLayout::Qkv, {0, 1, 2}, 0, ""};
+    const std::vector<int64_t> rows{8, 4, 4};
+    EXPECT_EQ(source_row_of(g, heads, rows, 0, 3), 3);
+    EXPECT_EQ(source_row_of(g, heads, rows, 0, 4), 8);
+    EXPECT_EQ(source_row_of(g, heads, rows, 1, 1), 5);
+    EXPECT_EQ(source_row_of(g, heads, rows, 1, 2), 12);
+    EXPECT_EQ(source_row_of(g, heads, rows, 2, 3), 15);
+}
+
+TEST(NamePatterns, LayerThenExpert) {
+    EXPECT_EQ(numbered_pattern("decoder.layers.3.mlp.experts.local_experts.5.linear_fc1.weight"),
+              "decoder.layers.{i}.mlp.experts.local_experts.{e}.linear_fc1.weight");
+    EXPECT_EQ(numbered_pattern("norm.weight"), "norm.weight");
+    EXPECT_EQ(name_numbers("layers.12.linear_fc1.weight"), (std::vector<std::string>{"12"}));
+}
+
+TEST(LearnedMap, MegatronFusedLayoutsAreRecognised) {
+    const LearnedTable t = learn(megatron_llama(), TableSource::Megatron);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    EXPECT_TRUE(t.unmapped_base.empty()) << learned_table_report(t);
+    const LearnedRule* qkv = rule_from(t, "decoder.layers.{i}.self_attention.linear_qkv.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->layout, RowLayout::Qkv);
+    EXPECT_EQ(qkv->to, (std::vector<std::string>{"model.layers.{i}.self_attn.q_proj.weight",
+                                                 "model.layers.{i}.self_attn.k_proj.weight",
+                                                 "model.layers.{i}.self_attn.v_proj.weight"}));
+    EXPECT_EQ(qkv->tensors, 2u);
+    EXPECT_LT(qkv->worst_distance, 0.05);
+    const LearnedRule* fc1 = rule_from(t, "decoder.layers.{i}.mlp.linear_fc1.weight");
+    ASSERT_NE(fc1, nullptr);
+    EXPECT_EQ(fc1->layout, RowLayout::GateUp);
+    EXPECT_EQ(fc1->to[0], "model.layers.{i}.mlp.gate_proj.weight");
+    const LearnedRule* embedding = rule_from(t, "embedding.word_embeddings.weight");
+    ASSERT_NE(embedding, nullptr);
+    EXPECT_EQ(embedding->layout, RowLayout::Vocab);
+    EXPECT_EQ(rule_from(t, "decoder.layers.{i}.mlp.linear_fc1.layer_norm_weight")->to[0],
+              "model.layers.{i}.post_attention_layernorm.weight");
+    // The table vmerge reads back.
+    TableIdentity id{"learned", TableSource::Megatron, "LlamaForCausalLM", "", "test"};
+    const auto doc = learned_table_json(t, id);
+    const ArchitectureTable parsed = parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump()));
+    EXPECT_EQ(parsed.rules.size(), t.rules.size());
+}
+
+TEST(LearnedMap, RanksSharingTheGroupsDecideAsOne) {
+    const Model m = megatron_llama();
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    std::vector<SourceDecision> gathered;
+    for (int rank = 0; rank < 3; ++rank) {
+        const auto mine = decide_tensors(shapes(m.checkpoint), checkpoint_rows, shapes(m.base), base_rows, kHeads,
+                                         TableSource::Megatron, rank, 3);
+        for (auto& d : decisions_from_json(nlohmann::json::parse(decisions_json(mine).dump()))) gathered.push_back(d);
+    }
+    const MatchResult shared = settle_matches(gathered, shapes(m.checkpoint), shapes(m.base), false);
+    const LearnedTable one = learn(m, TableSource::Megatron);
+    const TableIdentity id{"learned", TableSource::Megatron, "LlamaForCausalLM", "", ""};
+    EXPECT_EQ(learned_table_json(learn_table(shared, shapes(m.checkpoint), shapes(m.base)), id).dump(),
+              learned_table_json(one, id).dump());
+    EXPECT_EQ(learned_table_report(learn_table(shared, shapes(m.checkpoint), shapes(m.base))), learned_table_report(one));
+}
+
+TEST(LearnedMap, TorchtitanRopeRowsAreRecognised) {
+    Model m;
+    m.base.push_back(random_tensor("model.layers.0.self_attn.q_proj.weight", {16, 16}, 1));
+    m.base.push_back(random_tensor("model.layers.0.self_attn.k_proj.weight", {8, 16}, 2));
+    m.base.push_back(random_tensor("model.layers.0.self_attn.v_proj.weight", {8, 16}, 3));
+    m.checkpoint.push_back(tuned(interleaved_rope("", m.base[0], 4), "layers.0.attention.wq.weight", 11));
+    m.checkpoint.push_back(tuned(interleaved_rope("", m.base[1], 2), "layers.0.attention.wk.weight", 12));
+    m.checkpoint.push_back(tuned(m.base[2], "layers.0.attention.wv.weight", 13));
+    const LearnedTable t = learn(m, TableSource::Torchtitan);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    EXPECT_EQ(rule_from(t, "layers.{i}.attention.wq.weight")->layout, RowLayout::RopePermute);
+    EXPECT_EQ(rule_from(t, "layers.{i}.attention.wq.weight")->heads_key, "num_attention_heads");
+    EXPECT_EQ(rule_from(t, "layers.{i}.attention.wk.weight")->heads_key, "num_key_value_heads");
+    EXPECT_EQ(rule_from(t, "layers.{i}.attention.wv.weight")->layout, RowLayout::Same);
+}
+
+TEST(LearnedMap, TorchtitanMtpLayersGetTheLayerOffset) {
+    // Two decoder layers; torchtitan's mtp_layers.0 is HF layer 2.
+    Model m;
+    for (int layer = 0; layer < 3; ++layer)
+        m.base.push_back(random_tensor("model.layers." + std::to_string(layer) + ".input_layernorm.weight", {16}, 1 + layer));
+    m.checkpoint.push_back(tuned(m.base[0], "layers.0.attention_norm.weight", 10));
+    m.checkpoint.push_back(tuned(m.base[1], "layers.1.attention_norm.weight", 11));
+    m.checkpoint.push_back(tuned(m.base[2], "mtp_layers.0.attention_norm.weight", 12));
+    ModelShape shape = kHeads;
+    shape.layers = 2;
+    const LearnedTable t = learn(m, TableSource::Torchtitan, false, shape);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    EXPECT_EQ(rule_from(t, "layers.{i}.attention_norm.weight")->layer_offset, 0);
+    EXPECT_EQ(rule_from(t, "mtp_layers.{i}.attention_norm.weight")->layer_offset, 2);
+    EXPECT_TRUE(t.unmapped_base.empty());
+    const auto doc = learned_table_json(t, {"learned", TableSource::Torchtitan, "DeepseekV3ForCausalLM", "", ""});
+    ASSERT_EQ(doc["rules"].size(), 2u);
+    EXPECT_EQ(doc["rules"][1]["from"], "mtp_layers.{i}.attention_norm.weight");
+    EXPECT_EQ(doc["rules"][1]["layer_offset"], "num_hidden_layers");
+    EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
+}
+
+TEST(LearnedMap, IdenticalBaseTensorsAreRefused) {
+    Model m;
+    m.base.push_back(random_tensor("model.layers.0.input_layernorm.weight", {16}, 1));
+    m.base.push_back(m.base[0]);
+    m.base[1].name = "model.layers.0.post_attention_layernorm.weight";
+    m.checkpoint.push_back(tuned(m.base[0], "layers.0.attention_norm.weight", 5));
+    const LearnedTable t = learn(m, TableSource::Torchtitan);
+    ASSERT_EQ(t.refusals.size(), 1u);
+    EXPECT_NE(t.refusals[0].find("layers.0.attention_norm.weight matches"), std::string::npos) << t.refusals[0];
+    EXPECT_NE(t.refusals[0].find("input_layernorm"), std::string::npos);
+    EXPECT_NE(t.refusals[0].find("post_attention_layernorm"), std::string::npos);
+}
+
+TEST(LearnedMap, AllZeroBaseTensorIsRefused) {
+    Model m;
+    m.base.push_back(HeldTensor{"model.layers.0.self_attn.q_proj.bias", {8}, std::vector<std::vector<double>>(8, {0.0})});
+    m.checkpoint.push_back(m.base[0]);
+    m.checkpoint[0].name = "layers.0.attention.wq.bias";
+    const LearnedTable t = learn(m, TableSource::Torchtitan);
+    ASSERT_EQ(t.refusals.size(), 1u);
+    EXPECT_NE(t.refusals[0].find("all zeros"), std::string::npos) << t.refusals[0];
+}
+
+TEST(LearnedMap, UnmatchedTensorsAreDroppedOrTiedAndBaseLeftoversReported) {
+    Model m;
+    m.base.push_back(random_tensor("model.embed_tokens.weight", {40, 16}, 1));
+    m.base.push_back(random_tensor("model.norm.weight", {16}, 2));
+    m.checkpoint.push_back(tuned(m.base[0], "tok_embeddings.weight", 3));
+    m.checkpoint.push_back(random_tensor("lm_head.weight", {40, 16}, 4));  // an untrained head of a tied model
+    m.checkpoint.push_back(random_tensor("layers.0.moe.expert_bias_E", {4}, 5));
+    const LearnedTable t = learn(m, TableSource::Torchtitan, true);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    EXPECT_TRUE(rule_from(t, "lm_head.weight")->tied_head);
+    EXPECT_NE(rule_from(t, "layers.{i}.moe.expert_bias_E")->drop.find("no base tensor holds its values"), std::string::npos);
+    EXPECT_EQ(t.unmapped_base, std::vector<std::string>{"model.norm.weight"});
+}
+
+TEST(LearnedMap, LayersThatDisagreeAreRefused) {
+    Model m;
+    for (int layer = 0; layer < 2; ++layer) {
+        const std::string p = "model.layers." + std::to_string(layer) + ".";
+        m.base.push_back(random_tensor(p + "input_layernorm.weight", {16}, 10 + layer));
+        m.base.push_back(random_tensor(p + "post_attention_layernorm.weight", {16}, 20 + layer));
+    }
+    // Layer 1 of the fork swapped its two norms' names.
+    m.checkpoint.push_back(tuned(m.base[0], "blocks.0.norm_a.weight", 1));
+    m.checkpoint.push_back(tuned(m.base[1], "blocks.0.norm_b.weight", 2));
+    m.checkpoint.push_back(tuned(m.base[3], "blocks.1.norm_a.weight", 3));
+    m.checkpoint.push_back(tuned(m.base[2], "blocks.1.norm_b.weight", 4));
+    const LearnedTable t = learn(m, TableSource::Torchtitan);
+    ASSERT_EQ(t.refusals.size(), 2u) << learned_table_report(t);
+    EXPECT_NE(t.refusals[0].find("pattern blocks.{i}.norm_a.weight: blocks.0.norm_a.weight"), std::string::npos)
+        << t.refusals[0];
+}
+
+TEST(LearnedMap, ExpertViewsBecomeOneSplitExpertsRule) {
+    // Two experts' views of torchtitan's grouped w1 [E, F, H], matched with the per-expert base tensors.
+    Model m;
+    std::vector<std::string> views;
+    for (int e = 0; e < 2; ++e) {
+        m.base.push_back(random_tensor("model.layers.0.mlp.experts." + std::to_string(e) + ".gate_proj.weight", {8, 16}, 1 + e));
+        std::string view = expert_view_pattern("layers.0.moe.experts.w1_EFD");
+        views.push_back(view.replace(view.find("{e}"), 3, std::to_string(e)));
+        m.checkpoint.push_back(tuned(m.base.back(), views.back(), 10 + e));
+    }
+    LearnedTable t = learn(m, TableSource::Torchtitan);
+    join_expert_views(t, views);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u);
+    EXPECT_EQ(t.rules[0].from, "layers.{i}.moe.experts.w1_EFD");
+    EXPECT_EQ(t.rules[0].to[0], "model.layers.{i}.mlp.experts.{e}.gate_proj.weight");
+    const auto doc = learned_table_json(t, {"learned", TableSource::Torchtitan, "Qwen3MoeForCausalLM", "", ""});
+    EXPECT_EQ(doc["rules"][0]["transform"], "split_experts");
+    EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
+}
+
+}  // namespace
+}  // namespace vmerge
