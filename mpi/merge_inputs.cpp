@@ -295,7 +295,7 @@ MergeInputs load_checkpoint_names(const Options& o, const std::string& config_di
                      : layout == "fsdp" || layout == "dcp" || layout == "deepspeed" || in.checkpoint.hf_named
                          ? " (it keeps transformers' own names: no table to learn)"
                          : ""));
-    in.scans = scan(in.checkpoint, comm);
+    in.scans = gather_scans(scan_own_files(in.checkpoint, comm), in.checkpoint.jobs.size(), comm);
     const std::string config_text = shared_hf_config_text(comm, config_dir);
     const std::string table_texts = shared_table_texts(comm, o);
     MapOptions names = o.map;
