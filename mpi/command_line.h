@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "call_hooks.h"
 #include "debug_knobs.h"
 #include "formats/checkpoint.h"
 #include "formats/registry.h"
@@ -58,6 +59,7 @@ struct Options {
     std::string simulate;  // inspect without files: "fsdp:1024", "megatron:tp8,pp16,ep8"
     WatchOptions watch;  // the watch command
     DebugKnobs debug;    // set by main from the environment (tests and benchmarks only)
+    CallHooks* hooks = nullptr;  // a library call's result and progress (call_hooks.h); null for the command
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };
 
