@@ -29,6 +29,14 @@ phase "unit tests under ASan"
 # with both, 9.0 s with ASan alone), which CI's 45 minutes cannot spare; the fuzzers below run
 # every parser under ASan and UBSan. VMERGE_SANITIZERS=address,undefined runs both here.
 VMERGE_SANITIZERS=${VMERGE_SANITIZERS:-address} bash tests/run_sanitized_unit_tests.sh --gtest_brief=1
+phase "build without MPI"
+# The one-process build (docs/build-without-mpi.md) with libvmerge.so: the command and the C
+# check only (-O1, no line tables; its unit tests are the sanitized ones above, less the archive's),
+# then its refusals and the C interface from C.
+cmake -S . -B build-nompi -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMERGE_MPI=OFF -DVMERGE_SHARED_LIBRARY=ON \
+    -DVMERGE_UNIT_TESTS=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g0 -DNDEBUG" >/dev/null
+cmake --build build-nompi -j"$(nproc)" --target vmerge-mpi vmerge-c-interface-check
+(cd build-nompi && ctest --output-on-failure -R '^(without_mpi_refusals|c_interface_from_c)$')
 phase "fuzzers, ${VMERGE_FUZZ_SECONDS:-20} s each"
 bash tests/fuzz/run_fuzz.sh "${VMERGE_FUZZ_SECONDS:-20}"
 phase "ecosystem environments"

@@ -47,6 +47,11 @@ Result watch(const Options& options, const ProgressCallback& progress = {});
 // Any of them by name ("merge", "test", ...).
 Result run(const std::string& command, const Options& options, const ProgressCallback& progress = {});
 
+// The vmerge-mpi command itself, which mpi/main.cpp is: `argv` as the shell gives it, printed
+// to stdout and stderr, the exit code returned. It starts and ends MPI when a launcher started the
+// process: once per process, as a main.
+int command_line_main(int argc, char** argv);
+
 // The project version, as vmerge-mpi --version prints it.
 const char* version();
 
