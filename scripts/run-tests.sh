@@ -20,6 +20,8 @@ bash tests/ecosystem/setup_venv.sh verl >build/eco-verl-venv.log 2>&1 &
 verl_venv=$!
 bash tests/ecosystem/setup_venv.sh s3 >build/s3-venv.log 2>&1 &
 s3_venv=$!
+bash tests/ecosystem/setup_venv.sh python >build/python-venv.log 2>&1 &
+python_venv=$!
 phase "build"
 # Line tables only (-g1): backtraces keep their lines, the compile takes a quarter less. The unit
 # tests are compiled and run once, in the sanitized build below.
@@ -29,14 +31,6 @@ phase "unit tests under ASan"
 # with both, 9.0 s with ASan alone), which CI's 45 minutes cannot spare; the fuzzers below run
 # every parser under ASan and UBSan. VMERGE_SANITIZERS=address,undefined runs both here.
 VMERGE_SANITIZERS=${VMERGE_SANITIZERS:-address} bash tests/run_sanitized_unit_tests.sh --gtest_brief=1
-phase "build without MPI"
-# The one-process build (docs/build-without-mpi.md) with libvmerge.so: the command and the C
-# check only (-O1, no line tables; its unit tests are the sanitized ones above, less the archive's),
-# then its refusals and the C interface from C.
-cmake -S . -B build-nompi -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVMERGE_MPI=OFF -DVMERGE_SHARED_LIBRARY=ON \
-    -DVMERGE_UNIT_TESTS=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g0 -DNDEBUG" >/dev/null
-cmake --build build-nompi -j"$(nproc)" --target vmerge-mpi vmerge-c-interface-check
-(cd build-nompi && ctest --output-on-failure -R '^(without_mpi_refusals|c_interface_from_c)$')
 phase "fuzzers, ${VMERGE_FUZZ_SECONDS:-20} s each"
 bash tests/fuzz/run_fuzz.sh "${VMERGE_FUZZ_SECONDS:-20}"
 phase "ecosystem environments"
@@ -44,6 +38,7 @@ phase "ecosystem environments"
 wait "$main_venv" || tail -20 build/eco-venv.log
 wait "$verl_venv" || tail -20 build/eco-verl-venv.log
 wait "$s3_venv" || tail -20 build/s3-venv.log
+wait "$python_venv" || tail -20 build/python-venv.log
 phase "ctest"
 cd build
 ctest --output-on-failure -j"$(nproc)"
