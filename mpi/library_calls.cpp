@@ -1,8 +1,12 @@
 // The C++ interface (include/vmerge/vmerge.hpp): a call is the command run in this process, its
 // flags parsed by the command line's own option table, over the process's world (one rank, or
 // MPI's ranks when a launcher started the process), with its output captured.
+#include <array>
+#include <csignal>
 #include <regex>
 #include <sstream>
+
+#include <signal.h>
 
 #include "vmerge/vmerge.hpp"
 
@@ -38,6 +42,25 @@ std::vector<std::string> command_line_of(const std::string& command, const Optio
     return args;
 }
 
+// A merge handles SIGINT, SIGTERM and SIGHUP to remove its target lock (output/target_guard.h),
+// which suits the command; a call must leave the caller's handlers as they were after it (Python's
+// KeyboardInterrupt, a trainer's SIGTERM handling).
+class CallersSignalHandlers {
+public:
+    CallersSignalHandlers() {
+        for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], nullptr, &saved_[i]);
+    }
+    ~CallersSignalHandlers() {
+        for (size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &saved_[i], nullptr);
+    }
+    CallersSignalHandlers(const CallersSignalHandlers&) = delete;
+    CallersSignalHandlers& operator=(const CallersSignalHandlers&) = delete;
+
+private:
+    static constexpr std::array<int, 3> kSignals{SIGINT, SIGTERM, SIGHUP};
+    std::array<struct sigaction, 3> saved_{};
+};
+
 std::string without_trailing_newlines(std::string text) {
     while (!text.empty() && text.back() == '\n') text.pop_back();
     return text;
@@ -46,6 +69,7 @@ std::string without_trailing_newlines(std::string text) {
 }  // namespace
 
 Result run(const std::string& command, const Options& options, const ProgressCallback& progress) {
+    const CallersSignalHandlers callers_handlers;
     CallHooks hooks;
     hooks.progress = progress;
     std::ostringstream out, err;

@@ -122,6 +122,20 @@ def tqdm_bar(checkpoint, work):
     print("ok   progress=True draws tqdm's bar to 100%")
 
 
+def ctrl_c_after_a_merge(checkpoint, work):
+    """The merge's own signal handling ends with the call: Ctrl-C is Python's KeyboardInterrupt again."""
+    import signal
+    vmerge.merge(checkpoint, os.path.join(work, "before-ctrl-c"), progress=False)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        import time
+        time.sleep(1)
+        fail("SIGINT after a merge raised no KeyboardInterrupt")
+    except KeyboardInterrupt:
+        pass
+    print("ok   Ctrl-C after a merge is Python's KeyboardInterrupt")
+
+
 def reports(vmerge_mpi, checkpoint, source, merged):
     code, out, _ = command(vmerge_mpi, "inspect", "--local_dir", checkpoint, "--json")
     document = vmerge.inspect(checkpoint)
@@ -158,6 +172,7 @@ def main():
     plain = merges_match_the_command(args.vmerge, example, args.work, "plain", {})
     cancel_then_resume(args.vmerge, example, args.work, plain)
     tqdm_bar(example, args.work)
+    ctrl_c_after_a_merge(example, args.work)
     reports(args.vmerge, example, args.source, by_command)
     shutil.rmtree(args.work, ignore_errors=True)
     print("ok   vmerge %s module: every check passed" % vmerge.version())

@@ -4,6 +4,7 @@
 // callback: no target, a staging folder that --resume completes.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -176,6 +177,26 @@ TEST(CInterface, CancelLeavesNoTargetAndAResumableStagingFolder) {
     const CallOutcome whole = call("merge", nlohmann::json{{"local_dir", kExample}, {"target_dir", dir.path() + "/whole"}}.dump());
     ASSERT_EQ(whole.code, 0) << whole.error;
     EXPECT_EQ(read_bytes(target + "/model.safetensors"), read_bytes(dir.path() + "/whole/model.safetensors"));
+}
+
+void count_signal(int) {}
+
+// A merge's lock handling must not outlive the call: the caller's SIGINT/SIGTERM/SIGHUP handlers
+// are its own again afterwards (Python's KeyboardInterrupt).
+TEST(CInterface, TheCallersSignalHandlersAreKept) {
+    struct sigaction mine {};
+    mine.sa_handler = count_signal;
+    struct sigaction before[3], after[3];
+    const int signals[3] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; ++i) ::sigaction(signals[i], &mine, &before[i]);
+    testing::TempDir dir;
+    const CallOutcome merged =
+        call("merge", nlohmann::json{{"local_dir", kExample}, {"target_dir", dir.path() + "/out"}, {"quiet", true}}.dump());
+    EXPECT_EQ(merged.code, 0) << merged.error;
+    for (int i = 0; i < 3; ++i) {
+        ::sigaction(signals[i], &before[i], &after[i]);
+        EXPECT_EQ(after[i].sa_handler, count_signal) << "signal " << signals[i];
+    }
 }
 
 TEST(CInterface, VersionAndAbi) {
