@@ -21,13 +21,15 @@ bool launched_by_mpi() {
 
 }  // namespace
 
-ProcessWorld::ProcessWorld(int& argc, char**& argv) : started_mpi_(launched_by_mpi()) {
-    if (started_mpi_) {
-        MPI_Init(&argc, &argv);
-        comm_ = std::make_unique<MpiComm>(MPI_COMM_WORLD);
-    } else {
-        comm_ = std::make_unique<SingleRankComm>();
-    }
+// A program that started MPI itself (a library caller: mpi4py, a trainer) keeps it: its world is
+// the run's, and it ends MPI, not this.
+ProcessWorld::ProcessWorld(int& argc, char**& argv) {
+    int already = 0;
+    MPI_Initialized(&already);
+    started_mpi_ = !already && launched_by_mpi();
+    if (started_mpi_) MPI_Init(&argc, &argv);
+    if (already || started_mpi_) comm_ = std::make_unique<MpiComm>(MPI_COMM_WORLD);
+    else comm_ = std::make_unique<SingleRankComm>();
 }
 
 ProcessWorld::~ProcessWorld() {
