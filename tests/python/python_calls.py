@@ -104,6 +104,16 @@ def cancel_then_resume(vmerge_mpi, checkpoint, work, by_command):
             fail("cancel raised %r" % str(e))
     if len(calls) != 1 or os.path.exists(target) or not os.path.isdir(staging):
         fail("after cancel: %d calls, target %s, staging %s" % (len(calls), os.path.exists(target), os.path.isdir(staging)))
+    def interrupted(done, total):
+        raise KeyboardInterrupt
+
+    try:  # an exception in the callback cancels too, and is what the call raises
+        vmerge.merge(checkpoint, target, resume=True, progress=interrupted)
+        fail("a merge() whose callback raised returned")
+    except KeyboardInterrupt:
+        pass
+    if os.path.exists(target) or not os.path.isdir(staging):
+        fail("after an interrupted callback: target %s, staging %s" % (os.path.exists(target), os.path.isdir(staging)))
     seen = []
     vmerge.merge(checkpoint, target, resume=True, progress=lambda done, total: seen.append((done, total)))
     if os.path.exists(staging) or not seen or seen[-1][0] != seen[-1][1]:
@@ -137,14 +147,18 @@ def ctrl_c_after_a_merge(checkpoint, work):
 
 
 def reports(vmerge_mpi, checkpoint, source, merged):
-    code, out, _ = command(vmerge_mpi, "inspect", "--local_dir", checkpoint, "--json")
-    document = vmerge.inspect(checkpoint)
+    # An explicit budget: "auto" follows the memory free at the moment, which moves between the two runs.
+    code, out, _ = command(vmerge_mpi, "inspect", "--local_dir", checkpoint, "--json", "--max_memory", "1GiB")
+    document = vmerge.inspect(checkpoint, max_memory="1GiB")
     expected = json.loads(out)
     for timed in (document, expected):  # timings differ run to run
         for key in ("total_seconds", "plan_seconds"):
             timed.get("plan", {}).pop(key, None)
     if code != 0 or document != expected:
-        fail("inspect() differs from inspect --json")
+        differing = sorted(k for k in set(document) | set(expected) if document.get(k) != expected.get(k))
+        fail("inspect() differs from inspect --json in %s: %s / %s" % (
+            differing, json.dumps({k: document.get(k) for k in differing})[:600],
+            json.dumps({k: expected.get(k) for k in differing})[:600]))
     reference = os.path.join(source, "examples/tiny-qwen2-fsdp/global_step_1/reference")
     checked = vmerge.test(checkpoint, reference) if os.path.isdir(reference) else {"ok": True}
     verified = vmerge.verify(merged)
