@@ -3,6 +3,7 @@
 // MPI's ranks when a launcher started the process), with its output captured.
 #include <array>
 #include <csignal>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -69,6 +70,10 @@ std::string without_trailing_newlines(std::string text) {
 }  // namespace
 
 Result run(const std::string& command, const Options& options, const ProgressCallback& progress) {
+    // One call at a time: a merge's lock and interrupt note are the process's (target_guard.h), and
+    // so are the signal handlers kept above.
+    static std::mutex one_call;
+    const std::lock_guard<std::mutex> serialised(one_call);
     const CallersSignalHandlers callers_handlers;
     CallHooks hooks;
     hooks.progress = progress;
