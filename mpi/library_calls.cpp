@@ -1,10 +1,11 @@
 // The C++ interface (include/vmerge/vmerge.hpp): a call is the command run in this process, its
 // flags parsed by the command line's own option table, over the process's world (one rank, or
 // MPI's ranks when a launcher started the process), with its output captured.
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <csignal>
 #include <mutex>
-#include <regex>
 #include <sstream>
 
 #include <signal.h>
@@ -30,12 +31,17 @@ Comm& process_comm() {
 
 // The command line these options stand for: a switch is --name, a value --name=value. A name
 // must be a flag name, so that no entry becomes two arguments or a value of another flag.
+bool is_flag_name(const std::string& name) {
+    const auto flag_char = [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; };
+    return !name.empty() && std::isalnum(static_cast<unsigned char>(name[0])) &&
+           std::all_of(name.begin(), name.end(), flag_char);
+}
+
 std::vector<std::string> command_line_of(const std::string& command, const Options& options) {
-    static const std::regex flag_name("[A-Za-z0-9][A-Za-z0-9_-]*");
     std::vector<std::string> args{"vmerge-mpi"};
     if (!command.empty()) args.push_back(command);
     for (const auto& [name, value] : options) {
-        if (!std::regex_match(name, flag_name))
+        if (!is_flag_name(name))
             throw UsageError("option '" + name + "': expected a flag name (letters, digits, _ and -, no dashes before it)");
         if (value == "false") continue;
         args.push_back(value == "true" ? "--" + name : "--" + name + "=" + value);
