@@ -3,7 +3,6 @@
 // MPI's ranks when a launcher started the process), with its output captured.
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <csignal>
 #include <mutex>
 #include <sstream>
@@ -31,10 +30,11 @@ Comm& process_comm() {
 
 // The command line these options stand for: a switch is --name, a value --name=value. A name
 // must be a flag name, so that no entry becomes two arguments or a value of another flag.
+// ASCII only, whatever locale the caller set (Python sets the user's).
 bool is_flag_name(const std::string& name) {
-    const auto flag_char = [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; };
-    return !name.empty() && std::isalnum(static_cast<unsigned char>(name[0])) &&
-           std::all_of(name.begin(), name.end(), flag_char);
+    const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+    return !name.empty() && alnum(name[0]) &&
+           std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '_' || c == '-'; });
 }
 
 std::vector<std::string> command_line_of(const std::string& command, const Options& options) {
