@@ -21,7 +21,7 @@ public:
 
 private:
     std::unique_ptr<Comm> comm_;
-    bool started_mpi_ = false;
+    [[maybe_unused]] bool started_mpi_ = false;  // the build without MPI never starts it
 };
 
 }  // namespace vmerge
