@@ -13,7 +13,6 @@
 #include "exit_code.h"
 #include "exec/copy_executor.h"
 #include "exec/reference_compare.h"
-#include "formats/hdf5_archive/archive_reader.h"
 #include "hdf5/archive_layout.h"
 #include "io/checksum.h"
 #include "io/input_file.h"
@@ -24,6 +23,7 @@
 #include "plan/rank_work.h"
 #include "rank_resources.h"
 #include "safetensors/safetensors_file.h"
+#include "verify_archive.h"
 
 namespace vmerge {
 namespace {
@@ -78,42 +78,6 @@ bool holds_hdf5_archive(const std::string& dir) {
     return std::filesystem::exists(std::filesystem::symlink_status(std::filesystem::path(dir) / kArchiveFileName, ec)) &&
            !std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors", ec) &&
            !std::filesystem::exists(std::filesystem::path(dir) / "model.safetensors.index.json", ec);
-}
-
-// verify on an archive: every dataset and chunk checked and decoded as --backend hdf5 reads
-// them, its HF files read, and model.h5 checked against vmerge.checksums.json when present.
-int verify_hdf5_archive(const Options& o, Comm& comm, std::ostream& out) {
-    const std::string path = (std::filesystem::path(o.output.target) / kArchiveFileName).string();
-    const bool listed = std::filesystem::exists(o.output.target + "/" + kChecksumsFile);
-    std::vector<std::string> problems;
-    size_t tensors = 0;
-    std::string compression;
-    collective_step(comm, "verify the archive", [&] {
-        if (comm.rank() != 0) return;
-        // The bytes first: a changed range is the most precise account of a damaged archive.
-        if (listed) problems = verify_checksums(o.output.target);
-        if (!problems.empty()) return;
-        ArchiveReader reader(path);
-        reader.read_everything();
-        tensors = reader.tensors().size();
-        compression = reader.compression();
-    });
-    if (comm.rank() != 0) return 0;
-    if (!problems.empty()) {
-        out << "vmerge verify: " << problems.size() << (problems.size() > 1 ? " ranges differ" : " range differs")
-            << " from what merge wrote:\n";
-        for (const auto& p : problems) out << "  " << p << "\n";
-        return 1;
-    }
-    if (listed)
-        out << "vmerge verify: every byte of " << kArchiveFileName << " matches the checksums merge recorded ("
-            << kChecksumsFile << ")\n";
-    else
-        out << "vmerge verify: no " << kChecksumsFile << " beside " << kArchiveFileName
-            << " (not written by this vmerge, or moved without it): checksums not checked\n";
-    out << "vmerge verify: OK, " << tensors << " tensors in " << path << " (" << compression
-        << ") stored and decoded as vmerge writes them\n";
-    return 0;
 }
 
 }  // namespace

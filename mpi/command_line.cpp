@@ -63,7 +63,12 @@ uint64_t parse_byte_size(const std::string& text, const std::string& flag, uint6
 
 namespace {
 
+// The archive's name, refused with its reason by a build without it (its choice is not registered there).
+constexpr const char* kArchiveName = "hdf5";
+
 void check_backend(const Options& o) {
+    if (o.backend == kArchiveName)
+        if (const std::string why = hdf5_archive_unavailable("--backend " + o.backend); !why.empty()) throw UsageError(why);
     if (!is_backend_value(o.backend)) throw UsageError("--backend " + o.backend + ": expected " + backend_values_text());
 }
 
@@ -72,6 +77,8 @@ void check_backend(const Options& o) {
 void check_output_choices(Options& o, const std::string& compress, bool compress_given,
                           const po::variables_map& vm) {
     if (!find_output_format(o.format)) throw UsageError("--format " + o.format + ": expected " + output_format_choices());
+    if (o.format == kArchiveName)
+        if (const std::string why = hdf5_archive_unavailable("--format " + o.format); !why.empty()) throw UsageError(why);
     if (compress != "none") {
         if (compress != "zstd" && !compress.starts_with("zstd:"))
             throw UsageError("--compress " + compress + ": expected none, zstd or zstd:LEVEL");

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "call_hooks.h"
 #include "debug_knobs.h"
 #include "formats/checkpoint.h"
 #include "formats/registry.h"
@@ -60,6 +61,7 @@ struct Options {
     std::string map_base;  // map: the Hugging Face model the checkpoint was trained from
     std::string map_out;   // map: where the learned table is written ("": stdout)
     DebugKnobs debug;    // set by main from the environment (tests and benchmarks only)
+    CallHooks* hooks = nullptr;  // a library call's result and progress (call_hooks.h); null for the command
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }
 };
 

@@ -133,6 +133,7 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     report.exchange = exchange;
     if (in.rank_messages) report.routed = model_routed_exchange(*in.rank_messages, in.mapping(), plan.work);
     report.total_seconds = seconds_since(start);
+    if (o.hooks) o.hooks->result = inspect_json(report);
     if (o.json) out << inspect_json(report).dump(2) << "\n";
     else print_inspect_text(report, out);
     return 0;
@@ -177,6 +178,7 @@ void report_merge(const Options& o, Comm& comm, const MergeInputs& in, const Out
     s.resumed = w.resumed;
     s.quantize = in.quantize;
     s.quantization = in.quantization;
+    if (o.hooks) o.hooks->result = merge_log_json(s);
     if (!o.log_json.empty() && !(std::ofstream(o.log_json) << merge_log_json(s).dump(2) << "\n"))
         throw Error("--log_json " + o.log_json + ": cannot write it");
     if (!o.quiet) print_merge_summary(s, out);
@@ -232,6 +234,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
     run.sources = source_opener(in.checkpoint);  // empty: the checkpoint's files, read with pread
     run.identity = [&](const OutputLayout& planned) { return merge_identity(in, planned, comm, budget); };
     run.inputs = input_folders(o, in);
+    if (o.hooks) run.progress = o.hooks->progress, run.progress_interval_ms = o.hooks->interval_ms;
     const OutputResult written = write_output(*output, in.mapped.mapping, run, o, comm, out, err);
     if (output->has_summary()) {  // a format that reports itself (the archive)
         if (comm.rank() == 0 && !o.quiet)

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include "call_hooks.h"
 #include "collective_step.h"
 #include "core/error.h"
 #include "core/stopwatch.h"
@@ -23,6 +24,36 @@ namespace {
 
 // This rank's share: the executor over the format's tasks, into the format's sink. `debug`: the
 // tests' pause after each block (so they can kill a rank while it writes), the benchmarks' CRC off.
+// A library call's progress (OutputRun::progress) over this rank's writes: the callback at most
+// every `interval_ms` and once at the end; its false cancels the copy with an Error, which fails
+// the merge as an interrupted one does (the staging folder kept for --resume).
+class CallProgress {
+public:
+    CallProgress(std::function<bool(uint64_t, uint64_t)> callback, uint64_t total, int interval_ms)
+        : callback_(std::move(callback)), total_(total), interval_(std::chrono::milliseconds(interval_ms)) {}
+    void written(uint64_t bytes) {
+        done_ += bytes;
+        if (!callback_) return;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_ < interval_) return;
+        last_ = now;
+        report();
+    }
+    void finished() {
+        if (callback_) report();
+    }
+
+private:
+    void report() {
+        if (!callback_(done_, total_)) throw Error(kCancelledMessage);
+    }
+    std::function<bool(uint64_t, uint64_t)> callback_;
+    uint64_t total_;
+    uint64_t done_ = 0;
+    std::chrono::steady_clock::duration interval_;
+    std::chrono::steady_clock::time_point last_{};
+};
+
 void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const OutputRun& run, const DebugKnobs& debug,
                      Comm& comm, std::ostream& err, OutputResult& result, std::string& crc_partials,
                      std::string& not_resumable) {
@@ -40,14 +71,17 @@ void copy_rank_share(OutputFormat& output, const TensorMapping& mapping, const O
         executor.hash_blocks(output.takes_block_hashes());
         executor.skip_crc(debug.skip_crc);
         const int delay = debug.block_delay_ms;
+        CallProgress progress(run.progress, output.layout().total_size, run.progress_interval_ms);
         executor.run(
             output.tasks(),
             [&](const RowBlock& b) {
                 output.write(b);
+                progress.written(b.size);
                 if (delay) std::this_thread::sleep_for(std::chrono::milliseconds(delay));
             },
             [&](size_t t, int64_t row, int64_t row_end) { return output.holds(t, row, row_end); },
             [&](const WriteTask& task) { output.task_done(task); });
+        progress.finished();
         output.finish();
         if (resumable) mark_rank_done(staging, comm.rank());
         result.stats = executor.stats();

@@ -23,6 +23,10 @@ struct OutputRun {
     SourceOpener sources;  // empty: files read with pread
     std::function<ResumeIdentity(const OutputLayout&)> identity;
     std::vector<InputFolder> inputs;
+    // A library call's progress (CallHooks::progress): this rank's bytes written, of the total;
+    // false cancels the copy. Empty for the command.
+    std::function<bool(uint64_t done, uint64_t total)> progress;
+    int progress_interval_ms = 100;
 };
 
 struct OutputResult {

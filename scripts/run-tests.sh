@@ -20,6 +20,8 @@ bash tests/ecosystem/setup_venv.sh verl >build/eco-verl-venv.log 2>&1 &
 verl_venv=$!
 bash tests/ecosystem/setup_venv.sh s3 >build/s3-venv.log 2>&1 &
 s3_venv=$!
+bash tests/ecosystem/setup_venv.sh python >build/python-venv.log 2>&1 &
+python_venv=$!
 phase "build"
 # Line tables only (-g1): backtraces keep their lines, the compile takes a quarter less. The unit
 # tests are compiled and run once, in the sanitized build below.
@@ -36,6 +38,7 @@ phase "ecosystem environments"
 wait "$main_venv" || tail -20 build/eco-venv.log
 wait "$verl_venv" || tail -20 build/eco-verl-venv.log
 wait "$s3_venv" || tail -20 build/s3-venv.log
+wait "$python_venv" || tail -20 build/python-venv.log
 phase "ctest"
 cd build
 ctest --output-on-failure -j"$(nproc)"

@@ -1,7 +1,9 @@
 #include "output/registry.h"
 
 #include "core/error.h"
+#ifndef VMERGE_NO_MPI
 #include "output/hdf5/hdf5_output.h"
+#endif
 #include "io/object_url.h"
 #include "output/s3/bucket_output.h"
 #include "output/safetensors/safetensors_output.h"
@@ -14,12 +16,24 @@ std::unique_ptr<OutputFormat> make(OutputOptions options) {
     return std::make_unique<Format>(std::move(options));
 }
 
+#ifdef VMERGE_NO_MPI
+// The archive's place in a build without it: the command line refuses it first; this catches a
+// caller that skipped the command line.
+std::unique_ptr<OutputFormat> make_unavailable_archive(OutputOptions) {
+    throw Error(hdf5_archive_unavailable("--format hdf5"));
+}
+#endif
+
 }  // namespace
 
 const std::vector<OutputFormatInfo>& output_formats() {
     static const std::vector<OutputFormatInfo> formats = {
         {"safetensors", "", make<SafetensorsOutput>},
+#ifdef VMERGE_NO_MPI
+        {"hdf5", "one model.h5 archive, written with parallel HDF5; docs/hdf5.md", make_unavailable_archive,
+#else
         {"hdf5", "one model.h5 archive, written with parallel HDF5; docs/hdf5.md", make<Hdf5Output>,
+#endif
          /*compression=*/true, /*quantized=*/true, /*resumable=*/false,
          /*reusable=*/false},
     };
@@ -58,6 +72,16 @@ std::string output_formats_with(bool OutputFormatInfo::*capability) {
     for (const auto& f : output_formats())
         if (f.*capability) names += (names.empty() ? "" : " or ") + f.name;
     return names;
+}
+
+std::string hdf5_archive_unavailable(const std::string& what) {
+#ifdef VMERGE_NO_MPI
+    return what + ": this vmerge-mpi was built without MPI (-DVMERGE_MPI=OFF), and the HDF5 archive is written "
+                  "and read with parallel HDF5; rebuild with -DVMERGE_MPI=ON (MPI and libhdf5-openmpi-dev) for it";
+#else
+    (void)what;
+    return "";
+#endif
 }
 
 std::string output_format_choices() {

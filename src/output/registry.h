@@ -38,4 +38,10 @@ std::string output_formats_with(bool OutputFormatInfo::*capability);
 // "safetensors or hdf5": the choices, for the error on an unknown --format.
 std::string output_format_choices();
 
+// The HDF5 archive (--format hdf5, --backend hdf5, verify of a model.h5) is written and read with
+// parallel HDF5, which a build without MPI (-DVMERGE_MPI=OFF) leaves out; its name and help stay
+// listed so that the flags mean the same in every build. "" in a build that has it; otherwise the
+// error for `what` (the option or command asking for it), naming the build option.
+std::string hdf5_archive_unavailable(const std::string& what);
+
 }  // namespace vmerge

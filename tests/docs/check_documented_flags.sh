@@ -38,6 +38,8 @@ foreign=(
     X Y bogus
     # the Hugging Face CLI (hf upload, --hf_upload_path)
     repo_type
+    # pip (docs/python.md)
+    no_build_isolation config_settings
 )
 
 normalise() { sed -e 's/^--//' -e 's/-/_/g'; }
