@@ -20,6 +20,10 @@ struct ConfigExpression::Node {
 
 namespace {
 
+// Products of two int64 values are checked for overflow in twice the width (GCC and Clang's
+// 128-bit integer; __extension__ keeps -Wpedantic quiet about it).
+__extension__ typedef __int128 Int128;
+
 using Node = ConfigExpression::Node;
 using Op = Node::Op;
 using NodePtr = std::shared_ptr<const Node>;
@@ -194,7 +198,7 @@ public:
             case Op::Has: return bool_value(config_value(n.kids[0]->text).kind != ConfigValue::Kind::Absent);
             case Op::Len: return int_value(static_cast<int64_t>(list(*n.kids[0]).size()));
             case Op::Not: return bool_value(!boolean(*n.kids[0]));
-            case Op::Neg: return int_value(checked(-static_cast<__int128>(integer(*n.kids[0]))));
+            case Op::Neg: return int_value(checked(-static_cast<Int128>(integer(*n.kids[0]))));
             case Op::And: return bool_value(boolean(*n.kids[0]) && boolean(*n.kids[1]));
             case Op::Or: return bool_value(boolean(*n.kids[0]) || boolean(*n.kids[1]));
             case Op::Coalesce: {
@@ -228,7 +232,7 @@ private:
         if (v.kind != kind) fail(std::string("expected ") + what);
         return v;
     }
-    int64_t checked(__int128 v) const {
+    int64_t checked(Int128 v) const {
         if (v > kMaxMagnitude || v < -kMaxMagnitude) fail("a value beyond 2^50");
         return static_cast<int64_t>(v);
     }
@@ -244,7 +248,7 @@ private:
             if (const auto bounds = known_config_int_bounds(name.substr(name.rfind('.') + 1)))
                 return int_value(json_int_within(j, bounds->first, bounds->second, scope_.config_path + ": " + name));
         if (j.is_number_integer()) {
-            const __int128 raw = j.is_number_unsigned() ? __int128(j.get<uint64_t>()) : __int128(j.get<int64_t>());
+            const Int128 raw = j.is_number_unsigned() ? Int128(j.get<uint64_t>()) : Int128(j.get<int64_t>());
             if (raw > kMaxMagnitude || raw < -kMaxMagnitude) fail("config.json's " + name + " " + j.dump() + " is beyond 2^50");
             return int_value(static_cast<int64_t>(raw));
         }
@@ -323,7 +327,7 @@ private:
     }
 
     ConfigValue arithmetic(const Node& n) {
-        const __int128 a = integer(*n.kids[0]), b = integer(*n.kids[1]);
+        const Int128 a = integer(*n.kids[0]), b = integer(*n.kids[1]);
         switch (n.op) {
             case Op::Add: return int_value(checked(a + b));
             case Op::Sub: return int_value(checked(a - b));

@@ -260,6 +260,7 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
             case NameSplit::Vocab: c.shape[0] = vocab_padded; break;
             case NameSplit::GateUp:
             case NameSplit::Qkv:
+            case NameSplit::QkvPerHead:  // the fused tensor holds every part's rows, in whatever order
                 for (size_t k = 1; k < g.parts.size(); ++k) {
                     if (Shape(g.parts[k]->begin() + 1, g.parts[k]->end()) != Shape(c.shape.begin() + 1, c.shape.end()))
                         throw Error("simulated layout: the parts of " + key + " differ beyond dim 0");

@@ -27,7 +27,9 @@ TEST(E2m1, EveryCodeDecodes) {
         const float v = e2m1_value(static_cast<uint8_t>(c));
         EXPECT_EQ(std::fabs(v), magnitudes[c & 7]) << c;
         EXPECT_EQ(std::signbit(v), c >= 8) << c;  // 0x8 is -0.0
-        if (c != 8) EXPECT_EQ(e2m1_code(v), c) << c;  // every value is its own code
+        if (c != 8) {
+            EXPECT_EQ(e2m1_code(v), c) << c;  // every value is its own code
+        }
     }
 }
 
