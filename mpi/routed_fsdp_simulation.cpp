@@ -48,7 +48,9 @@ struct Sweep {
     std::vector<std::string> check_messages;  // each sender's, as it all-gathers them
     RoutedShareTally tally;
     RoutedMessageStore store;
-    explicit Sweep(int ranks) : check_messages(static_cast<size_t>(ranks)), tally(ranks), store(ranks) {}
+    // A rank with no file to scan sends an empty list of checks.
+    explicit Sweep(int ranks)
+        : check_messages(static_cast<size_t>(ranks), serialize_file_checks({})), tally(ranks), store(ranks) {}
 };
 
 // Step 1: every sender's files made, checked, routed and tallied, one sender at a time. The
