@@ -214,8 +214,9 @@ void print_plan_lines(const InspectReport& r, std::ostream& out) {
             << x->input_files_mean << "; " << x->rank_file_opens << " (rank, file) opens in all)\n";
     }
     if (!r.simulated_planning.empty())
-        out << "planning     a merge of it plans " << r.simulated_planning
-            << (r.simulated_planning_note.empty() ? "" : " (" + r.simulated_planning_note + ")") << "\n";
+        out << "planning     a merge of it plans "
+            << (r.simulated_planning == "routed" ? "routed: modelled below" : "from the all-gather, modelled above")
+            << (r.simulated_planning_note.empty() ? "" : " (not routed: " + r.simulated_planning_note + ")") << "\n";
     if (const auto& x = r.routed_planning) print_routed_planning(*x, out);
     // Long plans: the first and last ranks show the pattern.
     const auto& plan = r.per_rank;
