@@ -336,7 +336,10 @@ DetectedCheckpoint simulated_fsdp_checkpoint(const SimulatedFsdpSave& save) {
 // in.planning_note, where the merge would plan from the all-gather.
 bool simulate_routed(MergeInputs& in, const Options& o, Comm& comm, const std::string& config_text,
                      const std::string& table_texts) {
-    if (!o.simulate.starts_with("fsdp:")) return false;
+    if (!o.simulate.starts_with("fsdp:")) {
+        in.planning_note = "merges route verl FSDP / FSDP2 DTensor saves only; this is a Megatron-LM save";
+        return false;
+    }
     MapContext ctx;
     ctx.config_dir = o.hf_config;
     ctx.config_text = config_text;
