@@ -44,6 +44,20 @@ bool same_rows(const std::vector<WriteTask>& a, const std::vector<WriteTask>& b)
     });
 }
 
+// A sender holds its files' scans at once, as a merge rank holds what it scanned: with few
+// ranks for many files that is most of the save (the all-gather model's limit, in shards).
+constexpr uint64_t kMaxShardsPerRank = 6'000'000;
+
+void refuse_what_one_rank_cannot_hold(const RoutedSimulationInput& in, size_t keys) {
+    const uint64_t files = (in.files + static_cast<size_t>(in.ranks) - 1) / static_cast<size_t>(in.ranks);
+    if (files * keys > kMaxShardsPerRank)
+        throw Error("simulated routed merge of " + std::to_string(in.files) + " rank files over " +
+                    std::to_string(in.ranks) + " ranks: a rank scans " + std::to_string(files) + " files of " +
+                    std::to_string(keys) + " DTensors, " + std::to_string(files * keys) +
+                    " shards held at once, more than this model holds (" + std::to_string(kMaxShardsPerRank) +
+                    "); a merge rank would hold them too: use more ranks (--np)");
+}
+
 struct Sweep {
     std::vector<std::string> check_messages;  // each sender's, as it all-gathers them
     RoutedShareTally tally;
@@ -159,6 +173,7 @@ RoutedFsdpSimulation simulate_routed_fsdp(const RoutedSimulationInput& in) {
     Sweep sweep(in.ranks);
     {
         const ScannedFile first = in.rank_file(0);
+        refuse_what_one_rank_cannot_hold(in, first.tensors.size());
         std::optional<MappedModel> model = routed_skeleton_model(
             first, {check_fsdp_file(first, 0, first, in.files)}, in.map_skeleton, result.why_not);
         if (!model) return result;
