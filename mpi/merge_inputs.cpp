@@ -351,8 +351,9 @@ bool simulate_routed(MergeInputs& in, const Options& o, Comm& comm, const std::s
     const SimulatedFsdpSave save = simulated_fsdp_save(in.config, o.simulate, ctx.recipe.map.loaded_tables());
     in.checkpoint = simulated_fsdp_checkpoint(save);
     if (!routes_when_merged(o, in.checkpoint)) {
-        in.planning_note = "a merge of it plans from the all-gather (--format " + o.format +
-                           (o.quantize ? ", --quantize" : "") + (o.debug.allgather_planning ? ", VMERGE_TEST_ALLGATHER_PLANNING" : "") + ")";
+        in.planning_note = o.debug.allgather_planning ? "VMERGE_TEST_ALLGATHER_PLANNING is set"
+                           : o.quantize                ? "--quantize"
+                                                       : "--format " + o.format + " (routed planning writes safetensors)";
         return false;
     }
     RoutedSimulationInput model;

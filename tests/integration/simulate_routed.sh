@@ -40,3 +40,17 @@ print("fsdp:8 on %d ranks: simulated entries per rank max %d, all %d; the real m
       % (np_, x["received_entries_per_rank_max"], x["routed_entries"], real, x["modelled_ranks"][0]["rank"],
          x["modelled_ranks"][0]["planning_seconds"], x["modelled_ranks"][0]["resident_peak_bytes"] / 2**20))
 PY
+
+# Where a merge would not route, the all-gather is modelled and the planning says why: a tied
+# head (the skeleton needs source bytes), --quantize.
+"$vmerge" inspect --simulate fsdp:8 --hf_config "$fixtures/tied_w2/huggingface" --np "$np" --json >"$work/tied.json"
+"$vmerge" inspect --simulate fsdp:8 --hf_config "$save/huggingface" --np "$np" --quantize int --json >"$work/quantize.json"
+"$python" - "$work/tied.json" "$work/quantize.json" <<'PY'
+import json, sys
+for path, why in zip(sys.argv[1:], ["names and shapes", "--quantize"]):
+    j = json.load(open(path))
+    assert j["simulated_planning"] == "all-gather", (path, j.get("simulated_planning"))
+    assert why in j["simulated_planning_note"], (path, j["simulated_planning_note"])
+    assert "routed_planning" not in j and j["scan_exchange"]["files"] == 8, path
+    print("%s: all-gather modelled (%s)" % (path.rsplit("/", 1)[1], j["simulated_planning_note"]))
+PY
