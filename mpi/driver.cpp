@@ -131,6 +131,11 @@ int run_inspect(const Options& o, Comm& comm, std::ostream& out) {
     }
     InspectReport report = inspect_report(o, in, plan, ranks, budget, comm);
     report.exchange = exchange;
+    if (!o.simulate.empty()) {
+        report.simulated_planning = in.planning;
+        report.simulated_planning_note = in.planning_note;
+        report.routed_planning = in.routed_planning;
+    }
     if (in.rank_messages) report.routed = model_routed_exchange(*in.rank_messages, in.mapping(), plan.work);
     report.total_seconds = seconds_since(start);
     if (o.hooks) o.hooks->result = inspect_json(report);

@@ -23,6 +23,8 @@
 #include "output/peft_adapter_config.h"
 #include "rank_resources.h"
 #include "routed_fsdp_merge.h"
+#include "routed_fsdp_simulation.h"
+#include "formats/fsdp/fsdp_backend.h"
 #include "read_on_rank_zero.h"
 #include "torch/scan_serialization.h"
 #include "torch/torch_pickle.h"
@@ -219,12 +221,16 @@ std::optional<MappedModel> map_skeleton(MergeInputs& in, const Options& o, MapCo
     }
 }
 
-// Where a merge may plan routed: a verl FSDP save written into safetensors (whose rank shares
-// plan_rank_work gives), nothing quantized; the files themselves decide the rest.
+// Where a merge of `checkpoint` would plan routed: a verl FSDP save written into safetensors
+// (whose rank shares plan_rank_work gives), nothing quantized; the files themselves decide the
+// rest. inspect --simulate asks it of the simulated save.
+bool routes_when_merged(const Options& o, const DetectedCheckpoint& checkpoint) {
+    return !o.debug.allgather_planning && checkpoint.backend == "fsdp" && o.format == "safetensors" && !o.quantize &&
+           !checkpoint.jobs.empty() && checkpoint.job_names.empty() && checkpoint.unscanned_items.empty();
+}
+
 bool may_route(const Options& o, const DetectedCheckpoint& checkpoint) {
-    return o.command != "inspect" && !o.debug.allgather_planning && checkpoint.backend == "fsdp" &&
-           o.format == "safetensors" && !o.quantize && !checkpoint.jobs.empty() && checkpoint.job_names.empty() &&
-           checkpoint.unscanned_items.empty();
+    return o.command != "inspect" && routes_when_merged(o, checkpoint);
 }
 
 // The routed merge, when it applies: fills `in` and says so.
@@ -308,14 +314,85 @@ MergeInputs load_checkpoint_names(const Options& o, const std::string& config_di
     return in;
 }
 
+namespace {
+
+// The simulated save as discovery would find it (verl FSDP, its W rank files), so the routed
+// merge's functions take it as they take a real one.
+DetectedCheckpoint simulated_fsdp_checkpoint(const SimulatedFsdpSave& save) {
+    DetectedCheckpoint checkpoint;
+    checkpoint.source = find_layout("fsdp");
+    checkpoint.backend = "fsdp";
+    FsdpCheckpoint fsdp;
+    fsdp.world_size = save.world;
+    for (int r = 0; r < save.world; ++r) fsdp.rank_files.push_back(simulated_fsdp_rank_path(save.world, r));
+    checkpoint.description = "verl FSDP (world size " + std::to_string(save.world) + ")";
+    for (const std::string& path : fsdp.rank_files) checkpoint.jobs.push_back({path});
+    checkpoint.keep(std::move(fsdp));
+    return checkpoint;
+}
+
+// inspect --simulate fsdp:W where a merge would plan routed: the model of it
+// (routed_fsdp_simulation.h), with the merge's skeleton mapper. False, with why in
+// in.planning_note, where the merge would plan from the all-gather.
+bool simulate_routed(MergeInputs& in, const Options& o, Comm& comm, const std::string& config_text,
+                     const std::string& table_texts) {
+    if (!o.simulate.starts_with("fsdp:")) {
+        in.planning_note = "merges route verl FSDP / FSDP2 DTensor saves only; this is a Megatron-LM save";
+        return false;
+    }
+    MapContext ctx;
+    ctx.config_dir = o.hf_config;
+    ctx.config_text = config_text;
+    ctx.table_texts = table_texts;
+    ctx.recipe = map_recipe(o);
+    ctx.recipe.map.tables = load_shared_tables(table_texts, o);
+    ctx.budget = max_memory(o, comm);
+    in.config = parse_hf_config(o.hf_config, config_text);
+    const SimulatedFsdpSave save = simulated_fsdp_save(in.config, o.simulate, ctx.recipe.map.loaded_tables());
+    in.checkpoint = simulated_fsdp_checkpoint(save);
+    if (!routes_when_merged(o, in.checkpoint)) {
+        in.planning_note = o.debug.allgather_planning ? "VMERGE_TEST_ALLGATHER_PLANNING is set"
+                           : o.quantize                ? "--quantize"
+                                                       : "--format " + o.format + " (routed planning writes safetensors)";
+        return false;
+    }
+    RoutedSimulationInput model;
+    model.files = static_cast<size_t>(save.world);
+    model.ranks = o.np > 0 ? o.np : comm.size();
+    model.rank_file = [&](size_t file) { return simulated_fsdp_rank_file(save, static_cast<int>(file)); };
+    model.map_skeleton = [&](const ScannedFile& skeleton, const SourceAccount& account) {
+        return map_skeleton(in, o, ctx, skeleton, account);
+    };
+    model.max_shard_size = o.output.max_shard_size;
+    model.budget = ctx.budget;
+    RoutedFsdpSimulation routed = simulate_routed_fsdp(model);
+    if (!routed.model) {
+        in.planning_note = routed.why_not;
+        return false;
+    }
+    routed.model->mapped.notes.push_back(save.note);
+    routed.model->mapped.facts["backend"] = "simulated";
+    routed.model->mapped.facts["layout"] = o.simulate;
+    take_model(in, std::move(*routed.model));
+    in.routed_planning = std::move(routed.figures);
+    in.planning = "routed";
+    return true;
+}
+
+}  // namespace
+
 MergeInputs simulate_inputs(const Options& o, Comm& comm) {
     MergeInputs in;
     const std::string config_text = shared_hf_config_text(comm, o.hf_config);
     const std::string table_texts = shared_table_texts(comm, o);
+    bool routed = false;
+    collective_step(comm, "simulate", [&] { routed = simulate_routed(in, o, comm, config_text, table_texts); });
+    in.checkpoint = DetectedCheckpoint{};
+    in.checkpoint.backend = "simulated";
+    in.checkpoint.description = o.simulate + " (no files read)";
+    if (routed) return in;
     collective_step(comm, "simulate", [&] {
         in.config = parse_hf_config(o.hf_config, config_text);
-        in.checkpoint.backend = "simulated";
-        in.checkpoint.description = o.simulate + " (no files read)";
         MapRecipe recipe = map_recipe(o);
         recipe.map.tables = load_shared_tables(table_texts, o);
         ScanExchangeFigures figures;

@@ -8,6 +8,7 @@
 #include "command_line.h"
 #include "comm.h"
 #include "formats/checkpoint.h"
+#include "formats/simulated/routed_planning_figures.h"
 #include "formats/simulated/scan_exchange_model.h"
 #include "architecture/hf_config.h"
 #include "mapping/lora_adapter.h"
@@ -47,6 +48,9 @@ struct MergeInputs {
     std::optional<ScanExchangeFigures> exchange;
     // inspect --simulate: each rank's own scans, for the routed-exchange model (routed_exchange_model.h).
     std::shared_ptr<KeptRankMessages> rank_messages;
+    // inspect --simulate of a save a merge plans routed: the model of it (routed_fsdp_simulation.h);
+    // `planning` is then "routed", else `planning_note` says why the all-gather is modelled.
+    std::optional<RoutedPlanningFigures> routed_planning;
     const TensorMapping& mapping() const { return mapped.mapping; }
 };
 

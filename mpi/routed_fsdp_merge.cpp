@@ -65,6 +65,20 @@ std::string digest_of_scans(const std::vector<FsdpFileCheck>& checks) {
 
 }  // namespace
 
+std::optional<MappedModel> routed_skeleton_model(const ScannedFile& first, const std::vector<FsdpFileCheck>& checks,
+                                                 const SkeletonMapper& map_skeleton, std::string& why_not) {
+    std::optional<MappedModel> model = map_skeleton(fsdp_skeleton_scan(first), routed_account(checks));
+    why_not = model ? skeleton_unroutable(model->mapped.mapping, first)
+                    : "the mapping needs more than the output tensors' names and shapes";
+    if (!why_not.empty()) return std::nullopt;
+    return model;
+}
+
+std::vector<std::vector<WriteTask>> routed_rank_work(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size,
+                                                     int ranks) {
+    return plan_rank_work(tensors, plan_safetensors_layout(tensors, max_shard_size), ranks);
+}
+
 std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& mine, size_t files,
                                                 const SkeletonMapper& map_skeleton, uint64_t max_shard_size,
                                                 uint64_t budget, Comm& comm, std::string& why_not) {
@@ -73,9 +87,7 @@ std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& 
     why_not = routing_verdict(checks, files);
     if (!why_not.empty()) return std::nullopt;
     // The same on every rank from here to the routing: file 0's scan and the checks are.
-    std::optional<MappedModel> model = map_skeleton(fsdp_skeleton_scan(first), routed_account(checks));
-    why_not = model ? skeleton_unroutable(model->mapped.mapping, first)
-                    : "the mapping needs more than the output tensors' names and shapes";
+    std::optional<MappedModel> model = routed_skeleton_model(first, checks, map_skeleton, why_not);
     // The same on every rank unless a rank ran out of something the others had: agree.
     const std::vector<std::string> verdicts = comm.allgather(why_not.empty() ? "" : "all-gather");
     if (std::any_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return !v.empty(); })) {
@@ -85,7 +97,7 @@ std::optional<RoutedFsdpMerge> route_fsdp_merge(const std::vector<ScannedFile>& 
     RoutedFsdpMerge routed;
     if (comm.rank() == 0) routed.scans_digest = digest_of_scans(checks);
     const std::vector<OutputTensor>& tensors = model->mapped.mapping.tensors;
-    const auto work = plan_rank_work(tensors, plan_safetensors_layout(tensors, max_shard_size), comm.size());
+    const auto work = routed_rank_work(tensors, max_shard_size, comm.size());
     StorageReaders readers;
     collective_step(comm, "route", [&] { readers = fsdp_shard_readers(mine, first, model->mapped.mapping, work); });
     const std::vector<ScannedFile> received = route_scans(comm, mine, readers);

@@ -8,7 +8,9 @@
 #include "comm.h"
 #include "core/tensor_ref.h"
 #include "formats/source_ledger.h"
+#include "formats/fsdp/fsdp_routing.h"
 #include "mapping/map_recipe.h"
+#include "plan/rank_work.h"
 
 namespace vmerge {
 
@@ -27,6 +29,15 @@ struct RoutedFsdpMerge {
     std::string scans_digest;  // rank 0: of every file's scan digest in file order (--resume identity)
     size_t received_entries = 0;
 };
+
+// The two steps of route_fsdp_merge that every rank takes alike from file 0's scan and every
+// file's check (routing_verdict passed), free of the Comm, so inspect --simulate runs them too:
+// the skeleton's mapping where it can stand for the checkpoint (else nullopt and why), and every
+// rank's rows of the safetensors output planned from its output tensors.
+std::optional<MappedModel> routed_skeleton_model(const ScannedFile& first, const std::vector<FsdpFileCheck>& checks,
+                                                 const SkeletonMapper& map_skeleton, std::string& why_not);
+std::vector<std::vector<WriteTask>> routed_rank_work(const std::vector<OutputTensor>& tensors, uint64_t max_shard_size,
+                                                     int ranks);
 
 // Every rank alike: the routed merge, or nullopt (and why in `why_not`) for the all-gather path.
 // `mine`: this rank's scans, of files rank, rank + P, ...; rank 0 holds file 0's. A rank whose

@@ -34,6 +34,32 @@ PlanBalance plan_balance(const InspectReport& report) {
     return b;
 }
 
+namespace {
+
+nlohmann::ordered_json modelled_rank_json(const ModelledRoutedRank& m) {
+    return {{"rank", m.rank}, {"chosen_as", m.chosen_as}, {"received_bytes", m.received_bytes},
+            {"received_entries", m.received_entries}, {"input_files", m.input_files}, {"own_files", m.own_files},
+            {"checks_seconds", m.checks_seconds}, {"map_seconds", m.map_seconds}, {"plan_seconds", m.plan_seconds},
+            {"route_seconds", m.route_seconds}, {"decode_seconds", m.decode_seconds},
+            {"compose_seconds", m.compose_seconds}, {"planning_seconds", m.planning_seconds()},
+            {"peak_measured", m.peak_measured}, {"resident_before_bytes", m.resident_before_bytes},
+            {"resident_peak_bytes", m.resident_peak_bytes}, {"metadata_whole_bytes", m.metadata_whole_bytes},
+            {"metadata_share_bytes", m.metadata_share_bytes}, {"over_budget", m.over_budget}};
+}
+
+nlohmann::ordered_json routed_planning_json(const RoutedPlanningFigures& x) {
+    nlohmann::ordered_json modelled = nlohmann::ordered_json::array();
+    for (const ModelledRoutedRank& m : x.modelled) modelled.push_back(modelled_rank_json(m));
+    return {{"ranks", x.ranks}, {"files", x.files}, {"shards", x.shards}, {"routed_entries", x.routed_entries},
+            {"received_bytes_per_rank_max", x.received_bytes_max}, {"received_bytes_per_rank_mean", x.received_bytes_mean},
+            {"received_entries_per_rank_max", x.received_entries_max},
+            {"received_entries_per_rank_mean", x.received_entries_mean},
+            {"input_files_per_rank_max", x.input_files_max}, {"input_files_per_rank_mean", x.input_files_mean},
+            {"sender_seconds_max", x.sender_seconds_max}, {"sweep_seconds", x.sweep_seconds}, {"modelled_ranks", modelled}};
+}
+
+}  // namespace
+
 nlohmann::ordered_json inspect_json(const InspectReport& r) {
     nlohmann::ordered_json j = r.facts;
     j["local_dir"] = r.local_dir;
@@ -90,6 +116,11 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
                                 {"entries_per_rank_max", x->entries_max}, {"entries_per_rank_mean", x->entries_mean},
                                 {"sent_bytes_per_rank_max", x->sent_bytes_max}, {"readers_seconds", x->readers_seconds},
                                 {"route_seconds", x->route_seconds}, {"decode_seconds", x->decode_seconds}};
+    if (!r.simulated_planning.empty()) {
+        j["simulated_planning"] = r.simulated_planning;
+        if (!r.simulated_planning_note.empty()) j["simulated_planning_note"] = r.simulated_planning_note;
+    }
+    if (const auto& x = r.routed_planning) j["routed_planning"] = routed_planning_json(*x);
     return j;
 }
 
@@ -99,6 +130,25 @@ namespace {
 nlohmann::ordered_json fact(const InspectReport& r, const char* key) {
     auto it = r.facts.find(key);
     return it == r.facts.end() ? nlohmann::ordered_json() : *it;
+}
+
+// The routed planning model's lines: every rank's received share, then each modelled rank's work.
+void print_routed_planning(const RoutedPlanningFigures& x, std::ostream& out) {
+    out << "routed       " << x.shards << " shards in " << x.files << " rank files, routed to " << x.ranks
+        << " ranks: each receives at most " << human_bytes(x.received_bytes_max) << " (mean "
+        << human_bytes(x.received_bytes_mean) << "), at most " << x.received_entries_max << " entries (mean "
+        << std::setprecision(1) << x.received_entries_mean << "), from at most " << x.input_files_max
+        << " input files (mean " << x.input_files_mean << "); the slowest sender's checks and routing "
+        << std::setprecision(3) << x.sender_seconds_max << " s\n";
+    for (const ModelledRoutedRank& m : x.modelled) {
+        out << "rank " << m.rank << " (" << m.chosen_as << ") plans in " << m.planning_seconds() << " s (checks "
+            << m.checks_seconds << ", map " << m.map_seconds << ", plan " << m.plan_seconds << ", route "
+            << m.route_seconds << ", decode " << m.decode_seconds << ", compose " << m.compose_seconds << "), "
+            << human_bytes(m.resident_peak_bytes) << " resident at the peak (" << human_bytes(m.resident_before_bytes)
+            << " before" << (m.peak_measured ? "" : "; the kernel keeps no resettable peak: the whole process's")
+            << "), metadata " << human_bytes(m.metadata_whole_bytes + m.metadata_share_bytes)
+            << (m.over_budget.empty() ? "" : ": over its budget") << "\n";
+    }
 }
 
 void print_model_lines(const InspectReport& r, std::ostream& out) {
@@ -163,6 +213,11 @@ void print_plan_lines(const InspectReport& r, std::ostream& out) {
         out << "rank inputs  each rank opens at most " << x->input_files_max << " input files (mean " << std::setprecision(1)
             << x->input_files_mean << "; " << x->rank_file_opens << " (rank, file) opens in all)\n";
     }
+    if (!r.simulated_planning.empty())
+        out << "planning     a merge of it plans "
+            << (r.simulated_planning == "routed" ? "routed: modelled below" : "from the all-gather, modelled above")
+            << (r.simulated_planning_note.empty() ? "" : " (not routed: " + r.simulated_planning_note + ")") << "\n";
+    if (const auto& x = r.routed_planning) print_routed_planning(*x, out);
     // Long plans: the first and last ranks show the pattern.
     const auto& plan = r.per_rank;
     for (size_t k = 0; k < plan.size(); ++k) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/tensor_ref.h"
+#include "formats/simulated/routed_planning_figures.h"
 #include "formats/simulated/scan_exchange_model.h"
 #include "core/tensor_mapping.h"
 #include "plan/output_layout.h"
@@ -85,6 +86,11 @@ struct InspectReport {
     double plan_seconds = 0, total_seconds = 0;
     std::optional<ScanExchangeFigures> exchange;  // --simulate: one merging rank's planning
     std::optional<RoutedExchangeFigures> routed;  // --simulate: the scans routed instead
+    // --simulate: how a merge of the simulated save would plan ("routed" or "all-gather"), why
+    // not routed where it would not, and the model of the routed planning where it would.
+    std::string simulated_planning;
+    std::string simulated_planning_note;
+    std::optional<RoutedPlanningFigures> routed_planning;
 };
 
 // The model's parts that come from the scans, the mapping and the plan.

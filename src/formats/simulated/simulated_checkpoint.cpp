@@ -106,55 +106,25 @@ int parse_count(const std::string& spec, const std::string& text, const char* wh
 
 TensorMapping simulate_fsdp(const HfConfig& config, const ArchitectureInfo& arch, const SimulationSpec& s,
                             std::vector<std::string>& notes, const ScanExchange& exchange) {
-    std::vector<std::pair<std::string, Shape>> tensors(arch.expected.required.begin(), arch.expected.required.end());
-    // A tied model's state_dict() still lists lm_head.weight (the same Parameter): verl saves it.
-    if (config.tie_word_embeddings && !arch.value_model) tensors.emplace_back("lm_head.weight", Shape{arch.vocab, arch.hidden});
-    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return hf_tensor_less(a.first, b.first); });
+    const SimulatedFsdpSave save = simulated_fsdp_save(config, arch, s.world);
     const int W = s.world;
-    // Every rank file lists every tensor: W x tensors shard descriptions, which a real merge
-    // also holds (every rank receives every scan). Measured about 1.6 KB each with map_fsdp's
-    // indexes and the mapping's sources; refuse what would not fit rather than be killed.
-    const uint64_t shards = static_cast<uint64_t>(W) * tensors.size();
+    // Every rank file lists every tensor: W x tensors shard descriptions, which a merge planning
+    // from the all-gather also holds (every rank receives every scan). Measured about 1.6 KB each
+    // with map_fsdp's indexes and the mapping's sources; refuse what would not fit rather than be
+    // killed. (A merge that routes, and its model, hold a rank's share only: routed_fsdp_simulation.h.)
+    const uint64_t shards = static_cast<uint64_t>(W) * save.tensors.size();
     if (shards > kMaxFsdpShards)
         throw Error("simulated layout " + std::string("fsdp:") + std::to_string(W) + " of " + arch.name + ": " + std::to_string(W) +
-                    " ranks x " + std::to_string(tensors.size()) + " tensors = " + std::to_string(shards) +
+                    " ranks x " + std::to_string(save.tensors.size()) + " tensors = " + std::to_string(shards) +
                     " DTensor shards; at about 1.6 KB of metadata each (" + gb(shards * 1600) +
-                    ") neither this simulation nor a real merge of such a checkpoint, whose scans every rank "
-                    "holds, fits in memory (limit " + std::to_string(kMaxFsdpShards) + " shards)");
+                    ") neither this model of the all-gather nor a merge planning from it, where every rank "
+                    "holds every scan, fits in memory (limit " + std::to_string(kMaxFsdpShards) + " shards)");
     std::vector<ScannedFile> scans;
     scans.reserve(W);
-    uint64_t stored = 0;
-    for (int r = 0; r < W; ++r) {
-        FileBuilder f;
-        f.scan.path = kRoot + "/model_world_size_" + std::to_string(W) + "_rank_" + std::to_string(r) + ".pt";
-        f.scan.tensors.reserve(tensors.size());
-        for (const auto& [name, global] : tensors) {
-            if (global.empty()) throw Error("internal: " + name + " is 0-d; FSDP2 cannot Shard(0) it");
-            // FSDP2: a padded buffer of ceil(N/W) rows per rank, the shard a torch.chunk view of it.
-            const int64_t padded = (global[0] + W - 1) / W;
-            Shape local = global;
-            local[0] = chunk_range(global[0], W, r).second;
-            DTensorLayout layout;
-            layout.global_shape = global;
-            layout.mesh_shape = {W};
-            layout.mesh_dim_names = {"fsdp"};
-            layout.coordinates = {r};
-            Placement shard;
-            shard.kind = Placement::Kind::Shard;
-            shard.dim = 0;
-            layout.placements = {shard};
-            const uint64_t bytes = static_cast<uint64_t>(padded * row_elements(global)) * element_size(DType::F32);
-            f.add(name, DType::F32, std::move(local), bytes, 0, std::move(layout));
-        }
-        stored += f.stored;
-        scans.push_back(std::move(f.scan));
-    }
+    for (int r = 0; r < W; ++r) scans.push_back(simulated_fsdp_rank_file(save, r));
     if (exchange) scans = exchange(std::move(scans));
     TensorMapping mapping = map_fsdp(scans);
-    notes.push_back("simulated verl FSDP2 checkpoint: " + std::to_string(W) + " rank files " + kRoot +
-                    "/model_world_size_" + std::to_string(W) + "_rank_*.pt, " + std::to_string(tensors.size()) +
-                    " fp32 DTensors each (Shard(0) on a 1-d \"fsdp\" mesh, padded to ceil(rows/W) rows), " +
-                    gb(stored) + " stored");
+    notes.push_back(save.note);
     return mapping;
 }
 
@@ -446,6 +416,61 @@ TensorMapping simulate_megatron(const HfConfig& config, const ArchitectureInfo& 
 }
 
 }  // namespace
+
+SimulatedFsdpSave simulated_fsdp_save(const HfConfig& config, const ArchitectureInfo& arch, int world) {
+    SimulatedFsdpSave save;
+    save.world = world;
+    save.tensors.assign(arch.expected.required.begin(), arch.expected.required.end());
+    // A tied model's state_dict() still lists lm_head.weight (the same Parameter): verl saves it.
+    if (config.tie_word_embeddings && !arch.value_model) save.tensors.emplace_back("lm_head.weight", Shape{arch.vocab, arch.hidden});
+    std::sort(save.tensors.begin(), save.tensors.end(),
+              [](const auto& a, const auto& b) { return hf_tensor_less(a.first, b.first); });
+    uint64_t stored = 0;
+    for (const auto& [name, global] : save.tensors) {
+        if (global.empty()) throw Error("internal: " + name + " is 0-d; FSDP2 cannot Shard(0) it");
+        stored += static_cast<uint64_t>((global[0] + world - 1) / world * row_elements(global)) * element_size(DType::F32);
+    }
+    save.note = "simulated verl FSDP2 checkpoint: " + std::to_string(world) + " rank files " + kRoot +
+                "/model_world_size_" + std::to_string(world) + "_rank_*.pt, " + std::to_string(save.tensors.size()) +
+                " fp32 DTensors each (Shard(0) on a 1-d \"fsdp\" mesh, padded to ceil(rows/W) rows), " +
+                gb(stored * static_cast<uint64_t>(world)) + " stored";
+    return save;
+}
+
+SimulatedFsdpSave simulated_fsdp_save(const HfConfig& config, const std::string& spec, const ArchitectureTables& tables) {
+    const SimulationSpec s = parse_simulation_spec(spec);
+    if (s.backend != "fsdp") throw Error("internal: " + spec + " is not an FSDP layout");
+    return simulated_fsdp_save(config, architecture_for(config, false, /*drop_mtp=*/true, tables), s.world);
+}
+
+std::string simulated_fsdp_rank_path(int world, int rank) {
+    return kRoot + "/model_world_size_" + std::to_string(world) + "_rank_" + std::to_string(rank) + ".pt";
+}
+
+ScannedFile simulated_fsdp_rank_file(const SimulatedFsdpSave& save, int r) {
+    const int W = save.world;
+    FileBuilder f;
+    f.scan.path = simulated_fsdp_rank_path(W, r);
+    f.scan.tensors.reserve(save.tensors.size());
+    for (const auto& [name, global] : save.tensors) {
+        // FSDP2: a padded buffer of ceil(N/W) rows per rank, the shard a torch.chunk view of it.
+        const int64_t padded = (global[0] + W - 1) / W;
+        Shape local = global;
+        local[0] = chunk_range(global[0], W, r).second;
+        DTensorLayout layout;
+        layout.global_shape = global;
+        layout.mesh_shape = {W};
+        layout.mesh_dim_names = {"fsdp"};
+        layout.coordinates = {r};
+        Placement shard;
+        shard.kind = Placement::Kind::Shard;
+        shard.dim = 0;
+        layout.placements = {shard};
+        const uint64_t bytes = static_cast<uint64_t>(padded * row_elements(global)) * element_size(DType::F32);
+        f.add(name, DType::F32, std::move(local), bytes, 0, std::move(layout));
+    }
+    return std::move(f.scan);
+}
 
 SimulationSpec parse_simulation_spec(const std::string& spec) {
     SimulationSpec s;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "architecture/architecture_table.h"
+#include "architecture/hf_architecture.h"
 #include "architecture/hf_config.h"
 #include "core/tensor_mapping.h"
 
@@ -35,6 +36,22 @@ using ScanExchange = std::function<std::vector<ScannedFile>(std::vector<ScannedF
 // `tables`: the merge's architecture tables (the Megatron names and the tensor set come from them).
 TensorMapping simulate_checkpoint(const HfConfig& config, const std::string& spec, const ArchitectureTables& tables,
                                   std::vector<std::string>& notes, const ScanExchange& exchange = {});
+
+// A simulated verl FSDP2 save (fsdp:W), described without its shards: the tensors every rank
+// file lists (state-dict order, global shapes) and a note for people. Its rank files are made
+// one at a time (simulated_fsdp_rank_file), so a model that needs one rank's files never holds
+// the W x tensors shards of the whole save (routed planning: mpi/routed_fsdp_simulation.h).
+struct SimulatedFsdpSave {
+    int world = 1;
+    std::vector<std::pair<std::string, Shape>> tensors;
+    std::string note;  // "simulated verl FSDP2 checkpoint: W rank files ..., N GB stored"
+};
+SimulatedFsdpSave simulated_fsdp_save(const HfConfig& config, const ArchitectureInfo& arch, int world);
+// `spec` must be fsdp:W.
+SimulatedFsdpSave simulated_fsdp_save(const HfConfig& config, const std::string& spec, const ArchitectureTables& tables);
+std::string simulated_fsdp_rank_path(int world, int rank);
+// Rank `rank`'s file as its scan: every tensor's Shard(0) piece, fp32, storages one after another.
+ScannedFile simulated_fsdp_rank_file(const SimulatedFsdpSave& save, int rank);
 
 // What a merge reads: the source bytes every box copy of `mapping` covers (each byte once;
 // padding, replicas and dropped vocabulary rows are not read).
