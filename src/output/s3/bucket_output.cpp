@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/checksum.h"
 #include "io/output_names.h"
+#include "output/s3/bucket_target.h"
 #include "output/safetensors/safetensors_layout.h"
 
 namespace vmerge {
@@ -59,18 +60,7 @@ std::set<std::string> BucketOutput::manifest_files(const std::vector<ObjectListi
     uint64_t size = 0;
     for (const auto& o : objects)
         if (o.key == url.key) size = o.size;
-    if (size > (16u << 20)) throw Error(url.text() + ": " + std::to_string(size) + " bytes, too large for a vmerge manifest");
-    std::string text(size, '\0');
-    s3_client().read_range(url, 0, text.data(), size);
-    std::set<std::string> files;
-    try {
-        const auto j = nlohmann::json::parse(text);
-        if (!j.contains("files") || !j["files"].is_array()) throw Error("no \"files\" list");
-        for (const auto& f : j["files"]) files.insert(f.get<std::string>());
-    } catch (const std::exception& e) {
-        throw Error(url.text() + ": not a vmerge manifest (" + e.what() + ")");
-    }
-    return files;
+    return read_bucket_manifest(target_, size);
 }
 
 // The prefix must not hold an input, nor anything but an earlier vmerge output (with --force) or,
