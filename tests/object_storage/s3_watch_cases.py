@@ -11,7 +11,8 @@ boto3 step by step, as a trainer saving to a bucket would: a complete step 1 (th
   waits out --settle;
 - --target_root in the bucket too (2 ranks): every step downloaded and compared bit for bit,
   a second pass skips them, an interrupted merge (an open multipart upload under the step) is
-  resumed, --keep_last removes only older outputs' objects;
+  resumed, --keep_last removes only older outputs' objects, an object a user added to a merged
+  step is named and left;
 - the lock object: a live holder refuses a second watcher naming it, a dead holder's lock on
   this host is taken over, and the lock is gone after the watcher ends;
 - a missing bucket (root or target), a missing prefix, a wrong secret, overlapping prefixes:
@@ -120,8 +121,8 @@ def bucket_target(run, client, work, disk):
         left = open_uploads(client, f"{MERGED}/{step}")
         run.check(not difference and not left, f"bucket -> bucket: {step} the same bytes as the merge from disk, no upload open"
                   + (f" ({difference}; open {left})" if difference or left else ""))
-    run.check(not objects_under(client, MERGED + "/" + LOCK) and client.list_objects_v2(Bucket=BUCKET, Prefix=f"{MERGED}/{LOCK}")
-              .get("KeyCount", 0) == 0, "the watcher's lock object is gone once it ends")
+    run.check(client.list_objects_v2(Bucket=BUCKET, Prefix=f"{MERGED}/{LOCK}").get("KeyCount", 0) == 0,
+              "the watcher's lock object is gone once it ends")
 
     r = run.vmerge(2, "watch", "--root", root, "--target_root", target, "--once", "--settle", "0")
     out = r.stdout + r.stderr
@@ -148,6 +149,17 @@ def bucket_target(run, client, work, disk):
     run.check(r.returncode == 0 and len(gone) == 2 and objects_under(client, f"{MERGED}/global_step_3")
               and "global_step_1: removed (--keep_last 1)" in out and objects_under(client, "keep"),
               f"--keep_last 1 in the bucket removes the older steps' objects only (removed {gone})" + ("" if r.returncode == 0 else ": " + out[-800:]))
+
+    # An object a user added to a merged step: the step is no longer vmerge's alone; the watcher
+    # says which object and leaves it.
+    card = f"{MERGED}/global_step_3/README.md"
+    client.put_object(Bucket=BUCKET, Key=card, Body=b"a model card")
+    r = run.vmerge(1, "watch", "--root", root, "--target_root", target, "--once", "--settle", "0")
+    out = r.stdout + r.stderr
+    run.check(r.returncode == 1 and f"s3://{BUCKET}/{card} is not in the earlier output's manifest" in out
+              and client.list_objects_v2(Bucket=BUCKET, Prefix=card).get("KeyCount", 0) == 1, "a merged step with an object a user added: the watcher names it, leaves it"
+              + ("" if r.returncode == 1 and "is not in the earlier" in out else ": " + out[-800:]))
+    client.delete_object(Bucket=BUCKET, Key=card)
 
 
 def lock_cases(run, client):

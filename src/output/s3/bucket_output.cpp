@@ -79,10 +79,8 @@ void BucketOutput::check_prefix(const std::vector<InputFolder>& inputs) {
     if (objects.empty()) return;
     const std::string manifest = file_url(kManifestFile).key;
     const bool ours = std::any_of(objects.begin(), objects.end(), [&](const auto& o) { return o.key == manifest; });
-    if (ours && !options_.force)
-        throw Error("--target_dir " + options_.target + ": holds an earlier vmerge output (" + std::to_string(objects.size()) +
-                    " objects); add --force to replace it");
     if (ours) {  // replaced at the commit; until then (and after a failed merge) it stays whole
+        // An object a user added is named first: --force would not help (watch meets this too).
         const auto listed = manifest_files(objects);
         for (const auto& o : objects) {
             const std::string rel = o.key.substr(target_.key.size() + 1);
@@ -92,6 +90,9 @@ void BucketOutput::check_prefix(const std::vector<InputFolder>& inputs) {
                             "with --force");
             stale_keys_.push_back(o.key);
         }
+        if (!options_.force)
+            throw Error("--target_dir " + options_.target + ": holds an earlier vmerge output (" +
+                        std::to_string(objects.size()) + " objects); add --force to replace it");
         return;
     }
     for (const auto& o : objects) {
