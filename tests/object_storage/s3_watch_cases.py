@@ -14,7 +14,7 @@ boto3 step by step, as a trainer saving to a bucket would: a complete step 1 (th
   resumed, --keep_last removes only older outputs' objects, an object a user added to a merged
   step is named and left;
 - the lock object: a live holder refuses a second watcher naming it, a dead holder's lock on
-  this host is taken over, and the lock is gone after the watcher ends;
+  this host is taken over, and the lock is gone after the watcher ends, also when SIGTERM ends it;
 - a missing bucket (root or target), a missing prefix, a wrong secret, overlapping prefixes:
   one message naming the s3:// URL and the HTTP status, never the secret.
 
@@ -175,6 +175,22 @@ def lock_cases(run, client):
     left = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{MERGED}/{LOCK}").get("KeyCount", 0)
     run.check(r.returncode == 0 and left == 0, "a lock object left by a killed watcher on this host is taken over, then released"
               + ("" if r.returncode == 0 else ": " + (r.stdout + r.stderr)[-600:]))
+
+    # A watcher ended by SIGTERM (scancel, Ctrl-C through mpirun) deletes its lock object on the way out.
+    # mpirun passes SIGTERM on and sends SIGKILL odls_base_sigkill_timeout seconds later (Open MPI's
+    # default 1; the ctest environment sets 0, which leaves no time for any cleanup).
+    watcher = subprocess.Popen([run.args.mpiexec, "-np", "1", run.args.vmerge, "watch", "--root", root, "--target_root",
+                                target, "--every", "1"], env=dict(run.env, OMPI_MCA_odls_base_sigkill_timeout="1"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, held = time.monotonic() + 60, 0
+    while time.monotonic() < deadline and not held:
+        time.sleep(0.2)
+        held = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{MERGED}/{LOCK}").get("KeyCount", 0)
+    time.sleep(1)
+    watcher.terminate()
+    watcher.wait(timeout=60)
+    left = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{MERGED}/{LOCK}").get("KeyCount", 0)
+    run.check(held and not left, f"a watcher stopped by SIGTERM deletes its lock object (held {held}, left {left})")
 
 
 def failure_cases(run, work):
