@@ -33,7 +33,8 @@ void wake_releaser(int signal) {
 
 }  // namespace
 
-// The handlers and the thread that deletes the lock object when a signal ends the process.
+// The handlers and the thread that deletes the lock object when a signal ends the process. One
+// BucketLock at a time per process (the watcher's): the handler's pipe is process-wide.
 class BucketLock::SignalRelease {
 public:
     explicit SignalRelease(BucketLock& lock) {
@@ -51,10 +52,12 @@ public:
             std::raise(signal);  // the previous action now: the process ends as it would have
         });
         for (size_t i = 0; i < std::size(kReleaseSignals); ++i) {
+            ::sigaction(kReleaseSignals[i], nullptr, &previous_[i]);
+            if (previous_[i].sa_handler == SIG_IGN) continue;  // ignored (nohup's SIGHUP): it ends nothing
             struct sigaction action {};
             action.sa_handler = wake_releaser;
             sigemptyset(&action.sa_mask);
-            ::sigaction(kReleaseSignals[i], &action, &previous_[i]);
+            ::sigaction(kReleaseSignals[i], &action, nullptr);
         }
     }
     ~SignalRelease() {
