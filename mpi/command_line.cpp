@@ -296,20 +296,24 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
         throw UsageError("--hf_upload_path applies to merge (" + o.command + " writes no folder)");
     if (vm.count("hf_upload_path") && (o.hf_upload_path.empty() || o.hf_upload_path.starts_with("-")))
         throw UsageError("--hf_upload_path '" + o.hf_upload_path + "': expected a Hugging Face repo id (user/model)");
-    // Inputs may be s3:// URLs (io/input_tree.h) and merge writes into a bucket
-    // (output/s3/bucket_output.h); watch does not watch or write a bucket yet, and a URL taken as
-    // a local path would create a folder named "s3:".
+    // Inputs may be s3:// URLs (io/input_tree.h); merge writes into a bucket
+    // (output/s3/bucket_output.h) and watch into a bucket prefix, one step each. A URL taken as a
+    // local path would create a folder named "s3:".
     if (is_object_url(o.output.target) && o.command != "merge")
         throw UsageError("--target_dir " + o.output.target + ": " + o.command + " takes a local folder; only merge writes to s3://");
     if (is_object_url(o.output.target) && !o.hf_upload_path.empty())
         throw UsageError("--hf_upload_path uploads a local folder; --target_dir " + o.output.target + " is a bucket");
+    // --reuse links or copies the previous output's unchanged files into the new one: a bucket
+    // has no links, and finding the unchanged blocks would download the previous output, as many
+    // bytes as the merge uploads (docs/cluster.md).
     if (is_object_url(o.output.target) && !o.output.reuse.empty())
         throw UsageError("--reuse takes over a local output's files; --target_dir " + o.output.target + " is a bucket");
-    for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--target_root", o.watch.target_root},
-                                     {"--root", o.watch.root}})
-        if (is_object_url(path))
-            throw UsageError(std::string(flag) + " " + path + ": vmerge reads checkpoints from s3:// but does not write to "
-                             "or watch a bucket yet; write to a local or shared folder and upload it");
+    if (is_object_url(o.output.reuse))
+        throw UsageError("--reuse " + o.output.reuse + ": links a local earlier output's files; an output in a bucket "
+                         "cannot lend its files to a folder");
+    if (is_object_url(o.watch.target_root) && o.format != output_formats().front().name)
+        throw UsageError("--target_root " + o.watch.target_root + ": a bucket takes safetensors only; --format " + o.format +
+                         " writes to a folder");
     if (o.command == "watch") {
         if (o.watch.root.empty() || o.watch.target_root.empty()) throw UsageError("watch needs --root and --target_root");
         bounded_flag("--every", o.watch.every_seconds, 1, 7 * 86400);

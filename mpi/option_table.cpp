@@ -165,8 +165,8 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
 
 void add_watch_options(OptionTable& t, Options& o) {
     t.watching.add_options()
-        ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps)")
-        ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/")
+        ("root", po::value(&o.watch.root), "the training run's checkpoint folder (verl default_local_dir, Megatron-LM --save, DCP steps), or s3://BUCKET/PREFIX")
+        ("target_root", po::value(&o.watch.target_root), "one merged folder per step below it: TARGET_ROOT/global_step_N/ (a folder or s3://BUCKET/PREFIX)")
         ("every", po::value(&o.watch.every_seconds)->default_value(60), "seconds between looks at the run")
         ("once", po::bool_switch(&o.watch.once), "one pass over the run, then exit")
         ("keep_last", po::value(&o.watch.keep_last)->default_value(0), "keep the newest K merged steps, remove older ones vmerge wrote (0: keep all)")

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <iomanip>
 #include <sstream>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -15,13 +14,13 @@
 #include "collective_step.h"
 #include "core/error.h"
 #include "exit_code.h"
-#include "output/output_folder.h"
+#include "io/input_tree.h"
+#include "io/object_url.h"
 #include "output/registry.h"
-#include "output/target_guard.h"
+#include "watch_target.h"
 #include "watch/run_folder.h"
 
 namespace vmerge {
-namespace fs = std::filesystem;
 namespace {
 
 // What rank 0 found in one look at the run, for every rank.
@@ -34,12 +33,13 @@ struct StepToDo {
 
 std::vector<StepToDo> look_at_run(const WatchOptions& w) {
     std::vector<StepToDo> todo;
+    forget_input_listings();  // a bucket's run folder changes between looks: list it afresh
     for (RunStep& step : find_run_steps(w.root, w.rules)) {
         StepToDo t;
-        t.target = (fs::path(w.target_root) / step.name).string();
-        t.merged = classify_target(t.target).kind == TargetKind::VmergeOutput;
-        std::error_code ec;
-        t.resume = !t.merged && fs::exists(staging_path(t.target), ec);
+        t.target = join_path(w.target_root, step.name);
+        const StepOutputState state = step_output_state(t.target);
+        t.merged = state.merged;
+        t.resume = state.interrupted;
         t.step = std::move(step);
         todo.push_back(std::move(t));
     }
@@ -68,8 +68,10 @@ std::vector<StepToDo> from_text(const std::string& text) {
     return todo;
 }
 
-// Rank 0 looks, every rank gets the same list.
+// Rank 0 looks, every rank gets the same list (and forgets the store listings it kept from the
+// last pass, which a merge of a new step must not read).
 std::vector<StepToDo> shared_look(const WatchOptions& w, Comm& comm) {
+    forget_input_listings();
     std::string text;
     collective_step(comm, "look at the run", [&] {
         if (comm.rank() == 0) text = to_text(look_at_run(w));
@@ -84,15 +86,16 @@ void remove_old_outputs(const WatchOptions& w, const std::vector<StepToDo>& todo
     if (w.keep_last <= 0) return;
     std::vector<const StepToDo*> merged;
     for (const auto& t : todo)
-        if (classify_target(t.target).kind == TargetKind::VmergeOutput) merged.push_back(&t);
+        if (t.merged) merged.push_back(&t);
     for (size_t i = 0; i + static_cast<size_t>(w.keep_last) < merged.size(); ++i) {
-        fs::remove_all(merged[i]->target);
+        remove_step_output(merged[i]->target);
         out << "vmerge watch: " << merged[i]->step.name << ": removed (--keep_last " << w.keep_last << ")" << std::endl;
     }
 }
 
 // `previous`: the newest earlier step's output ("" none), which the merge reuses unless this
-// step resumes (--reuse and --resume exclude each other), --no_reuse, or the format cannot.
+// step resumes (--reuse and --resume exclude each other), --no_reuse, the format cannot, or the
+// steps go to a bucket (no hard links there; docs/cluster.md).
 Options step_options(const Options& o, const StepToDo& t, const std::string& previous) {
     Options step = o;
     step.command = "merge";
@@ -101,7 +104,8 @@ Options step_options(const Options& o, const StepToDo& t, const std::string& pre
     step.output.target = t.target;
     step.output.resume = t.resume;
     const OutputFormatInfo* format = find_output_format(o.format);
-    if (!t.resume && !o.watch.no_reuse && format && format->reusable) step.output.reuse = previous;
+    if (!t.resume && !o.watch.no_reuse && format && format->reusable && !is_object_url(t.target))
+        step.output.reuse = previous;
     return step;
 }
 
@@ -109,9 +113,7 @@ Options step_options(const Options& o, const StepToDo& t, const std::string& pre
 // the root holds instead (a user who named a step or role folder sees its contents).
 std::string nothing_found_line(const WatchOptions& w) {
     std::vector<std::string> names;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(w.root, ec)) names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
+    for (const FolderEntry& entry : list_input_folder(w.root)) names.push_back(entry.name);
     std::string found;
     for (size_t i = 0; i < names.size() && i < 8; ++i) found += (i ? ", " : "") + names[i];
     if (names.size() > 8) found += ", and " + std::to_string(names.size() - 8) + " more";
@@ -135,17 +137,9 @@ std::string step_summary(const StepToDo& t, const Options& step, std::chrono::st
 
 int run_watch(const Options& o, Comm& comm, std::ostream& out, std::ostream& err, const StepMerge& merge) {
     const WatchOptions& w = o.watch;
-    std::optional<TargetLock> lock;  // rank 0: one watcher per target root
+    std::optional<WatchTargetLock> lock;  // rank 0: one watcher per target root
     collective_step(comm, "check --target_root", [&] {
-        if (comm.rank() != 0) return;
-        check_target_placement(w.target_root, {{w.root, "the training run (--root)"}}, "--target_root");
-        fs::create_directories(w.target_root);
-        try {
-            lock.emplace((fs::path(w.target_root) / "watch").string());
-        } catch (const Error& e) {
-            throw Error("another vmerge watch is running into --target_root " + w.target_root + " (" + e.what() +
-                        "); one watcher per target root");
-        }
+        if (comm.rank() == 0) lock.emplace(w);
     });
     std::set<std::string> failed;       // steps whose merge failed: not retried by this watcher
     std::map<std::string, std::string> told;  // what was last said of each waiting step

@@ -1,6 +1,7 @@
 #include "io/input_tree.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -37,7 +38,7 @@ std::vector<FolderEntry> list_store_folder(const std::string& url) {
     std::vector<FolderEntry> entries;
     for (const auto& object : page.objects) {
         const std::string name = object.key.substr(prefix.size());
-        if (!name.empty()) entries.push_back({name, false, object.size});  // "" is a folder marker object
+        if (!name.empty()) entries.push_back({name, false, object.size, object.modified_seconds});  // "" is a folder marker
     }
     for (const auto& common : page.common_prefixes) {
         std::string name = common.substr(prefix.size());
@@ -133,6 +134,20 @@ std::optional<uint64_t> listed_object_size(const std::string& url) {
     for (const auto& entry : it->second)
         if (entry.name == name && !entry.is_folder) return entry.size;
     return std::nullopt;
+}
+
+std::optional<int64_t> input_modified_seconds(const std::string& path) {
+    if (is_object_url(path)) {
+        const std::string name = name_of(path);
+        for (const auto& entry : list_store_folder(parent_of(path)))
+            if (entry.name == name && !entry.is_folder) return entry.modified_seconds;
+        return std::nullopt;
+    }
+    std::error_code ec;
+    const auto t = fs::last_write_time(path, ec);
+    if (ec) return std::nullopt;
+    const auto since = std::chrono::file_clock::to_sys(t).time_since_epoch();
+    return std::chrono::duration_cast<std::chrono::seconds>(since).count();
 }
 
 void forget_input_listings() {

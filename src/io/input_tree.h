@@ -21,6 +21,7 @@ struct FolderEntry {
     std::string name;  // the last component
     bool is_folder = false;
     uint64_t size = 0;  // files; 0 for a local file's entry (InputFile knows its size)
+    int64_t modified_seconds = 0;  // a store object's LastModified; 0 for local entries and folders
 };
 
 // What `path` is (links followed for local paths); `other` for a FIFO, device or socket.
@@ -48,6 +49,10 @@ std::string normal_input_path(const std::string& path);
 
 // A store object's size from the listing of its folder, when the folder was listed.
 std::optional<uint64_t> listed_object_size(const std::string& url);
+
+// When `path` (a file) was last written, in seconds since the epoch: a local file's mtime, a
+// store object's LastModified from its folder's listing; nullopt when it is not there.
+std::optional<int64_t> input_modified_seconds(const std::string& path);
 
 void forget_input_listings();
 

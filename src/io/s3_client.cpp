@@ -185,7 +185,8 @@ S3Client::Response S3Client::perform(const Request& request) const {
     std::mt19937 jitter(std::random_device{}());
     for (int attempt = 1;; ++attempt) {
         Response response = perform_once(request);
-        if (is_success(response.status)) return response;
+        if (is_success(response.status) || (request.answer_allowed && response.status == request.answer_allowed))
+            return response;
         const bool again = response.status == -1 || retryable(response.status);
         if (!again || attempt == kMaxAttempts) {
             if (response.status < 0)

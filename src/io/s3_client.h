@@ -70,6 +70,7 @@ struct S3Client::Request {
     char* sink = nullptr;        // a ranged GET's destination, `sink_size` bytes
     uint64_t sink_size = 0;
     std::string what;            // the operation, for messages ("read 4096 bytes at offset 0 of")
+    long answer_allowed = 0;     // a failure status returned as an answer, not an Error (412 of a conditional PUT)
 };
 
 // The process's client (settings from s3_settings()).

@@ -73,6 +73,18 @@ void put_object(const S3Client& client, const ObjectUrl& object, const std::stri
     refuse_error_body(client.perform(request), request);
 }
 
+bool put_object_if_absent(const S3Client& client, const ObjectUrl& object, const std::string& bytes) {
+    auto request = request_for("PUT", object, "", "create it (PUT If-None-Match)");
+    request.headers.push_back("if-none-match: *");
+    request.body = bytes.data();
+    request.body_size = bytes.size();
+    request.answer_allowed = 412;  // Precondition Failed: the key exists
+    const S3Client::Response response = client.perform(request);
+    if (response.status == 412) return false;
+    refuse_error_body(response, request);
+    return true;
+}
+
 void delete_object(const S3Client& client, const ObjectUrl& object) {
     client.perform(request_for("DELETE", object, "", "delete it (DELETE)"));
 }

@@ -27,6 +27,9 @@ struct OpenUpload {
 
 // PUT of a whole object.
 void put_object(const S3Client& client, const ObjectUrl& object, const std::string& bytes);
+// PUT of a small object only where no object has its key (If-None-Match: *, S3's conditional
+// write); false when one has (HTTP 412), with nothing written.
+bool put_object_if_absent(const S3Client& client, const ObjectUrl& object, const std::string& bytes);
 // DELETE of an object (a missing one is not an error: S3 answers 204 either way).
 void delete_object(const S3Client& client, const ObjectUrl& object);
 

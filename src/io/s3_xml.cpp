@@ -2,7 +2,10 @@
 
 #include <expat.h>
 
+#include <cctype>
 #include <charconv>
+#include <cstdio>
+#include <ctime>
 #include <memory>
 
 #include "core/error.h"
@@ -54,6 +57,33 @@ XmlLeaves parse_xml_leaves(const std::string& body, const std::string& what) {
     return std::move(collector.leaves);
 }
 
+namespace {
+
+// An object's LastModified, ISO 8601 in UTC ("2026-12-03T05:23:41.000Z"), as seconds since the
+// epoch; the fraction is dropped.
+int64_t utc_seconds(const std::string& text, const std::string& what) {
+    std::tm t{};
+    char zone = 0;
+    int consumed = 0;
+    if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &t.tm_year, &t.tm_mon, &t.tm_mday, &t.tm_hour, &t.tm_min,
+                    &t.tm_sec, &consumed) != 6 ||
+        t.tm_mon < 1 || t.tm_mon > 12 || t.tm_mday < 1 || t.tm_mday > 31 || t.tm_hour > 23 || t.tm_min > 59 ||
+        t.tm_sec > 60)
+        throw Error(what + ": LastModified '" + text.substr(0, 40) + "' is not an ISO 8601 time");
+    size_t rest = static_cast<size_t>(consumed);
+    if (rest < text.size() && text[rest] == '.')
+        while (++rest < text.size() && std::isdigit(static_cast<unsigned char>(text[rest]))) {
+        }
+    zone = rest < text.size() ? text[rest] : 0;
+    if (zone != 'Z' || rest + 1 != text.size())
+        throw Error(what + ": LastModified '" + text.substr(0, 40) + "' is not a UTC time ending in Z");
+    t.tm_year -= 1900;
+    t.tm_mon -= 1;
+    return static_cast<int64_t>(::timegm(&t));
+}
+
+}  // namespace
+
 ObjectListingPage parse_listing_page(const std::string& body, const std::string& what) {
     ObjectListingPage page;
     bool truncated = false;
@@ -65,6 +95,8 @@ ObjectListingPage parse_listing_page(const std::string& body, const std::string&
             const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), current.size);
             if (ec != std::errc() || end != text.data() + text.size())
                 throw Error(what + ": object size '" + text + "' is not a number");
+        } else if (path == "ListBucketResult/Contents/LastModified") {
+            current.modified_seconds = utc_seconds(text, what);
         } else if (path == "ListBucketResult/Contents") {
             page.objects.push_back(std::move(current));
             current = {};

@@ -18,6 +18,7 @@ struct ObjectListingPage {
     struct Object {
         std::string key;
         uint64_t size = 0;
+        int64_t modified_seconds = 0;  // LastModified, seconds since the epoch (UTC)
     };
     std::vector<Object> objects;
     std::vector<std::string> common_prefixes;

@@ -176,22 +176,6 @@ std::string read_lock(const std::string& path) {
     return text;
 }
 
-// A holder on this host whose process is gone left the lock behind when it was killed.
-bool holder_is_gone(const std::string& text) {
-    char host[256] = {};
-    long pid = 0;
-    if (std::sscanf(text.c_str(), "%255s %ld", host, &pid) != 2 || pid <= 0) return false;
-    if (host != this_host()) return false;
-    if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
-    // A killed holder whose parent is gone may stay a zombie where nobody reaps it.
-    std::FILE* stat = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-    if (!stat) return false;
-    char state = 0;
-    const bool zombie = std::fscanf(stat, "%*d (%*[^)]) %c", &state) == 1 && (state == 'Z' || state == 'X');
-    std::fclose(stat);
-    return zombie;
-}
-
 bool create_lock(const std::string& path, const std::string& token) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -236,6 +220,27 @@ void say_on_interrupt(const std::string& text) {
     g_interrupt_note[0] = text[0];
 }
 
+// A holder on this host whose process is gone left the lock behind when it was killed.
+bool lock_holder_is_gone(const std::string& text) {
+    char host[256] = {};
+    long pid = 0;
+    if (std::sscanf(text.c_str(), "%255s %ld", host, &pid) != 2 || pid <= 0) return false;
+    if (host != this_host()) return false;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+    // A killed holder whose parent is gone may stay a zombie where nobody reaps it.
+    std::FILE* stat = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+    if (!stat) return false;
+    char state = 0;
+    const bool zombie = std::fscanf(stat, "%*d (%*[^)]) %c", &state) == 1 && (state == 'Z' || state == 'X');
+    std::fclose(stat);
+    return zombie;
+}
+
+std::string lock_holder_token() {
+    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+    return this_host() + " " + std::to_string(::getpid()) + " " + std::to_string(now) + "\n";
+}
+
 TargetLock::TargetLock(const std::string& target) : path_(path_for(target)) {
     // The target's parent folders are made as `mkdir -p` would (a merge always did).
     std::error_code ec;
@@ -246,11 +251,10 @@ TargetLock::TargetLock(const std::string& target) : path_(path_for(target)) {
 }
 
 void TargetLock::acquire(const std::string& target) {
-    const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-    token_ = this_host() + " " + std::to_string(::getpid()) + " " + std::to_string(now) + "\n";
+    token_ = lock_holder_token();
     if (create_lock(path_, token_)) return;
     const std::string held = read_lock(path_);
-    if (holder_is_gone(held)) {
+    if (lock_holder_is_gone(held)) {
         // Move the stale lock aside (one taker wins the rename), check it is the one judged stale.
         const std::string aside = path_ + ".stale-" + std::to_string(::getpid());
         if (::rename(path_.c_str(), aside.c_str()) == 0) {

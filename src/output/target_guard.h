@@ -50,6 +50,11 @@ private:
     std::string token_;
 };
 
+// What a lock holds for this process: "host pid start-time\n" (a lock file, a bucket's lock
+// object). Whether the holder a lock's text names ran on this host and is gone (killed).
+std::string lock_holder_token();
+bool lock_holder_is_gone(const std::string& text);
+
 // What the process prints on stderr when SIGINT/SIGTERM/SIGHUP stops it while it holds a
 // target lock ("" for nothing): where the unfinished output is kept and how to continue it.
 void say_on_interrupt(const std::string& text);

@@ -2,51 +2,41 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 
 #include "core/text_pattern.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
 #include "io/input_folder.h"
 #include "io/input_file.h"
+#include "io/input_tree.h"
 #include "io/pointer_file.h"
 #include "io/json_file.h"
 
 namespace vmerge {
-namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kTracker = "latest_checkpointed_iteration.txt";
 
-int64_t mtime_seconds(const fs::path& p) {
-    std::error_code ec;
-    const auto t = fs::last_write_time(p, ec);
-    if (ec) return 0;
-    const auto since = std::chrono::file_clock::to_sys(t).time_since_epoch();
-    return std::chrono::duration_cast<std::chrono::seconds>(since).count();
-}
-
 // An FSDP role folder without a marker: every rank file of its world size present (from
 // fsdp_config.json, else the file names) and none changed within the settle time.
-void settle_fsdp(const fs::path& dir, const RunFolderRules& rules, RunStep& step) {
+// (A store object's time is its LastModified: when its upload completed.)
+void settle_fsdp(const std::string& dir, const RunFolderRules& rules, RunStep& step) {
     static const TextPattern rank_file(R"(model_world_size_(\d+)_rank_(\d+)\.pt)");
     int64_t world = 0, newest = 0;
     std::vector<int64_t> ranks;
-    std::error_code ec;
-    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    for (const FolderEntry& entry : list_input_folder(dir)) {
         TextMatch m;
-        const std::string name = entry.path().filename().string();
-        if (!rank_file.full_match(name, m)) continue;
+        if (entry.is_folder || !rank_file.full_match(entry.name, m)) continue;
         world = std::max<int64_t>(world, parse_int_within(m[1], 1, 1 << 20).value_or(0));
         ranks.push_back(parse_int_within(m[2], 0, 1 << 20).value_or(-1));
-        newest = std::max(newest, mtime_seconds(entry.path()));
+        newest = std::max(newest, input_modified_seconds(join_path(dir, entry.name)).value_or(0));
     }
-    const fs::path config = dir / "fsdp_config.json";
-    if (fs::exists(config, ec)) {
-        const auto json = read_json_file(config.string());
+    const std::string config = join_path(dir, "fsdp_config.json");
+    if (entry_kind(config) == EntryKind::file) {
+        const auto json = read_json_file(config);
         if (json.is_object() && json.contains("world_size"))
-            world = json_int_within(json["world_size"], 1, 1 << 20, config.string() + ": world_size");
-        newest = std::max(newest, mtime_seconds(config));
+            world = json_int_within(json["world_size"], 1, 1 << 20, config + ": world_size");
+        newest = std::max(newest, input_modified_seconds(config).value_or(0));
     }
     std::sort(ranks.begin(), ranks.end());
     ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
@@ -68,11 +58,11 @@ void settle_fsdp(const fs::path& dir, const RunFolderRules& rules, RunStep& step
     step.why = "all " + std::to_string(world) + " rank files present and unchanged for " + std::to_string(age) + " s";
 }
 
-void judge_verl_step(const fs::path& role_dir, std::optional<int64_t> tracker, const RunFolderRules& rules,
+void judge_verl_step(const std::string& role_dir, std::optional<int64_t> tracker, const RunFolderRules& rules,
                      RunStep& step) {
-    std::error_code ec;
-    const bool layout_v2 = fs::exists(role_dir / "model" / "dist_ckpt", ec) || fs::exists(role_dir / "model" / "huggingface", ec);
-    if (fs::exists(role_dir / "ckpt_contents.json", ec)) {
+    const std::string model = join_path(role_dir, "model");
+    const bool layout_v2 = path_exists(join_path(model, "dist_ckpt")) || path_exists(join_path(model, "huggingface"));
+    if (path_exists(join_path(role_dir, "ckpt_contents.json"))) {
         step.complete = true;
         step.why = "ckpt_contents.json present (verl writes it last)";
     } else if (layout_v2) {
@@ -96,14 +86,12 @@ std::optional<int64_t> deepspeed_tag_step(const std::string& tag) {
 // A DeepSpeed tag folder of a save_dir: rank 0 writes save_dir/latest with the tag after every
 // rank saved, and saves follow one another, so a tag is complete when `latest` names it or a
 // later numbered tag.
-void judge_deepspeed_tag(const fs::path& root, const std::string& tag, RunStep& step) {
-    const fs::path latest = root / "latest";
-    std::error_code ec;
-    if (!fs::exists(latest, ec)) {
+void judge_deepspeed_tag(const std::string& root, const std::string& tag, RunStep& step) {
+    if (!path_exists(join_path(root, "latest"))) {
         step.why = "no DeepSpeed latest file yet";
         return;
     }
-    const std::string named = read_pointer_file(root.string(), "latest", "DeepSpeed latest file");
+    const std::string named = read_pointer_file(root, "latest", "DeepSpeed latest file");
     const std::optional<int64_t> later = deepspeed_tag_step(named);
     step.complete = named == tag || (later && *later > step.step);
     step.why = "DeepSpeed latest names " + named.substr(0, 80);  // printable: read_pointer_file checked it
@@ -112,13 +100,12 @@ void judge_deepspeed_tag(const fs::path& root, const std::string& tag, RunStep& 
 }  // namespace
 
 std::optional<int64_t> tracker_step(const std::string& dir) {
-    const fs::path path = fs::path(dir) / kTracker;
-    std::error_code ec;
-    if (!fs::exists(path, ec)) return std::nullopt;
+    const std::string path = join_path(dir, kTracker);
+    if (!path_exists(path)) return std::nullopt;
     const std::string text = read_pointer_file(dir, kTracker, "a tracker file");
     if (text == "release") return std::nullopt;
     const auto step = parse_int_within(text, 0, int64_t{1} << 40);
-    if (!step) throw Error(path.string() + ": expected a step number or release, found " + shown_text(text));
+    if (!step) throw Error(path + ": expected a step number or release, found " + shown_text(text));
     return *step;
 }
 
@@ -127,50 +114,50 @@ std::vector<RunStep> find_run_steps(const std::string& root, const RunFolderRule
     if (rules.now_seconds == 0)
         rules.now_seconds = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch()).count();
-    std::error_code ec;
     require_input_folder(root, "--root names the training run's checkpoint folder");
     const std::optional<int64_t> tracker = tracker_step(root);
     static const TextPattern verl(R"(global_step_(\d+))"), megatron(R"(iter_(\d+))"), dcp(R"(step-(\d+))"),
         trainer(R"(checkpoint-(\d+))");
     std::vector<RunStep> steps;
-    for (const auto& entry : fs::directory_iterator(root, ec)) {
-        if (!entry.is_directory()) continue;
-        const std::string name = entry.path().filename().string();
+    for (const FolderEntry& entry : list_input_folder(root)) {
+        if (!entry.is_folder) continue;
+        const std::string& name = entry.name;
+        const std::string dir = join_path(root, name);
         TextMatch m;
         RunStep step;
         step.name = name;
         if (verl.full_match(name, m)) {
             step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
-            const fs::path role_dir = entry.path() / rules.role;
-            step.checkpoint_dir = role_dir.string();
-            if (!fs::is_directory(role_dir, ec)) step.why = "no " + rules.role + "/ folder yet";
+            const std::string role_dir = join_path(dir, rules.role);
+            step.checkpoint_dir = role_dir;
+            if (!is_folder(role_dir)) step.why = "no " + rules.role + "/ folder yet";
             else judge_verl_step(role_dir, tracker, rules, step);
         } else if (megatron.full_match(name, m)) {
             step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
-            step.checkpoint_dir = entry.path().string();
+            step.checkpoint_dir = dir;
             step.complete = tracker && *tracker >= step.step;
             step.why = tracker ? std::string(kTracker) + " says " + std::to_string(*tracker) : "no " + std::string(kTracker) + " yet";
         } else if (dcp.full_match(name, m)) {
             step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
-            step.checkpoint_dir = entry.path().string();
-            step.complete = fs::exists(entry.path() / ".metadata", ec);
+            step.checkpoint_dir = dir;
+            step.complete = path_exists(join_path(dir, ".metadata"));
             step.why = step.complete ? ".metadata present (DCP writes it last)" : "no .metadata yet";
             // torchtitan's last_save_in_hf: safetensors consolidated into step-N/, the index
             // written once consolidation finished (HuggingFaceStorageWriter.finish).
-            if (!step.complete && fs::exists(entry.path() / "model.safetensors.index.json", ec)) {
+            if (!step.complete && path_exists(join_path(dir, "model.safetensors.index.json"))) {
                 step.complete = true;
                 step.why = "model.safetensors.index.json present (torchtitan's HF save writes it last)";
             }
         } else if (const auto tag_step = deepspeed_tag_step(name)) {
             step.step = *tag_step;
-            step.checkpoint_dir = entry.path().string();
+            step.checkpoint_dir = dir;
             judge_deepspeed_tag(root, name, step);
         } else if (trainer.full_match(name, m)) {
             // transformers.Trainer._save_checkpoint: the model, the optimizer (DeepSpeed's save and
             // its latest), the RNG state, then trainer_state.json.
             step.step = parse_int_within(m[1], 0, int64_t{1} << 40).value_or(-1);
-            step.checkpoint_dir = entry.path().string();
-            step.complete = fs::exists(entry.path() / "trainer_state.json", ec);
+            step.checkpoint_dir = dir;
+            step.complete = path_exists(join_path(dir, "trainer_state.json"));
             step.why = step.complete ? "trainer_state.json present (the Trainer writes it last)" : "no trainer_state.json yet";
         } else {
             continue;

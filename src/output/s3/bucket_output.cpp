@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/checksum.h"
 #include "io/output_names.h"
+#include "output/s3/bucket_target.h"
 #include "output/safetensors/safetensors_layout.h"
 
 namespace vmerge {
@@ -59,18 +60,7 @@ std::set<std::string> BucketOutput::manifest_files(const std::vector<ObjectListi
     uint64_t size = 0;
     for (const auto& o : objects)
         if (o.key == url.key) size = o.size;
-    if (size > (16u << 20)) throw Error(url.text() + ": " + std::to_string(size) + " bytes, too large for a vmerge manifest");
-    std::string text(size, '\0');
-    s3_client().read_range(url, 0, text.data(), size);
-    std::set<std::string> files;
-    try {
-        const auto j = nlohmann::json::parse(text);
-        if (!j.contains("files") || !j["files"].is_array()) throw Error("no \"files\" list");
-        for (const auto& f : j["files"]) files.insert(f.get<std::string>());
-    } catch (const std::exception& e) {
-        throw Error(url.text() + ": not a vmerge manifest (" + e.what() + ")");
-    }
-    return files;
+    return read_bucket_manifest(target_, size);
 }
 
 // The prefix must not hold an input, nor anything but an earlier vmerge output (with --force) or,
@@ -89,10 +79,8 @@ void BucketOutput::check_prefix(const std::vector<InputFolder>& inputs) {
     if (objects.empty()) return;
     const std::string manifest = file_url(kManifestFile).key;
     const bool ours = std::any_of(objects.begin(), objects.end(), [&](const auto& o) { return o.key == manifest; });
-    if (ours && !options_.force)
-        throw Error("--target_dir " + options_.target + ": holds an earlier vmerge output (" + std::to_string(objects.size()) +
-                    " objects); add --force to replace it");
     if (ours) {  // replaced at the commit; until then (and after a failed merge) it stays whole
+        // An object a user added is named first: --force would not help (watch meets this too).
         const auto listed = manifest_files(objects);
         for (const auto& o : objects) {
             const std::string rel = o.key.substr(target_.key.size() + 1);
@@ -102,6 +90,9 @@ void BucketOutput::check_prefix(const std::vector<InputFolder>& inputs) {
                             "with --force");
             stale_keys_.push_back(o.key);
         }
+        if (!options_.force)
+            throw Error("--target_dir " + options_.target + ": holds an earlier vmerge output (" +
+                        std::to_string(objects.size()) + " objects); add --force to replace it");
         return;
     }
     for (const auto& o : objects) {

@@ -133,5 +133,21 @@ TEST(S3Xml, ListingPagesAndErrors) {
     EXPECT_EQ(s3_error_text("plain text"), "");
 }
 
+// LastModified (watch's settle rule times objects by it): UTC with or without a fraction.
+TEST(S3Xml, ListingLastModified) {
+    const auto listed = [](const std::string& when) {
+        return parse_listing_page("<ListBucketResult><Contents><Key>k</Key><Size>1</Size><LastModified>" + when +
+                                      "</LastModified></Contents></ListBucketResult>",
+                                  "test")
+            .objects.at(0)
+            .modified_seconds;
+    };
+    EXPECT_EQ(listed("2026-12-03T05:23:41.000Z"), 1796275421);
+    EXPECT_EQ(listed("1970-01-01T00:00:10Z"), 10);
+    EXPECT_THROW(listed("2026-12-03 05:23:41"), Error);
+    EXPECT_THROW(listed("2026-12-03T05:23:41+01:00"), Error);
+    EXPECT_THROW(listed("2026-13-03T05:23:41Z"), Error);
+}
+
 }  // namespace
 }  // namespace vmerge
