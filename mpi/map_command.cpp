@@ -97,10 +97,12 @@ struct CheckpointSide {
     std::vector<std::string> expert_views;
 };
 
-CheckpointSide checkpoint_side(const TensorMapping& mapping, TableSource source) {
+CheckpointSide checkpoint_side(const MappedCheckpoint& mapped, TableSource source) {
+    const TensorMapping& mapping = mapped.mapping;
     CheckpointSide side;
     side.mapping.sources = mapping.sources;
-    for (const auto& t : mapping.tensors) {
+    for (size_t n = 0; n < mapping.tensors.size(); ++n) {
+        const OutputTensor& t = mapping.tensors[n];
         if (!is_floating(t.source_dtype)) {
             side.not_floating.push_back(t.name);
             continue;
@@ -112,7 +114,8 @@ CheckpointSide checkpoint_side(const TensorMapping& mapping, TableSource source)
             views.push_back(t);
         for (auto& v : views) {
             if (views.size() > 1 || v.name != t.name) side.expert_views.push_back(v.name);
-            side.tensors.push_back({v.name, v.shape});
+            const std::string tp = mapped.tp_assemblies.empty() ? "" : tp_rule_name(mapped.tp_assemblies[n]);
+            side.tensors.push_back({v.name, v.shape, tp});
             side.mapping.tensors.push_back(std::move(v));
         }
     }
@@ -138,8 +141,18 @@ BaseSide base_side(const HfWeights& weights) {
 
 // The learned table's identity: named for the base, checked as the base's architecture when
 // vmerge knows its tensor set.
+// What the table says of tp rules: learned from a legacy save's pieces when tp > 1, else none.
+std::string tp_note(const MergeInputs& in) {
+    if (in.checkpoint.source->name() == "torchtitan") return "";
+    const int64_t tp = in.mapped.facts.value("tp", 1);
+    if (in.checkpoint.source->name() == "megatron_legacy" && tp > 1)
+        return "; tp rules learned from the tensor-parallel pieces of a legacy save (tp " + std::to_string(tp) + ")";
+    return "; learned from a " + std::string(in.checkpoint.source->name() == "megatron_legacy" ? "legacy tp 1" : "torch_dist") +
+           " save: no tp rules (a legacy per-rank checkpoint with tp > 1 needs them)";
+}
+
 TableIdentity table_identity(const Options& o, const HfConfig& base_config, TableSource source,
-                             const ArchitectureTables& tables) {
+                             const ArchitectureTables& tables, const std::string& tp_note) {
     TableIdentity identity;
     identity.source = source;
     identity.architecture = base_config.architectures.empty() ? "" : base_config.architectures[0];
@@ -151,10 +164,7 @@ TableIdentity table_identity(const Options& o, const HfConfig& base_config, Tabl
     const ArchitectureTable* hf = find_architecture_table(tables, "hf", identity.architecture);
     if (hf && hf->tensor_set) identity.config_check = identity.architecture;
     identity.notes = "proposed by vmerge-mpi map from " + o.local_dir + " and the base model " + o.map_base +
-                     " (values compared on sampled rows)" +
-                     (source == TableSource::Megatron ? "; learned from a torch_dist save: no tp rules (a legacy per-rank "
-                                                        "checkpoint with tp > 1 needs them)"
-                                                      : "");
+                     " (values compared on sampled rows)" + tp_note;
     return identity;
 }
 
@@ -214,7 +224,7 @@ int run_map(const Options& o, Comm& comm, std::ostream& out) {
     const TableSource source =
         in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
     const BaseSide base = base_side(weights);
-    const CheckpointSide checkpoint = checkpoint_side(in.mapping(), source);
+    const CheckpointSide checkpoint = checkpoint_side(in.mapped, source);
     const std::optional<MatchResult> matches = shared_matches(o, comm, checkpoint, base, weights, base_config, source);
     if (comm.rank() != 0) return kExitSuccess;
     LearnedTable table = learn_table(*matches, checkpoint.tensors, base.tensors);
@@ -226,7 +236,7 @@ int run_map(const Options& o, Comm& comm, std::ostream& out) {
             << (table.refusals.size() == 1 ? " case" : " cases") << " (refused above)\n";
         return kExitFailure;
     }
-    write_table(learned_table_json(table, table_identity(o, base_config, source, *tables)), o.map_out, out);
+    write_table(learned_table_json(table, table_identity(o, base_config, source, *tables, tp_note(in))), o.map_out, out);
     return kExitSuccess;
 }
 

@@ -26,6 +26,7 @@ LearnedRule rule_of(const SourceDecision& d, const std::vector<NamedShape>& sour
         rule.layout = d.match->guess.layout;
         rule.heads_key = d.match->guess.heads_key;
         for (size_t b : d.match->guess.parts) rule.to.push_back(numbered_pattern(base[b].name));
+        rule.tp = source[d.source].tp;
         // Only candidate_groups' offset gets here: the base layer num_hidden_layers further.
         const auto from_numbers = name_numbers(source[d.source].name);
         const auto to_numbers = name_numbers(base[d.match->guess.parts[0]].name);
@@ -41,7 +42,7 @@ bool same_rule(const LearnedRule& a, const LearnedRule& b) {
     // A drop's reason names the closest tensor, which differs per layer: the kind is what counts.
     const bool a_drop = !a.drop.empty(), b_drop = !b.drop.empty();
     return a.to == b.to && a.layout == b.layout && a.heads_key == b.heads_key && a.tied_head == b.tied_head &&
-           a.layer_offset == b.layer_offset && a_drop == b_drop;
+           a.layer_offset == b.layer_offset && a.tp == b.tp && a_drop == b_drop;
 }
 
 std::string rule_text(const LearnedRule& r) {
@@ -51,6 +52,7 @@ std::string rule_text(const LearnedRule& r) {
     if (r.tied_head) return text + " (tied head)";
     if (r.layout != RowLayout::Same) text += " [" + std::string(layout_name(r.layout)) + "]";
     if (r.split_experts) text += " [split_experts]";
+    if (!r.tp.empty() && r.tp != "replicated") text += " [tp " + r.tp + "]";
     if (r.layer_offset != 0) text += " [layer + num_hidden_layers]";
     return text;
 }
@@ -87,6 +89,7 @@ LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShap
     LearnedTable table;
     std::map<std::string, size_t> by_from;  // pattern -> rule index
     for (const SourceDecision& d : matches.decisions) {
+        if (d.other_assembly) continue;
         if (!d.refused.empty()) {
             // Two tensors refused for sharing one base tensor carry the same message: once.
             if (std::find(table.refusals.begin(), table.refusals.end(), d.refused) == table.refusals.end())
@@ -166,6 +169,7 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
                 break;
         }
         if (r.split_experts) rule["transform"] = "split_experts";
+        if (!r.tp.empty() && r.tp != "replicated") rule["tp"] = r.tp;
         if (r.layer_offset != 0) rule["layer_offset"] = "num_hidden_layers";
         rules.push_back(std::move(rule));
     }

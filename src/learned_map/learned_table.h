@@ -26,6 +26,9 @@ struct LearnedRule {
     // The HF layer number minus the checkpoint's (torchtitan's MTP layers: num_hidden_layers),
     // stated as layer_offset "num_hidden_layers"; 0: the same numbers.
     int64_t layer_offset = 0;
+    // How a legacy Megatron save's tensor-parallel pieces join (the table's tp name of the
+    // assembly the values chose); "" or "replicated": nothing to state (the default).
+    std::string tp;
     std::string drop;             // why it has no HF name
     size_t tensors = 0;
     double worst_distance = 0;                // the largest distance of a match it took

@@ -113,6 +113,44 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
     return d;
 }
 
+// The decision for one name from the fits of its tp assemblies (`assemblies`: its tensors;
+// one for a whole tensor): the assembly of the closest fit decides, the others are
+// other_assembly. Another assembly of the same base tensors that fits nearly as well is a
+// refusal: the values cannot say how the pieces join.
+std::vector<SourceDecision> decide_assemblies(const std::vector<size_t>& assemblies,
+                                              std::vector<std::pair<size_t, Fit>> fits,
+                                              const std::vector<NamedShape>& src, const std::vector<NamedShape>& base) {
+    size_t chosen = assemblies[0];
+    double closest = std::numeric_limits<double>::infinity();
+    for (const auto& [s, fit] : fits)
+        if (fit.distance < closest) {
+            closest = fit.distance;
+            chosen = s;
+        }
+    std::vector<Fit> all;
+    for (const auto& [s, fit] : fits) all.push_back(fit);
+    std::vector<SourceDecision> out{decide(chosen, std::move(all), src, base)};
+    SourceDecision& d = out[0];
+    if (d.match)
+        for (const auto& [s, fit] : fits)
+            if (s != chosen && fit.guess.parts == d.match->guess.parts &&
+                fit.distance <= kAssemblyRatio * d.match->distance) {
+                d.refused = src[chosen].name + ": its tensor-parallel pieces joined " + src[chosen].tp +
+                            " (distance " + distance_text(d.match->distance) + ") and " + src[s].tp +
+                            " (distance " + distance_text(fit.distance) + ") fit alike: the values cannot say how they join";
+                d.match.reset();
+                break;
+            }
+    for (size_t s : assemblies)
+        if (s != chosen) {
+            SourceDecision other;
+            other.source = s;
+            other.other_assembly = true;
+            out.push_back(std::move(other));
+        }
+    return out;
+}
+
 // Two checkpoint tensors taking one base tensor: neither is proposed.
 void refuse_shared_targets(std::vector<SourceDecision>& decisions, const std::vector<NamedShape>& src,
                            const std::vector<NamedShape>& base) {
@@ -254,11 +292,21 @@ std::vector<SourceDecision> decide_tensors(const std::vector<NamedShape>& source
         for (const auto& key : candidate_groups(numbers, heads, source_kind))
             if (const auto it = base_groups.find(key); it != base_groups.end())
                 candidates.insert(candidates.end(), it->second.begin(), it->second.end());
+        // The tp assemblies of one name (a legacy Megatron save's) are decided together.
+        std::vector<std::string> names;
+        std::map<std::string, std::vector<size_t>> assemblies;
         for (size_t s : members) {
-            std::vector<Fit> fits;
-            for (const LayoutGuess& g : layout_guesses(source[s], base, candidates, heads, source_kind))
-                fits.push_back(measure_fit(g, s, base, cached_source, cached_base, heads));
-            decisions.push_back(decide(s, std::move(fits), source, base));
+            auto& same_name = assemblies[source[s].name];
+            if (same_name.empty()) names.push_back(source[s].name);
+            same_name.push_back(s);
+        }
+        for (const std::string& name : names) {
+            std::vector<std::pair<size_t, Fit>> fits;
+            for (size_t s : assemblies[name])
+                for (const LayoutGuess& g : layout_guesses(source[s], base, candidates, heads, source_kind))
+                    fits.emplace_back(s, measure_fit(g, s, base, cached_source, cached_base, heads));
+            for (SourceDecision& d : decide_assemblies(assemblies[name], std::move(fits), source, base))
+                decisions.push_back(std::move(d));
         }
         cached_source.clear();
         cached_base.clear();
@@ -276,7 +324,7 @@ MatchResult settle_matches(std::vector<SourceDecision> decisions, const std::vec
     }
     refuse_shared_targets(result.decisions, source, base);
     for (SourceDecision& d : result.decisions)
-        if (!d.match && d.refused.empty()) settle_unmatched(d, source, base, result.decisions, tied_embeddings);
+        if (!d.match && d.refused.empty() && !d.other_assembly) settle_unmatched(d, source, base, result.decisions, tied_embeddings);
     std::vector<bool> taken(base.size(), false);
     for (const SourceDecision& d : result.decisions)
         if (d.match)
@@ -304,7 +352,8 @@ nlohmann::json decisions_json(const std::vector<SourceDecision>& decisions) {
     nlohmann::json doc = nlohmann::json::array();
     for (const SourceDecision& d : decisions)
         doc.push_back({{"source", d.source}, {"match", fit_json(d.match)}, {"best", fit_json(d.best)},
-                       {"runner_up", fit_json(d.runner_up)}, {"refused", d.refused}});
+                       {"runner_up", fit_json(d.runner_up)}, {"refused", d.refused},
+                       {"other_assembly", d.other_assembly}});
     return doc;
 }
 
@@ -334,6 +383,7 @@ std::vector<SourceDecision> decisions_from_json(const nlohmann::json& doc) {
         d.best = fit_of(j.at("best"));
         d.runner_up = fit_of(j.at("runner_up"));
         d.refused = j.at("refused").get<std::string>();
+        d.other_assembly = j.at("other_assembly").get<bool>();
         decisions.push_back(std::move(d));
     }
     return decisions;

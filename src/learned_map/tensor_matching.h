@@ -15,6 +15,10 @@ namespace vmerge {
 struct NamedShape {
     std::string name;
     Shape shape;
+    // A legacy Megatron save's tensor as one tp rule joined its tensor-parallel pieces (the
+    // table's name of the rule: "dim0", "glu_halves", ...): a name appears once per rule its
+    // pieces allow, and the values choose. "" : a whole tensor.
+    std::string tp;
 };
 
 // The values of one side's tensors, a row at a time (a row: the elements past the first axis;
@@ -48,6 +52,9 @@ struct SourceDecision {
     std::string refused;           // why no rule can be proposed ("" when none)
     std::string dropped;           // why it has no HF name ("" when matched or refused)
     bool tied_head = false;        // the output head of a model whose config ties the embeddings
+    // Another tp assembly of a name whose decision is another tensor's (the values chose that
+    // one): no decision of its own, not a tensor of the table.
+    bool other_assembly = false;
 };
 
 struct MatchResult {
@@ -76,6 +83,10 @@ std::vector<LayoutGuess> layout_guesses(const NamedShape& s, const std::vector<N
 // Compares the sampled rows of a guess (sample_rows of each part).
 Fit measure_fit(const LayoutGuess& guess, size_t source, const std::vector<NamedShape>& base, RowValues& source_rows,
                 RowValues& base_rows, const ModelShape& heads);
+
+// Two tp assemblies of one name (the same base tensors) must be further apart than this ratio
+// too: otherwise the values cannot tell how the pieces join and map refuses.
+inline constexpr double kAssemblyRatio = kAmbiguityRatio;
 
 // Matches every checkpoint tensor with the base tensors whose values it holds: candidates from
 // the shapes and the layer/expert numbers, decided by the values (kMatchDistance,
