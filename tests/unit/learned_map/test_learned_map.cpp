@@ -250,6 +250,64 @@ TEST(LearnedMap, TorchtitanMtpLayersGetTheLayerOffset) {
     EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
 }
 
+// A legacy Megatron fc1 of tp 2 joined two ways: rank r holds [gate_r; up_r], so joining the
+// pieces on dim 0 gives [gate_0; up_0; gate_1; up_1], as glu_halves [gate; up].
+HeldTensor joined_on_dim0(const std::string& name, const HeldTensor& gate, const HeldTensor& up) {
+    const int64_t half = gate.shape[0] / 2;
+    HeldTensor t{name, {2 * gate.shape[0], gate.shape[1]}, {}};
+    for (int64_t r = 0; r < 2; ++r) {
+        t.rows.insert(t.rows.end(), gate.rows.begin() + r * half, gate.rows.begin() + (r + 1) * half);
+        t.rows.insert(t.rows.end(), up.rows.begin() + r * half, up.rows.begin() + (r + 1) * half);
+    }
+    return t;
+}
+
+TEST(LearnedMap, TensorParallelAssembliesAreChosenByTheValues) {
+    Model m;
+    const HeldTensor gate = random_tensor("model.layers.0.mlp.gate_proj.weight", {24, 16}, 1);
+    const HeldTensor up = random_tensor("model.layers.0.mlp.up_proj.weight", {24, 16}, 2);
+    m.base = {gate, up};
+    const std::string fc1 = "decoder.layers.0.mlp.linear_fc1.weight";
+    m.checkpoint.push_back(tuned(joined_on_dim0("", gate, up), fc1, 10));
+    m.checkpoint.push_back(tuned(stacked("", gate, up), fc1, 11));
+    auto source = shapes(m.checkpoint);
+    source[0].tp = "dim0";
+    source[1].tp = "glu_halves";
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    const auto matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, kHeads, TableSource::Megatron, false);
+    EXPECT_TRUE(matches.decisions[0].other_assembly);
+    const LearnedTable t = learn_table(matches, source, shapes(m.base));
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u);
+    EXPECT_EQ(t.rules[0].tp, "glu_halves");
+    EXPECT_EQ(t.rules[0].layout, RowLayout::GateUp);
+    const auto doc = learned_table_json(t, {"learned", TableSource::Megatron, "LlamaForCausalLM", "", ""});
+    EXPECT_EQ(doc["rules"][0]["tp"], "glu_halves");
+    const ArchitectureTable parsed = parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump()));
+    EXPECT_EQ(parsed.rules[0].tp, TpRule::GluHalves);
+}
+
+TEST(LearnedMap, TensorParallelAssembliesThatFitAlikeAreRefused) {
+    Model m;
+    const HeldTensor gate = random_tensor("model.layers.0.mlp.gate_proj.weight", {24, 16}, 1);
+    const HeldTensor up = random_tensor("model.layers.0.mlp.up_proj.weight", {24, 16}, 2);
+    m.base = {gate, up};
+    const std::string fc1 = "decoder.layers.0.mlp.linear_fc1.weight";
+    m.checkpoint.push_back(tuned(stacked("", gate, up), fc1, 10));
+    m.checkpoint.push_back(tuned(stacked("", gate, up), fc1, 11));
+    auto source = shapes(m.checkpoint);
+    source[0].tp = "dim0";
+    source[1].tp = "glu_halves";
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    const auto matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, kHeads, TableSource::Megatron, false);
+    const LearnedTable t = learn_table(matches, source, shapes(m.base));
+    ASSERT_EQ(t.refusals.size(), 1u) << learned_table_report(t);
+    EXPECT_NE(t.refusals[0].find("fit alike: the values cannot say how they join"), std::string::npos) << t.refusals[0];
+    EXPECT_NE(t.refusals[0].find(fc1), std::string::npos);
+}
+
 TEST(LearnedMap, IdenticalBaseTensorsAreRefused) {
     Model m;
     m.base.push_back(random_tensor("model.layers.0.input_layernorm.weight", {16}, 1));
