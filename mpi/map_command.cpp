@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "architecture/architecture_table.h"
 #include "architecture/hf_config.h"
@@ -209,9 +210,16 @@ std::optional<MatchResult> shared_matches(const Options& o, Comm& comm, const Ch
     return settle_matches(std::move(all), checkpoint.tensors, base.tensors, base_config.tie_word_embeddings);
 }
 
-}  // namespace
+// What map learned (rank 0): the table with its evidence, the document `--architecture_table`
+// reads when nothing was refused, and what the checkpoint is.
+struct TableProposal {
+    LearnedTable table;
+    std::optional<nlohmann::ordered_json> doc;
+    nlohmann::ordered_json facts;  // the checkpoint's: backend, layout, tp, pp, ...
+};
 
-int run_map(const Options& o, Comm& comm, std::ostream& out) {
+// map's whole path up to the table; nullopt on ranks other than 0.
+std::optional<TableProposal> propose_table(const Options& o, Comm& comm) {
     std::shared_ptr<const ArchitectureTables> tables;
     const std::string config_dir = o.hf_config.empty() ? o.map_base : o.hf_config;
     MergeInputs in = load_checkpoint_names(o, config_dir, comm, tables);
@@ -226,17 +234,64 @@ int run_map(const Options& o, Comm& comm, std::ostream& out) {
     const BaseSide base = base_side(weights);
     const CheckpointSide checkpoint = checkpoint_side(in.mapped, source);
     const std::optional<MatchResult> matches = shared_matches(o, comm, checkpoint, base, weights, base_config, source);
-    if (comm.rank() != 0) return kExitSuccess;
-    LearnedTable table = learn_table(*matches, checkpoint.tensors, base.tensors);
+    if (comm.rank() != 0) return std::nullopt;
+    TableProposal proposal;
+    proposal.facts = in.mapped.facts;
+    LearnedTable& table = proposal.table;
+    table = learn_table(*matches, checkpoint.tensors, base.tensors);
     join_expert_views(table, checkpoint.expert_views);
     for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
-    out << learned_table_report(table);
-    if (!table.refusals.empty()) {
-        out << "vmerge map: no table proposed: the values cannot decide " << table.refusals.size()
-            << (table.refusals.size() == 1 ? " case" : " cases") << " (refused above)\n";
+    if (table.refusals.empty())
+        proposal.doc = learned_table_json(table, table_identity(o, base_config, source, *tables, tp_note(in)));
+    return proposal;
+}
+
+std::string refused_line(const LearnedTable& table) {
+    return "vmerge map: no table proposed: the values cannot decide " + std::to_string(table.refusals.size()) +
+           (table.refusals.size() == 1 ? " case" : " cases") + " (refused above)\n";
+}
+
+}  // namespace
+
+int run_map(const Options& o, Comm& comm, std::ostream& out) {
+    const std::optional<TableProposal> proposal = propose_table(o, comm);
+    if (!proposal) return kExitSuccess;
+    out << learned_table_report(proposal->table);
+    if (!proposal->doc) {
+        out << refused_line(proposal->table);
         return kExitFailure;
     }
-    write_table(learned_table_json(table, table_identity(o, base_config, source, *tables, tp_note(in))), o.map_out, out);
+    write_table(*proposal->doc, o.map_out, out);
+    return kExitSuccess;
+}
+
+int run_suggest_table(const Options& o, Comm& comm, std::ostream& out) {
+    const std::optional<TableProposal> proposal = propose_table(o, comm);
+    if (!proposal) return kExitSuccess;
+    if (o.json) {
+        nlohmann::ordered_json doc;
+        doc["local_dir"] = o.local_dir;
+        doc["base"] = o.map_base;
+        for (auto it = proposal->facts.begin(); it != proposal->facts.end(); ++it) doc[it.key()] = it.value();
+        doc["suggested_table"] = proposal->doc ? *proposal->doc : nlohmann::ordered_json();
+        const nlohmann::ordered_json evidence = learned_table_evidence_json(proposal->table);
+        for (auto it = evidence.begin(); it != evidence.end(); ++it) doc[it.key()] = it.value();
+        if (proposal->doc && !o.map_out.empty()) {
+            std::ostringstream written;
+            write_table(*proposal->doc, o.map_out, written);
+            doc["written"] = o.map_out;
+        }
+        out << doc.dump(2) << "\n";
+        return proposal->doc ? kExitSuccess : kExitFailure;
+    }
+    out << "vmerge inspect: the table learned from " << o.map_base << " for " << o.local_dir << " ("
+        << proposal->facts.value("layout", std::string()) << ")\n";
+    out << learned_table_report(proposal->table);
+    if (!proposal->doc) {
+        out << refused_line(proposal->table);
+        return kExitFailure;
+    }
+    write_table(*proposal->doc, o.map_out, out);
     return kExitSuccess;
 }
 

@@ -179,7 +179,9 @@ void add_watch_options(OptionTable& t, Options& o) {
 void add_map_options(OptionTable& t, Options& o) {
     t.mapping.add_options()
         ("base", po::value(&o.map_base), "map: the Hugging Face model folder the checkpoint was trained from")
-        ("out", po::value(&o.map_out), "map: write the learned architecture table here (default: print it)");
+        ("out", po::value(&o.map_out), "map: write the learned architecture table here (default: print it)")
+        ("suggest_table", po::bool_switch(&o.suggest_table),
+         "inspect: propose the architecture table learned from --base, with its evidence (map's path)");
 }
 
 // The commands, in --help order, with the groups each takes.
@@ -194,7 +196,7 @@ const std::vector<CommandInfo> kCommands = {
     {"inspect",
      {"print what was detected and the plan for --np N ranks"},
      {&OptionTable::input, &OptionTable::conversion, &OptionTable::inspecting, &OptionTable::lora,
-      &OptionTable::quantizing, &OptionTable::run}},
+      &OptionTable::quantizing, &OptionTable::mapping, &OptionTable::run}},
     {"verify",
      {"check an output folder (--target_dir): safetensors rules, index, recorded checksums;",
       "or an HDF5 archive (model.h5): stored as vmerge stores it, every chunk decoded"},

@@ -199,4 +199,31 @@ std::string learned_table_report(const LearnedTable& table) {
     return out.str();
 }
 
+nlohmann::ordered_json learned_table_evidence_json(const LearnedTable& table) {
+    nlohmann::ordered_json rules = nlohmann::ordered_json::array();
+    for (const LearnedRule& r : table.rules) {
+        nlohmann::ordered_json rule;
+        rule["from"] = r.from;
+        if (!r.drop.empty()) rule["drop"] = r.drop;
+        else rule["to"] = r.to;
+        rule["layout"] = r.tied_head ? "tied head" : layout_name(r.layout);
+        if (r.split_experts) rule["split_experts"] = true;
+        if (r.layer_offset != 0) rule["layer_offset"] = r.layer_offset;
+        if (!r.tp.empty()) rule["tp"] = r.tp;
+        rule["tensors"] = r.tensors;
+        if (r.drop.empty() && !r.tied_head) {
+            rule["worst_distance"] = r.worst_distance;
+            rule["worst_cosine"] = r.worst_cosine;
+            rule["closest_runner_up"] = r.closest_runner_up ? nlohmann::ordered_json(*r.closest_runner_up) : nullptr;
+        }
+        rule["example"] = r.example;
+        rules.push_back(std::move(rule));
+    }
+    nlohmann::ordered_json doc;
+    doc["rules"] = std::move(rules);
+    doc["refused"] = table.refusals;
+    doc["unmapped_base"] = table.unmapped_base;
+    return doc;
+}
+
 }  // namespace vmerge

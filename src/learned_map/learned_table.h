@@ -79,4 +79,9 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
 // then the dropped, the refused and the base tensors nothing maps to.
 std::string learned_table_report(const LearnedTable& table);
 
+// The same as JSON (inspect --suggest_table --json): "rules" (each with from, to or drop,
+// layout, tp, tensors, worst_distance, worst_cosine, closest_runner_up, example), "refused",
+// "unmapped_base".
+nlohmann::ordered_json learned_table_evidence_json(const LearnedTable& table);
+
 }  // namespace vmerge
