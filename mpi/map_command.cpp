@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "architecture/architecture_table.h"
+#include "architecture/hf_architecture.h"
 #include "architecture/hf_config.h"
 #include "collective_step.h"
 #include "core/dtype.h"
@@ -98,12 +99,22 @@ struct CheckpointSide {
     std::vector<std::string> expert_views;
 };
 
-CheckpointSide checkpoint_side(const MappedCheckpoint& mapped, TableSource source) {
+// A Megatron MTP key (mtp.layers.k.*) as a merge matches it against the table's rules: the
+// decoder layer num_hidden_layers + k (its own modules under ".mtp."), the HF layer number of
+// that depth, so that it meets the base's MTP layer and its rules read as the shipped tables'.
+std::string megatron_rule_key(const std::string& key, TableSource source, int64_t layers) {
+    int64_t depth = 0;
+    if (source != TableSource::Megatron) return key;
+    return canonical_mtp_key(key, layers, depth).value_or(key);
+}
+
+CheckpointSide checkpoint_side(const MappedCheckpoint& mapped, TableSource source, int64_t layers) {
     const TensorMapping& mapping = mapped.mapping;
     CheckpointSide side;
     side.mapping.sources = mapping.sources;
     for (size_t n = 0; n < mapping.tensors.size(); ++n) {
-        const OutputTensor& t = mapping.tensors[n];
+        OutputTensor t = mapping.tensors[n];
+        t.name = megatron_rule_key(t.name, source, layers);
         if (!is_floating(t.source_dtype)) {
             side.not_floating.push_back(t.name);
             continue;
@@ -232,7 +243,8 @@ std::optional<TableProposal> propose_table(const Options& o, Comm& comm) {
     const TableSource source =
         in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
     const BaseSide base = base_side(weights);
-    const CheckpointSide checkpoint = checkpoint_side(in.mapped, source);
+    const CheckpointSide checkpoint =
+        checkpoint_side(in.mapped, source, text_config_int(base_config, "num_hidden_layers", 0));
     const std::optional<MatchResult> matches = shared_matches(o, comm, checkpoint, base, weights, base_config, source);
     if (comm.rank() != 0) return std::nullopt;
     TableProposal proposal;
