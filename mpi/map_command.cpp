@@ -97,6 +97,8 @@ struct CheckpointSide {
     std::vector<NamedShape> tensors;
     std::vector<std::string> not_floating;
     std::vector<std::string> expert_views;
+    // Each grouped tensor's two forms (settle_expert_forms): its transposed whole and its views.
+    std::vector<std::pair<size_t, std::vector<size_t>>> expert_forms;
 };
 
 // A Megatron MTP key (mtp.layers.k.*) as a merge matches it against the table's rules: the
@@ -124,6 +126,16 @@ CheckpointSide checkpoint_side(const MappedCheckpoint& mapped, TableSource sourc
             views = split_experts(t, expert_view_pattern(t.name), "", side.mapping.sources);
         else
             views.push_back(t);
+        if (source == TableSource::Torchtitan && t.shape.size() == 3) {
+            // GPT-OSS's experts are stored [E, out, in], transformers' [E, in, out]: the whole
+            // tensor transposed is compared too, and the values choose the form.
+            std::vector<size_t> view_indices(views.size());
+            for (size_t k = 0; k < views.size(); ++k) view_indices[k] = side.tensors.size() + 1 + k;
+            side.expert_forms.emplace_back(side.tensors.size(), std::move(view_indices));
+            OutputTensor whole = transposed(t, t.name, side.mapping.sources);
+            side.tensors.push_back({whole.name, whole.shape, "", true});
+            side.mapping.tensors.push_back(std::move(whole));
+        }
         for (auto& v : views) {
             if (views.size() > 1 || v.name != t.name) side.expert_views.push_back(v.name);
             const std::string tp = mapped.tp_assemblies.empty() ? "" : tp_rule_name(mapped.tp_assemblies[n]);
@@ -250,7 +262,9 @@ std::optional<TableProposal> propose_table(const Options& o, Comm& comm) {
     TableProposal proposal;
     proposal.facts = in.mapped.facts;
     LearnedTable& table = proposal.table;
-    table = learn_table(*matches, checkpoint.tensors, base.tensors);
+    MatchResult settled = *matches;
+    for (const auto& [whole, views] : checkpoint.expert_forms) settle_expert_forms(settled, whole, views);
+    table = learn_table(settled, checkpoint.tensors, base.tensors);
     join_expert_views(table, checkpoint.expert_views);
     for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
     if (table.refusals.empty())

@@ -23,6 +23,8 @@ struct LearnedRule {
     // torchtitan's grouped experts [E, ...]: matched expert by expert (checkpoint_expert_views),
     // stated as one rule with transform split_experts.
     bool split_experts = false;
+    // The grouped tensor whole, its last two axes swapped (transform "transpose").
+    bool transposed = false;
     // The HF layer number minus the checkpoint's (torchtitan's MTP layers: num_hidden_layers),
     // stated as layer_offset "num_hidden_layers"; 0: the same numbers.
     int64_t layer_offset = 0;
@@ -62,6 +64,13 @@ std::string expert_view_pattern(const std::string& grouped);
 // `from` without the view's ".{e}", transform split_experts. A grouped tensor whose experts
 // disagree was refused already (one pattern, two rules).
 void join_expert_views(LearnedTable& table, const std::vector<std::string>& views);
+
+// A grouped torchtitan tensor offered two ways: expert by expert (`views`, the decisions of its
+// expert views: split_experts) and whole with its last two axes swapped (`transposed`, the
+// decision of that tensor). A match among the views keeps them, else a match of the transposed
+// tensor keeps it, else the views stay (their drop or refusal); the other form's decisions
+// become other_assembly.
+void settle_expert_forms(MatchResult& matches, size_t transposed, const std::vector<size_t>& views);
 
 // What the learned table is for: written into its JSON.
 struct TableIdentity {

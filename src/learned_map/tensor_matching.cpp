@@ -88,15 +88,14 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
         }
     const Fit& best = fits[0];
     const std::string name = src[source].name;
-    if (best.zero_source) {
-        d.refused = name + " is all zeros in the sampled rows: its values cannot say which base tensor it is";
-        return d;
-    }
     if (best.zero_part) {
         d.refused = name + ": base tensor " + base[best.guess.parts[*best.zero_part]].name +
                     " is all zeros in the sampled rows: its values cannot say which checkpoint tensor it is";
         return d;
     }
+    // All zeros against base tensors that are not: none of them (distance 1 from each); settled
+    // as a tensor no base tensor holds (a buffer such as torchtitan's expert_bias_E).
+    if (best.zero_source) return d;
     if (!(best.distance <= kMatchDistance)) return d;  // no counterpart (decided by the caller)
     if (d.runner_up && d.runner_up->distance <= kAmbiguityRatio * best.distance) {
         auto names = [&](const Fit& f) {
@@ -188,6 +187,11 @@ void settle_unmatched(SourceDecision& d, const std::vector<NamedShape>& src, con
                 d.tied_head = true;  // the embedding's twin: the head config.json ties to it
                 return;
             }
+    if (d.best && d.best->zero_source) {
+        d.dropped = "all zeros in the sampled rows, and every base tensor its shape fits is not: a buffer no base "
+                    "tensor holds";
+        return;
+    }
     d.dropped = "no base tensor holds its values";
     if (d.best) {
         d.dropped += " (closest: ";

@@ -19,6 +19,9 @@ struct NamedShape {
     // table's name of the rule: "dim0", "glu_halves", ...): a name appears once per rule its
     // pieces allow, and the values choose. "" : a whole tensor.
     std::string tp;
+    // A grouped torchtitan tensor [E, a, b] whole with its last two axes swapped ([E, b, a], as
+    // transformers stores GPT-OSS's experts): its rule's transform is "transpose".
+    bool transposed = false;
 };
 
 // The values of one side's tensors, a row at a time (a row: the elements past the first axis;

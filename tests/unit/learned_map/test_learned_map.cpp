@@ -308,6 +308,48 @@ TEST(LearnedMap, TensorParallelAssembliesThatFitAlikeAreRefused) {
     EXPECT_NE(t.refusals[0].find(fc1), std::string::npos);
 }
 
+// GPT-OSS's grouped experts: torchtitan stores [E, a, b], transformers [E, b, a]. map offers the
+// tensor whole transposed and expert by expert; the transposed whole matches, the views do not.
+TEST(LearnedMap, TransposedGroupedExpertsBecomeATransposeRule) {
+    const int64_t experts = 3, a = 6, b = 4;
+    HeldTensor base{"model.layers.0.mlp.experts.gate_up_proj", {experts, b, a}, {}};
+    std::mt19937 gen(7);
+    std::normal_distribution<double> normal;
+    for (int64_t e = 0; e < experts; ++e) {
+        base.rows.emplace_back(b * a);
+        for (auto& v : base.rows.back()) v = normal(gen);
+    }
+    const std::string grouped = "layers.0.moe.experts.mlp1_weight";
+    Model m;
+    m.base = {base};
+    m.checkpoint.push_back(tuned(base, grouped, 20));  // the whole, transposed back: [E, b, a]
+    for (int64_t e = 0; e < experts; ++e) {  // expert e's view [a, b]: base expert e transposed
+        HeldTensor view{grouped + "." + std::to_string(e), {a, b}, {}};
+        for (int64_t i = 0; i < a; ++i) {
+            view.rows.emplace_back(b);
+            for (int64_t j = 0; j < b; ++j) view.rows.back()[j] = base.rows[e][j * a + i];
+        }
+        m.checkpoint.push_back(tuned(view, view.name, 30 + e));
+    }
+    auto source = shapes(m.checkpoint);
+    source[0].transposed = true;
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    MatchResult matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, kHeads, TableSource::Torchtitan, false);
+    settle_expert_forms(matches, 0, {1, 2, 3});
+    LearnedTable t = learn_table(matches, source, shapes(m.base));
+    join_expert_views(t, {grouped + ".0", grouped + ".1", grouped + ".2"});
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u) << learned_table_report(t);
+    EXPECT_TRUE(t.rules[0].transposed);
+    EXPECT_EQ(t.rules[0].from, "layers.{i}.moe.experts.mlp1_weight");
+    EXPECT_TRUE(t.unmapped_base.empty());
+    const auto doc = learned_table_json(t, {"learned", TableSource::Torchtitan, "GptOssForCausalLM", "", ""});
+    EXPECT_EQ(doc["rules"][0]["transform"], "transpose");
+    const ArchitectureTable parsed = parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump()));
+    EXPECT_EQ(parsed.rules[0].transform, TableTransform::Transpose);
+}
+
 TEST(LearnedMap, IdenticalBaseTensorsAreRefused) {
     Model m;
     m.base.push_back(random_tensor("model.layers.0.input_layernorm.weight", {16}, 1));
@@ -329,6 +371,20 @@ TEST(LearnedMap, AllZeroBaseTensorIsRefused) {
     const LearnedTable t = learn(m, TableSource::Torchtitan);
     ASSERT_EQ(t.refusals.size(), 1u);
     EXPECT_NE(t.refusals[0].find("all zeros"), std::string::npos) << t.refusals[0];
+}
+
+TEST(LearnedMap, AllZeroCheckpointBufferIsDroppedNotGuessed) {
+    // torchtitan's expert_bias_E (a load-balancing buffer, zeros) beside a router bias of its shape.
+    Model m;
+    m.base.push_back(random_tensor("model.layers.0.mlp.router.bias", {8}, 1));
+    m.checkpoint.push_back(HeldTensor{"layers.0.moe.expert_bias_E", {8}, std::vector<std::vector<double>>(8, {0.0})});
+    m.checkpoint.push_back(tuned(m.base[0], "layers.0.moe.router.gate.bias", 2));
+    const LearnedTable t = learn(m, TableSource::Torchtitan);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    const LearnedRule* buffer = rule_from(t, "layers.{i}.moe.expert_bias_E");
+    ASSERT_NE(buffer, nullptr);
+    EXPECT_NE(buffer->drop.find("all zeros"), std::string::npos) << buffer->drop;
+    EXPECT_EQ(rule_from(t, "layers.{i}.moe.router.gate.bias")->to[0], "model.layers.{i}.mlp.router.bias");
 }
 
 TEST(LearnedMap, UnmatchedTensorsAreDroppedOrTiedAndBaseLeftoversReported) {
