@@ -22,6 +22,10 @@ LearnedRule rule_of(const SourceDecision& d, const std::vector<NamedShape>& sour
     if (d.tied_head) {
         rule.to = {"lm_head.weight"};
         rule.tied_head = true;
+        if (d.match) {  // a copy of the embedding: laid out and joined as the embedding is
+            rule.layout = d.match->guess.layout;
+            rule.tp = source[d.source].tp;
+        }
     } else if (d.match) {
         rule.layout = d.match->guess.layout;
         rule.heads_key = d.match->guess.heads_key;

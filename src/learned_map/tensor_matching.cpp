@@ -112,6 +112,43 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
     return d;
 }
 
+// Whether the tp pieces of a name are copies, read from its "dim0" assembly (`joined`, the
+// pieces one after another) on the sampled rows of its "replicated" one (`one`, rank 0's).
+bool pieces_are_copies(const NamedShape& one, const NamedShape& joined, size_t joined_index, RowValues& rows) {
+    const int64_t piece_rows = tensor_rows(one.shape);
+    if (piece_rows <= 0 || tensor_rows(joined.shape) % piece_rows != 0) return false;
+    const int64_t pieces = tensor_rows(joined.shape) / piece_rows;
+    for (int64_t r : sample_rows(piece_rows, sample_count(row_length(one.shape)))) {
+        const std::vector<double> first = rows.row(joined_index, r);
+        double norm = 0;
+        for (double v : first) norm += v * v;
+        for (int64_t p = 1; p < pieces; ++p) {
+            const std::vector<double> other = rows.row(joined_index, p * piece_rows + r);
+            double diff = 0;
+            for (size_t k = 0; k < first.size(); ++k) diff += (other[k] - first[k]) * (other[k] - first[k]);
+            if (diff > kReplicaDistance * kReplicaDistance * norm) return false;
+        }
+    }
+    return true;
+}
+
+// The tp assemblies of one name worth comparing: all of them, less "replicated" when its
+// pieces are not copies (then rank 0's piece alone is not the tensor, whatever it matches).
+std::vector<size_t> possible_assemblies(const std::vector<size_t>& assemblies, const std::vector<NamedShape>& src,
+                                        RowValues& rows) {
+    auto find = [&](const char* tp) {
+        for (size_t s : assemblies)
+            if (src[s].tp == tp) return std::optional<size_t>(s);
+        return std::optional<size_t>();
+    };
+    const auto replicated = find("replicated"), joined = find("dim0");
+    if (!replicated || !joined || pieces_are_copies(src[*replicated], src[*joined], *joined, rows)) return assemblies;
+    std::vector<size_t> kept;
+    for (size_t s : assemblies)
+        if (s != *replicated) kept.push_back(s);
+    return kept;
+}
+
 // The decision for one name from the fits of its tp assemblies (`assemblies`: its tensors;
 // one for a whole tensor): the assembly of the closest fit decides, the others are
 // other_assembly. Another assembly of the same base tensors that fits nearly as well is a
@@ -150,15 +187,23 @@ std::vector<SourceDecision> decide_assemblies(const std::vector<size_t>& assembl
     return out;
 }
 
-// Two checkpoint tensors taking one base tensor: neither is proposed.
+// Two checkpoint tensors taking one base tensor: neither is proposed. Except when config.json
+// ties the embeddings and the two take the embedding alone: a save that keeps the output head
+// as a copy of the embedding (Megatron-LM's last pipeline stage); the later of the two in the
+// checkpoint's order (models put the embedding first) is the tied head.
 void refuse_shared_targets(std::vector<SourceDecision>& decisions, const std::vector<NamedShape>& src,
-                           const std::vector<NamedShape>& base) {
+                           const std::vector<NamedShape>& base, bool tied_embeddings) {
     std::map<size_t, std::vector<size_t>> takers;  // base tensor -> decisions
     for (size_t i = 0; i < decisions.size(); ++i)
         if (decisions[i].match)
             for (size_t b : decisions[i].match->guess.parts) takers[b].push_back(i);
     for (const auto& [b, who] : takers) {
         if (who.size() < 2) continue;
+        const bool alone = std::all_of(who.begin(), who.end(), [&](size_t i) { return decisions[i].match->guess.parts.size() == 1; });
+        if (tied_embeddings && who.size() == 2 && alone && base[b].name.ends_with("embed_tokens.weight")) {
+            decisions[who[1]].tied_head = true;  // keeps its match: the evidence of the copy
+            continue;
+        }
         std::string names;
         for (size_t i : who) names += (names.empty() ? "" : " and ") + src[decisions[i].source].name;
         for (size_t i : who) {
@@ -305,12 +350,21 @@ std::vector<SourceDecision> decide_tensors(const std::vector<NamedShape>& source
             same_name.push_back(s);
         }
         for (const std::string& name : names) {
+            const std::vector<size_t>& all = assemblies[name];
+            const std::vector<size_t> possible = possible_assemblies(all, source, cached_source);
             std::vector<std::pair<size_t, Fit>> fits;
-            for (size_t s : assemblies[name])
+            for (size_t s : possible)
                 for (const LayoutGuess& g : layout_guesses(source[s], base, candidates, heads, source_kind))
                     fits.emplace_back(s, measure_fit(g, s, base, cached_source, cached_base, heads));
-            for (SourceDecision& d : decide_assemblies(assemblies[name], std::move(fits), source, base))
+            for (SourceDecision& d : decide_assemblies(possible, std::move(fits), source, base))
                 decisions.push_back(std::move(d));
+            for (size_t s : all)  // "replicated" of pieces that are no copies
+                if (std::find(possible.begin(), possible.end(), s) == possible.end()) {
+                    SourceDecision other;
+                    other.source = s;
+                    other.other_assembly = true;
+                    decisions.push_back(std::move(other));
+                }
         }
         cached_source.clear();
         cached_base.clear();
@@ -326,7 +380,7 @@ MatchResult settle_matches(std::vector<SourceDecision> decisions, const std::vec
         if (d.source >= source.size()) throw Error("internal: a map decision names checkpoint tensor " + std::to_string(d.source));
         result.decisions[d.source] = std::move(d);
     }
-    refuse_shared_targets(result.decisions, source, base);
+    refuse_shared_targets(result.decisions, source, base, tied_embeddings);
     for (SourceDecision& d : result.decisions)
         if (!d.match && d.refused.empty() && !d.other_assembly) settle_unmatched(d, source, base, result.decisions, tied_embeddings);
     std::vector<bool> taken(base.size(), false);

@@ -90,6 +90,10 @@ Fit measure_fit(const LayoutGuess& guess, size_t source, const std::vector<Named
 // Two tp assemblies of one name (the same base tensors) must be further apart than this ratio
 // too: otherwise the values cannot tell how the pieces join and map refuses.
 inline constexpr double kAssemblyRatio = kAmbiguityRatio;
+// Pieces read once from rank 0 ("replicated") must be copies: each within this relative
+// distance of rank 0's on the sampled rows. Pieces that differ (a vocabulary's shards, whose
+// first shard alone holds every base row) are no replicated tensor.
+inline constexpr double kReplicaDistance = 1e-3;
 
 // Matches every checkpoint tensor with the base tensors whose values it holds: candidates from
 // the shapes and the layer/expert numbers, decided by the values (kMatchDistance,

@@ -350,6 +350,49 @@ TEST(LearnedMap, TransposedGroupedExpertsBecomeATransposeRule) {
     EXPECT_EQ(parsed.rules[0].transform, TableTransform::Transpose);
 }
 
+TEST(LearnedMap, TiedHeadKeptAsACopyOfTheEmbeddingIsTheTiedHead) {
+    Model m;
+    m.base.push_back(random_tensor("model.embed_tokens.weight", {40, 16}, 1));
+    m.checkpoint.push_back(tuned(m.base[0], "embedding.word_embeddings.weight", 2));
+    m.checkpoint.push_back(m.checkpoint[0]);  // Megatron-LM's last stage keeps a copy
+    m.checkpoint[1].name = "output_layer.weight";
+    const LearnedTable tied = learn(m, TableSource::Megatron, true);
+    ASSERT_TRUE(tied.refusals.empty()) << learned_table_report(tied);
+    EXPECT_EQ(rule_from(tied, "embedding.word_embeddings.weight")->to[0], "model.embed_tokens.weight");
+    EXPECT_TRUE(rule_from(tied, "output_layer.weight")->tied_head);
+    // Untied, one base tensor cannot be two.
+    const LearnedTable untied = learn(m, TableSource::Megatron, false);
+    ASSERT_EQ(untied.refusals.size(), 1u) << learned_table_report(untied);
+    EXPECT_NE(untied.refusals[0].find("one base tensor cannot be two"), std::string::npos);
+}
+
+TEST(LearnedMap, ReplicatedIsNoAssemblyOfPiecesThatDiffer) {
+    // A vocabulary of 40 rows padded to 96 in tp 2 pieces of 48 rows: rank 0's piece alone holds
+    // every base row, so "replicated" fits as well as "dim0"; the pieces differ, so it is not.
+    Model m;
+    m.base.push_back(random_tensor("model.embed_tokens.weight", {40, 16}, 1));
+    HeldTensor padded = tuned(m.base[0], "embedding.word_embeddings.weight", 2);
+    for (int r = 40; r < 96; ++r) padded.rows.push_back(random_tensor("", {1, 16}, 100 + r).rows[0]);
+    padded.shape = {96, 16};
+    HeldTensor rank0 = padded;
+    rank0.rows.resize(48);
+    rank0.shape = {48, 16};
+    m.checkpoint = {rank0, padded};
+    auto source = shapes(m.checkpoint);
+    source[0].tp = "replicated";
+    source[1].tp = "dim0";
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    ModelShape heads = kHeads;
+    heads.vocab = 40;
+    const auto matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, heads, TableSource::Megatron, false);
+    const LearnedTable t = learn_table(matches, source, shapes(m.base));
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u);
+    EXPECT_EQ(t.rules[0].tp, "dim0");
+    EXPECT_EQ(t.rules[0].layout, RowLayout::Vocab);
+}
+
 TEST(LearnedMap, IdenticalBaseTensorsAreRefused) {
     Model m;
     m.base.push_back(random_tensor("model.layers.0.input_layernorm.weight", {16}, 1));
