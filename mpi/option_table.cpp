@@ -159,6 +159,8 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.inspecting.add_options()
         ("np", po::value(&o.np)->default_value(0), "plan for this many ranks (default: the ranks running)")
         ("json", po::bool_switch(&o.json), "print JSON")
+        ("suggest_table", po::bool_switch(&o.suggest_table),
+         "propose the architecture table learned from --base, with its evidence (map's path)")
         ("simulate", po::value(&o.simulate),
          "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
 }
@@ -179,9 +181,7 @@ void add_watch_options(OptionTable& t, Options& o) {
 void add_map_options(OptionTable& t, Options& o) {
     t.mapping.add_options()
         ("base", po::value(&o.map_base), "map: the Hugging Face model folder the checkpoint was trained from")
-        ("out", po::value(&o.map_out), "map: write the learned architecture table here (default: print it)")
-        ("suggest_table", po::bool_switch(&o.suggest_table),
-         "inspect: propose the architecture table learned from --base, with its evidence (map's path)");
+        ("out", po::value(&o.map_out), "map: write the learned architecture table here (default: print it)");
 }
 
 // The commands, in --help order, with the groups each takes.
