@@ -334,6 +334,11 @@ void check_sizes_and_needs(Options& o, const RawFlags& raw, const po::variables_
         throw UsageError(o.command + " needs --target_dir");
     if (o.command == "test" && o.test_hf_dir.empty()) throw UsageError("test needs --test_hf_dir");
     if (o.command == "map" && o.map_base.empty()) throw UsageError("map needs --base (the model the checkpoint was trained from)");
+    if (o.command == "inspect" && o.suggest_table && (o.map_base.empty() || !o.simulate.empty()))
+        throw UsageError("inspect --suggest_table needs --base (the model the checkpoint was trained from) and checkpoint files "
+                         "(no --simulate)");
+    if (o.command == "inspect" && !o.suggest_table && (!o.map_base.empty() || !o.map_out.empty()))
+        throw UsageError("--base and --out apply to inspect only with --suggest_table");
 }
 
 }  // namespace

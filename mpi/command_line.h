@@ -60,6 +60,7 @@ struct Options {
     WatchOptions watch;  // the watch command
     std::string map_base;  // map: the Hugging Face model the checkpoint was trained from
     std::string map_out;   // map: where the learned table is written ("": stdout)
+    bool suggest_table = false;  // inspect: map's proposal instead of the merge plan
     DebugKnobs debug;    // set by main from the environment (tests and benchmarks only)
     CallHooks* hooks = nullptr;  // a library call's result and progress (call_hooks.h); null for the command
     bool merge_lora() const { return lora.mode == LoraMode::Merge; }

@@ -255,7 +255,7 @@ int run_merge(const Options& o, Comm& comm, std::ostream& out, std::ostream& err
 
 int run_command(const Options& o, Comm& comm, std::ostream& out, std::ostream& err) {
     try {
-        if (o.command == "inspect") return run_inspect(o, comm, out);
+        if (o.command == "inspect") return o.suggest_table ? run_suggest_table(o, comm, out) : run_inspect(o, comm, out);
         if (o.command == "merge") return run_merge(o, comm, out, err);
         if (o.command == "test") return run_test(o, comm, out);
         if (o.command == "verify") return run_verify(o, comm, out);

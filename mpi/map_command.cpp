@@ -5,8 +5,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "architecture/architecture_table.h"
+#include "architecture/hf_architecture.h"
 #include "architecture/hf_config.h"
 #include "collective_step.h"
 #include "core/dtype.h"
@@ -95,12 +97,26 @@ struct CheckpointSide {
     std::vector<NamedShape> tensors;
     std::vector<std::string> not_floating;
     std::vector<std::string> expert_views;
+    // Each grouped tensor's two forms (settle_expert_forms): its transposed whole and its views.
+    std::vector<std::pair<size_t, std::vector<size_t>>> expert_forms;
 };
 
-CheckpointSide checkpoint_side(const TensorMapping& mapping, TableSource source) {
+// A Megatron MTP key (mtp.layers.k.*) as a merge matches it against the table's rules: the
+// decoder layer num_hidden_layers + k (its own modules under ".mtp."), the HF layer number of
+// that depth, so that it meets the base's MTP layer and its rules read as the shipped tables'.
+std::string megatron_rule_key(const std::string& key, TableSource source, int64_t layers) {
+    int64_t depth = 0;
+    if (source != TableSource::Megatron) return key;
+    return canonical_mtp_key(key, layers, depth).value_or(key);
+}
+
+CheckpointSide checkpoint_side(const MappedCheckpoint& mapped, TableSource source, int64_t layers) {
+    const TensorMapping& mapping = mapped.mapping;
     CheckpointSide side;
     side.mapping.sources = mapping.sources;
-    for (const auto& t : mapping.tensors) {
+    for (size_t n = 0; n < mapping.tensors.size(); ++n) {
+        OutputTensor t = mapping.tensors[n];
+        t.name = megatron_rule_key(t.name, source, layers);
         if (!is_floating(t.source_dtype)) {
             side.not_floating.push_back(t.name);
             continue;
@@ -110,9 +126,20 @@ CheckpointSide checkpoint_side(const TensorMapping& mapping, TableSource source)
             views = split_experts(t, expert_view_pattern(t.name), "", side.mapping.sources);
         else
             views.push_back(t);
+        if (source == TableSource::Torchtitan && t.shape.size() == 3) {
+            // GPT-OSS's experts are stored [E, out, in], transformers' [E, in, out]: the whole
+            // tensor transposed is compared too, and the values choose the form.
+            std::vector<size_t> view_indices(views.size());
+            for (size_t k = 0; k < views.size(); ++k) view_indices[k] = side.tensors.size() + 1 + k;
+            side.expert_forms.emplace_back(side.tensors.size(), std::move(view_indices));
+            OutputTensor whole = transposed(t, t.name, side.mapping.sources);
+            side.tensors.push_back({whole.name, whole.shape, "", true});
+            side.mapping.tensors.push_back(std::move(whole));
+        }
         for (auto& v : views) {
             if (views.size() > 1 || v.name != t.name) side.expert_views.push_back(v.name);
-            side.tensors.push_back({v.name, v.shape});
+            const std::string tp = mapped.tp_assemblies.empty() ? "" : tp_rule_name(mapped.tp_assemblies[n]);
+            side.tensors.push_back({v.name, v.shape, tp});
             side.mapping.tensors.push_back(std::move(v));
         }
     }
@@ -138,8 +165,18 @@ BaseSide base_side(const HfWeights& weights) {
 
 // The learned table's identity: named for the base, checked as the base's architecture when
 // vmerge knows its tensor set.
+// What the table says of tp rules: learned from a legacy save's pieces when tp > 1, else none.
+std::string tp_note(const MergeInputs& in) {
+    if (in.checkpoint.source->name() == "torchtitan") return "";
+    const int64_t tp = in.mapped.facts.value("tp", 1);
+    if (in.checkpoint.source->name() == "megatron_legacy" && tp > 1)
+        return "; tp rules learned from the tensor-parallel pieces of a legacy save (tp " + std::to_string(tp) + ")";
+    return "; learned from a " + std::string(in.checkpoint.source->name() == "megatron_legacy" ? "legacy tp 1" : "torch_dist") +
+           " save: no tp rules (a legacy per-rank checkpoint with tp > 1 needs them)";
+}
+
 TableIdentity table_identity(const Options& o, const HfConfig& base_config, TableSource source,
-                             const ArchitectureTables& tables) {
+                             const ArchitectureTables& tables, const std::string& tp_note) {
     TableIdentity identity;
     identity.source = source;
     identity.architecture = base_config.architectures.empty() ? "" : base_config.architectures[0];
@@ -151,10 +188,7 @@ TableIdentity table_identity(const Options& o, const HfConfig& base_config, Tabl
     const ArchitectureTable* hf = find_architecture_table(tables, "hf", identity.architecture);
     if (hf && hf->tensor_set) identity.config_check = identity.architecture;
     identity.notes = "proposed by vmerge-mpi map from " + o.local_dir + " and the base model " + o.map_base +
-                     " (values compared on sampled rows)" +
-                     (source == TableSource::Megatron ? "; learned from a torch_dist save: no tp rules (a legacy per-rank "
-                                                        "checkpoint with tp > 1 needs them)"
-                                                      : "");
+                     " (values compared on sampled rows)" + tp_note;
     return identity;
 }
 
@@ -199,9 +233,16 @@ std::optional<MatchResult> shared_matches(const Options& o, Comm& comm, const Ch
     return settle_matches(std::move(all), checkpoint.tensors, base.tensors, base_config.tie_word_embeddings);
 }
 
-}  // namespace
+// What map learned (rank 0): the table with its evidence, the document `--architecture_table`
+// reads when nothing was refused, and what the checkpoint is.
+struct TableProposal {
+    LearnedTable table;
+    std::optional<nlohmann::ordered_json> doc;
+    nlohmann::ordered_json facts;  // the checkpoint's: backend, layout, tp, pp, ...
+};
 
-int run_map(const Options& o, Comm& comm, std::ostream& out) {
+// map's whole path up to the table; nullopt on ranks other than 0.
+std::optional<TableProposal> propose_table(const Options& o, Comm& comm) {
     std::shared_ptr<const ArchitectureTables> tables;
     const std::string config_dir = o.hf_config.empty() ? o.map_base : o.hf_config;
     MergeInputs in = load_checkpoint_names(o, config_dir, comm, tables);
@@ -214,19 +255,69 @@ int run_map(const Options& o, Comm& comm, std::ostream& out) {
     const TableSource source =
         in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
     const BaseSide base = base_side(weights);
-    const CheckpointSide checkpoint = checkpoint_side(in.mapping(), source);
+    const CheckpointSide checkpoint =
+        checkpoint_side(in.mapped, source, text_config_int(base_config, "num_hidden_layers", 0));
     const std::optional<MatchResult> matches = shared_matches(o, comm, checkpoint, base, weights, base_config, source);
-    if (comm.rank() != 0) return kExitSuccess;
-    LearnedTable table = learn_table(*matches, checkpoint.tensors, base.tensors);
+    if (comm.rank() != 0) return std::nullopt;
+    TableProposal proposal;
+    proposal.facts = in.mapped.facts;
+    LearnedTable& table = proposal.table;
+    MatchResult settled = *matches;
+    for (const auto& [whole, views] : checkpoint.expert_forms) settle_expert_forms(settled, whole, views);
+    table = learn_table(settled, checkpoint.tensors, base.tensors);
     join_expert_views(table, checkpoint.expert_views);
     for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
-    out << learned_table_report(table);
-    if (!table.refusals.empty()) {
-        out << "vmerge map: no table proposed: the values cannot decide " << table.refusals.size()
-            << (table.refusals.size() == 1 ? " case" : " cases") << " (refused above)\n";
+    if (table.refusals.empty())
+        proposal.doc = learned_table_json(table, table_identity(o, base_config, source, *tables, tp_note(in)));
+    return proposal;
+}
+
+std::string refused_line(const LearnedTable& table) {
+    return "vmerge map: no table proposed: the values cannot decide " + std::to_string(table.refusals.size()) +
+           (table.refusals.size() == 1 ? " case" : " cases") + " (refused above)\n";
+}
+
+}  // namespace
+
+int run_map(const Options& o, Comm& comm, std::ostream& out) {
+    const std::optional<TableProposal> proposal = propose_table(o, comm);
+    if (!proposal) return kExitSuccess;
+    out << learned_table_report(proposal->table);
+    if (!proposal->doc) {
+        out << refused_line(proposal->table);
         return kExitFailure;
     }
-    write_table(learned_table_json(table, table_identity(o, base_config, source, *tables)), o.map_out, out);
+    write_table(*proposal->doc, o.map_out, out);
+    return kExitSuccess;
+}
+
+int run_suggest_table(const Options& o, Comm& comm, std::ostream& out) {
+    const std::optional<TableProposal> proposal = propose_table(o, comm);
+    if (!proposal) return kExitSuccess;
+    if (o.json) {
+        nlohmann::ordered_json doc;
+        doc["local_dir"] = o.local_dir;
+        doc["base"] = o.map_base;
+        for (auto it = proposal->facts.begin(); it != proposal->facts.end(); ++it) doc[it.key()] = it.value();
+        doc["suggested_table"] = proposal->doc ? *proposal->doc : nlohmann::ordered_json();
+        const nlohmann::ordered_json evidence = learned_table_evidence_json(proposal->table);
+        for (auto it = evidence.begin(); it != evidence.end(); ++it) doc[it.key()] = it.value();
+        if (proposal->doc && !o.map_out.empty()) {
+            std::ostringstream written;
+            write_table(*proposal->doc, o.map_out, written);
+            doc["written"] = o.map_out;
+        }
+        out << doc.dump(2) << "\n";
+        return proposal->doc ? kExitSuccess : kExitFailure;
+    }
+    out << "vmerge inspect: the table learned from " << o.map_base << " for " << o.local_dir << " ("
+        << proposal->facts.value("layout", std::string()) << ")\n";
+    out << learned_table_report(proposal->table);
+    if (!proposal->doc) {
+        out << refused_line(proposal->table);
+        return kExitFailure;
+    }
+    write_table(*proposal->doc, o.map_out, out);
     return kExitSuccess;
 }
 

@@ -293,12 +293,11 @@ MergeInputs load_checkpoint_names(const Options& o, const std::string& config_di
     MergeInputs in;
     in.checkpoint = discover(o, comm);
     const std::string layout = in.checkpoint.source ? in.checkpoint.source->name() : "";
-    if ((layout != "torchtitan" && layout != "torch_dist") || in.checkpoint.hf_named)
+    if ((layout != "torchtitan" && layout != "torch_dist" && layout != "megatron_legacy") || in.checkpoint.hf_named)
         throw Error(in.checkpoint.description + ": map learns tables for torchtitan DCP and Megatron torch_dist "
-                    "checkpoints (their tensors under the trainer's own names, assembled whole); this is " +
+                    "and legacy per-rank checkpoints (their tensors under the trainer's own names); this is " +
                     (layout.empty() ? std::string("another layout") : layout) +
-                    (layout == "megatron_legacy" ? " (its tensor-parallel pieces join by the table map would learn)"
-                     : layout == "fsdp" || layout == "dcp" || layout == "deepspeed" || in.checkpoint.hf_named
+                    (layout == "fsdp" || layout == "dcp" || layout == "deepspeed" || in.checkpoint.hf_named
                          ? " (it keeps transformers' own names: no table to learn)"
                          : ""));
     in.scans = gather_scans(scan_own_files(in.checkpoint, comm), in.checkpoint.jobs.size(), comm);

@@ -59,7 +59,8 @@ MergeInputs load_inputs(const Options& o, Comm& comm);
 
 // map: discover and scan `o.local_dir` as a merge does, then its tensors under the checkpoint's
 // own canonical names (MapOptions::checkpoint_names), with config.json from `config_dir`; no
-// architecture table is applied (map learns it). `tables` receives the loaded tables.
+// architecture table is applied (map learns it; a legacy Megatron save's tensors come once per
+// tp rule their pieces allow, MappedCheckpoint::tp_assemblies). `tables` receives the loaded tables.
 MergeInputs load_checkpoint_names(const Options& o, const std::string& config_dir, Comm& comm,
                                   std::shared_ptr<const ArchitectureTables>& tables);
 

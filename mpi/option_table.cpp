@@ -159,6 +159,8 @@ void add_run_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.inspecting.add_options()
         ("np", po::value(&o.np)->default_value(0), "plan for this many ranks (default: the ranks running)")
         ("json", po::bool_switch(&o.json), "print JSON")
+        ("suggest_table", po::bool_switch(&o.suggest_table),
+         "propose the architecture table learned from --base, with its evidence (map's path)")
         ("simulate", po::value(&o.simulate),
          "plan without checkpoint files, from --hf_config and a layout: fsdp:W or megatron:tpT,ppP[,epE][,vppV]");
 }
@@ -194,7 +196,7 @@ const std::vector<CommandInfo> kCommands = {
     {"inspect",
      {"print what was detected and the plan for --np N ranks"},
      {&OptionTable::input, &OptionTable::conversion, &OptionTable::inspecting, &OptionTable::lora,
-      &OptionTable::quantizing, &OptionTable::run}},
+      &OptionTable::quantizing, &OptionTable::mapping, &OptionTable::run}},
     {"verify",
      {"check an output folder (--target_dir): safetensors rules, index, recorded checksums;",
       "or an HDF5 archive (model.h5): stored as vmerge stores it, every chunk decoded"},

@@ -130,6 +130,11 @@ struct MappedCheckpoint {
     // Set when the adapter's alpha is recorded nowhere in the checkpoint (Megatron-Bridge LoRA
     // shards): why, for the error that asks for --lora_alpha.
     std::string lora_alpha_unrecorded;
+    // map (MapOptions::checkpoint_names) of a legacy Megatron save: the tp rule that joined the
+    // tensor-parallel pieces of each tensor of `mapping`, a name appearing once per rule its
+    // pieces' shapes allow (the values choose; assemble_megatron_legacy_alternatives). Empty
+    // for every other layout (its tensors are whole).
+    std::vector<TpRule> tp_assemblies;
 };
 
 // Applies the detecting backend's rules to the scans (`scans[i]` belongs to `ckpt.jobs[i]`).

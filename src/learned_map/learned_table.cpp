@@ -22,10 +22,16 @@ LearnedRule rule_of(const SourceDecision& d, const std::vector<NamedShape>& sour
     if (d.tied_head) {
         rule.to = {"lm_head.weight"};
         rule.tied_head = true;
+        if (d.match) {  // a copy of the embedding: laid out and joined as the embedding is
+            rule.layout = d.match->guess.layout;
+            rule.tp = source[d.source].tp;
+        }
     } else if (d.match) {
         rule.layout = d.match->guess.layout;
         rule.heads_key = d.match->guess.heads_key;
         for (size_t b : d.match->guess.parts) rule.to.push_back(numbered_pattern(base[b].name));
+        rule.tp = source[d.source].tp;
+        rule.transposed = source[d.source].transposed;
         // Only candidate_groups' offset gets here: the base layer num_hidden_layers further.
         const auto from_numbers = name_numbers(source[d.source].name);
         const auto to_numbers = name_numbers(base[d.match->guess.parts[0]].name);
@@ -41,7 +47,7 @@ bool same_rule(const LearnedRule& a, const LearnedRule& b) {
     // A drop's reason names the closest tensor, which differs per layer: the kind is what counts.
     const bool a_drop = !a.drop.empty(), b_drop = !b.drop.empty();
     return a.to == b.to && a.layout == b.layout && a.heads_key == b.heads_key && a.tied_head == b.tied_head &&
-           a.layer_offset == b.layer_offset && a_drop == b_drop;
+           a.layer_offset == b.layer_offset && a.tp == b.tp && a.transposed == b.transposed && a_drop == b_drop;
 }
 
 std::string rule_text(const LearnedRule& r) {
@@ -51,6 +57,8 @@ std::string rule_text(const LearnedRule& r) {
     if (r.tied_head) return text + " (tied head)";
     if (r.layout != RowLayout::Same) text += " [" + std::string(layout_name(r.layout)) + "]";
     if (r.split_experts) text += " [split_experts]";
+    if (r.transposed) text += " [transpose]";
+    if (!r.tp.empty() && r.tp != "replicated") text += " [tp " + r.tp + "]";
     if (r.layer_offset != 0) text += " [layer + num_hidden_layers]";
     return text;
 }
@@ -87,6 +95,7 @@ LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShap
     LearnedTable table;
     std::map<std::string, size_t> by_from;  // pattern -> rule index
     for (const SourceDecision& d : matches.decisions) {
+        if (d.other_assembly) continue;
         if (!d.refused.empty()) {
             // Two tensors refused for sharing one base tensor carry the same message: once.
             if (std::find(table.refusals.begin(), table.refusals.end(), d.refused) == table.refusals.end())
@@ -134,6 +143,22 @@ void join_expert_views(LearnedTable& table, const std::vector<std::string>& view
     }
 }
 
+void settle_expert_forms(MatchResult& matches, size_t transposed, const std::vector<size_t>& views) {
+    auto& decisions = matches.decisions;
+    const bool views_match =
+        std::any_of(views.begin(), views.end(), [&](size_t v) { return decisions[v].match.has_value(); });
+    const bool keep_transposed = !views_match && decisions[transposed].match.has_value();
+    auto set_aside = [](SourceDecision& d) {
+        d.other_assembly = true;
+        d.refused.clear();
+        d.dropped.clear();
+    };
+    if (keep_transposed)
+        for (size_t v : views) set_aside(decisions[v]);
+    else
+        set_aside(decisions[transposed]);
+}
+
 nlohmann::ordered_json learned_table_json(const LearnedTable& table, const TableIdentity& identity) {
     const bool megatron = identity.source == TableSource::Megatron;
     nlohmann::ordered_json doc;
@@ -166,6 +191,8 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
                 break;
         }
         if (r.split_experts) rule["transform"] = "split_experts";
+        if (r.transposed) rule["transform"] = "transpose";
+        if (!r.tp.empty() && r.tp != "replicated") rule["tp"] = r.tp;
         if (r.layer_offset != 0) rule["layer_offset"] = "num_hidden_layers";
         rules.push_back(std::move(rule));
     }
@@ -193,6 +220,34 @@ std::string learned_table_report(const LearnedTable& table) {
     }
     for (const auto& why : table.refusals) out << "refused: " << why << "\n";
     return out.str();
+}
+
+nlohmann::ordered_json learned_table_evidence_json(const LearnedTable& table) {
+    nlohmann::ordered_json rules = nlohmann::ordered_json::array();
+    for (const LearnedRule& r : table.rules) {
+        nlohmann::ordered_json rule;
+        rule["from"] = r.from;
+        if (!r.drop.empty()) rule["drop"] = r.drop;
+        else rule["to"] = r.to;
+        rule["layout"] = r.tied_head ? "tied head" : layout_name(r.layout);
+        if (r.split_experts) rule["split_experts"] = true;
+        if (r.transposed) rule["transpose"] = true;
+        if (r.layer_offset != 0) rule["layer_offset"] = r.layer_offset;
+        if (!r.tp.empty()) rule["tp"] = r.tp;
+        rule["tensors"] = r.tensors;
+        if (r.drop.empty() && !r.tied_head) {
+            rule["worst_distance"] = r.worst_distance;
+            rule["worst_cosine"] = r.worst_cosine;
+            rule["closest_runner_up"] = r.closest_runner_up ? nlohmann::ordered_json(*r.closest_runner_up) : nullptr;
+        }
+        rule["example"] = r.example;
+        rules.push_back(std::move(rule));
+    }
+    nlohmann::ordered_json doc;
+    doc["rules"] = std::move(rules);
+    doc["refused"] = table.refusals;
+    doc["unmapped_base"] = table.unmapped_base;
+    return doc;
 }
 
 }  // namespace vmerge

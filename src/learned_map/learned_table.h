@@ -23,9 +23,14 @@ struct LearnedRule {
     // torchtitan's grouped experts [E, ...]: matched expert by expert (checkpoint_expert_views),
     // stated as one rule with transform split_experts.
     bool split_experts = false;
+    // The grouped tensor whole, its last two axes swapped (transform "transpose").
+    bool transposed = false;
     // The HF layer number minus the checkpoint's (torchtitan's MTP layers: num_hidden_layers),
     // stated as layer_offset "num_hidden_layers"; 0: the same numbers.
     int64_t layer_offset = 0;
+    // How a legacy Megatron save's tensor-parallel pieces join (the table's tp name of the
+    // assembly the values chose); "" or "replicated": nothing to state (the default).
+    std::string tp;
     std::string drop;             // why it has no HF name
     size_t tensors = 0;
     double worst_distance = 0;                // the largest distance of a match it took
@@ -60,6 +65,13 @@ std::string expert_view_pattern(const std::string& grouped);
 // disagree was refused already (one pattern, two rules).
 void join_expert_views(LearnedTable& table, const std::vector<std::string>& views);
 
+// A grouped torchtitan tensor offered two ways: expert by expert (`views`, the decisions of its
+// expert views: split_experts) and whole with its last two axes swapped (`transposed`, the
+// decision of that tensor). A match among the views keeps them, else a match of the transposed
+// tensor keeps it, else the views stay (their drop or refusal); the other form's decisions
+// become other_assembly.
+void settle_expert_forms(MatchResult& matches, size_t transposed, const std::vector<size_t>& views);
+
 // What the learned table is for: written into its JSON.
 struct TableIdentity {
     std::string name;
@@ -75,5 +87,10 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
 // The proposal with its evidence, one line per rule (distance of the match, the runner-up's),
 // then the dropped, the refused and the base tensors nothing maps to.
 std::string learned_table_report(const LearnedTable& table);
+
+// The same as JSON (inspect --suggest_table --json): "rules" (each with from, to or drop,
+// layout, tp, tensors, worst_distance, worst_cosine, closest_runner_up, example), "refused",
+// "unmapped_base".
+nlohmann::ordered_json learned_table_evidence_json(const LearnedTable& table);
 
 }  // namespace vmerge

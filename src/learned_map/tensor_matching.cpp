@@ -88,15 +88,14 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
         }
     const Fit& best = fits[0];
     const std::string name = src[source].name;
-    if (best.zero_source) {
-        d.refused = name + " is all zeros in the sampled rows: its values cannot say which base tensor it is";
-        return d;
-    }
     if (best.zero_part) {
         d.refused = name + ": base tensor " + base[best.guess.parts[*best.zero_part]].name +
                     " is all zeros in the sampled rows: its values cannot say which checkpoint tensor it is";
         return d;
     }
+    // All zeros against base tensors that are not: none of them (distance 1 from each); settled
+    // as a tensor no base tensor holds (a buffer such as torchtitan's expert_bias_E).
+    if (best.zero_source) return d;
     if (!(best.distance <= kMatchDistance)) return d;  // no counterpart (decided by the caller)
     if (d.runner_up && d.runner_up->distance <= kAmbiguityRatio * best.distance) {
         auto names = [&](const Fit& f) {
@@ -113,15 +112,98 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
     return d;
 }
 
-// Two checkpoint tensors taking one base tensor: neither is proposed.
+// Whether the tp pieces of a name are copies, read from its "dim0" assembly (`joined`, the
+// pieces one after another) on the sampled rows of its "replicated" one (`one`, rank 0's).
+bool pieces_are_copies(const NamedShape& one, const NamedShape& joined, size_t joined_index, RowValues& rows) {
+    const int64_t piece_rows = tensor_rows(one.shape);
+    if (piece_rows <= 0 || tensor_rows(joined.shape) % piece_rows != 0) return false;
+    const int64_t pieces = tensor_rows(joined.shape) / piece_rows;
+    for (int64_t r : sample_rows(piece_rows, sample_count(row_length(one.shape)))) {
+        const std::vector<double> first = rows.row(joined_index, r);
+        double norm = 0;
+        for (double v : first) norm += v * v;
+        for (int64_t p = 1; p < pieces; ++p) {
+            const std::vector<double> other = rows.row(joined_index, p * piece_rows + r);
+            double diff = 0;
+            for (size_t k = 0; k < first.size(); ++k) diff += (other[k] - first[k]) * (other[k] - first[k]);
+            if (diff > kReplicaDistance * kReplicaDistance * norm) return false;
+        }
+    }
+    return true;
+}
+
+// The tp assemblies of one name worth comparing: all of them, less "replicated" when its
+// pieces are not copies (then rank 0's piece alone is not the tensor, whatever it matches).
+std::vector<size_t> possible_assemblies(const std::vector<size_t>& assemblies, const std::vector<NamedShape>& src,
+                                        RowValues& rows) {
+    auto find = [&](const char* tp) {
+        for (size_t s : assemblies)
+            if (src[s].tp == tp) return std::optional<size_t>(s);
+        return std::optional<size_t>();
+    };
+    const auto replicated = find("replicated"), joined = find("dim0");
+    if (!replicated || !joined || pieces_are_copies(src[*replicated], src[*joined], *joined, rows)) return assemblies;
+    std::vector<size_t> kept;
+    for (size_t s : assemblies)
+        if (s != *replicated) kept.push_back(s);
+    return kept;
+}
+
+// The decision for one name from the fits of its tp assemblies (`assemblies`: its tensors;
+// one for a whole tensor): the assembly of the closest fit decides, the others are
+// other_assembly. Another assembly of the same base tensors that fits nearly as well is a
+// refusal: the values cannot say how the pieces join.
+std::vector<SourceDecision> decide_assemblies(const std::vector<size_t>& assemblies,
+                                              std::vector<std::pair<size_t, Fit>> fits,
+                                              const std::vector<NamedShape>& src, const std::vector<NamedShape>& base) {
+    size_t chosen = assemblies[0];
+    double closest = std::numeric_limits<double>::infinity();
+    for (const auto& [s, fit] : fits)
+        if (fit.distance < closest) {
+            closest = fit.distance;
+            chosen = s;
+        }
+    std::vector<Fit> all;
+    for (const auto& [s, fit] : fits) all.push_back(fit);
+    std::vector<SourceDecision> out{decide(chosen, std::move(all), src, base)};
+    SourceDecision& d = out[0];
+    if (d.match)
+        for (const auto& [s, fit] : fits)
+            if (s != chosen && fit.guess.parts == d.match->guess.parts &&
+                fit.distance <= kAssemblyRatio * d.match->distance) {
+                d.refused = src[chosen].name + ": its tensor-parallel pieces joined " + src[chosen].tp +
+                            " (distance " + distance_text(d.match->distance) + ") and " + src[s].tp +
+                            " (distance " + distance_text(fit.distance) + ") fit alike: the values cannot say how they join";
+                d.match.reset();
+                break;
+            }
+    for (size_t s : assemblies)
+        if (s != chosen) {
+            SourceDecision other;
+            other.source = s;
+            other.other_assembly = true;
+            out.push_back(std::move(other));
+        }
+    return out;
+}
+
+// Two checkpoint tensors taking one base tensor: neither is proposed. Except when config.json
+// ties the embeddings and the two take the embedding alone: a save that keeps the output head
+// as a copy of the embedding (Megatron-LM's last pipeline stage); the later of the two in the
+// checkpoint's order (models put the embedding first) is the tied head.
 void refuse_shared_targets(std::vector<SourceDecision>& decisions, const std::vector<NamedShape>& src,
-                           const std::vector<NamedShape>& base) {
+                           const std::vector<NamedShape>& base, bool tied_embeddings) {
     std::map<size_t, std::vector<size_t>> takers;  // base tensor -> decisions
     for (size_t i = 0; i < decisions.size(); ++i)
         if (decisions[i].match)
             for (size_t b : decisions[i].match->guess.parts) takers[b].push_back(i);
     for (const auto& [b, who] : takers) {
         if (who.size() < 2) continue;
+        const bool alone = std::all_of(who.begin(), who.end(), [&](size_t i) { return decisions[i].match->guess.parts.size() == 1; });
+        if (tied_embeddings && who.size() == 2 && alone && base[b].name.ends_with("embed_tokens.weight")) {
+            decisions[who[1]].tied_head = true;  // keeps its match: the evidence of the copy
+            continue;
+        }
         std::string names;
         for (size_t i : who) names += (names.empty() ? "" : " and ") + src[decisions[i].source].name;
         for (size_t i : who) {
@@ -150,6 +232,11 @@ void settle_unmatched(SourceDecision& d, const std::vector<NamedShape>& src, con
                 d.tied_head = true;  // the embedding's twin: the head config.json ties to it
                 return;
             }
+    if (d.best && d.best->zero_source) {
+        d.dropped = "all zeros in the sampled rows, and every base tensor its shape fits is not: a buffer no base "
+                    "tensor holds";
+        return;
+    }
     d.dropped = "no base tensor holds its values";
     if (d.best) {
         d.dropped += " (closest: ";
@@ -254,11 +341,30 @@ std::vector<SourceDecision> decide_tensors(const std::vector<NamedShape>& source
         for (const auto& key : candidate_groups(numbers, heads, source_kind))
             if (const auto it = base_groups.find(key); it != base_groups.end())
                 candidates.insert(candidates.end(), it->second.begin(), it->second.end());
+        // The tp assemblies of one name (a legacy Megatron save's) are decided together.
+        std::vector<std::string> names;
+        std::map<std::string, std::vector<size_t>> assemblies;
         for (size_t s : members) {
-            std::vector<Fit> fits;
-            for (const LayoutGuess& g : layout_guesses(source[s], base, candidates, heads, source_kind))
-                fits.push_back(measure_fit(g, s, base, cached_source, cached_base, heads));
-            decisions.push_back(decide(s, std::move(fits), source, base));
+            auto& same_name = assemblies[source[s].name];
+            if (same_name.empty()) names.push_back(source[s].name);
+            same_name.push_back(s);
+        }
+        for (const std::string& name : names) {
+            const std::vector<size_t>& all = assemblies[name];
+            const std::vector<size_t> possible = possible_assemblies(all, source, cached_source);
+            std::vector<std::pair<size_t, Fit>> fits;
+            for (size_t s : possible)
+                for (const LayoutGuess& g : layout_guesses(source[s], base, candidates, heads, source_kind))
+                    fits.emplace_back(s, measure_fit(g, s, base, cached_source, cached_base, heads));
+            for (SourceDecision& d : decide_assemblies(possible, std::move(fits), source, base))
+                decisions.push_back(std::move(d));
+            for (size_t s : all)  // "replicated" of pieces that are no copies
+                if (std::find(possible.begin(), possible.end(), s) == possible.end()) {
+                    SourceDecision other;
+                    other.source = s;
+                    other.other_assembly = true;
+                    decisions.push_back(std::move(other));
+                }
         }
         cached_source.clear();
         cached_base.clear();
@@ -274,9 +380,9 @@ MatchResult settle_matches(std::vector<SourceDecision> decisions, const std::vec
         if (d.source >= source.size()) throw Error("internal: a map decision names checkpoint tensor " + std::to_string(d.source));
         result.decisions[d.source] = std::move(d);
     }
-    refuse_shared_targets(result.decisions, source, base);
+    refuse_shared_targets(result.decisions, source, base, tied_embeddings);
     for (SourceDecision& d : result.decisions)
-        if (!d.match && d.refused.empty()) settle_unmatched(d, source, base, result.decisions, tied_embeddings);
+        if (!d.match && d.refused.empty() && !d.other_assembly) settle_unmatched(d, source, base, result.decisions, tied_embeddings);
     std::vector<bool> taken(base.size(), false);
     for (const SourceDecision& d : result.decisions)
         if (d.match)
@@ -304,7 +410,8 @@ nlohmann::json decisions_json(const std::vector<SourceDecision>& decisions) {
     nlohmann::json doc = nlohmann::json::array();
     for (const SourceDecision& d : decisions)
         doc.push_back({{"source", d.source}, {"match", fit_json(d.match)}, {"best", fit_json(d.best)},
-                       {"runner_up", fit_json(d.runner_up)}, {"refused", d.refused}});
+                       {"runner_up", fit_json(d.runner_up)}, {"refused", d.refused},
+                       {"other_assembly", d.other_assembly}});
     return doc;
 }
 
@@ -334,6 +441,7 @@ std::vector<SourceDecision> decisions_from_json(const nlohmann::json& doc) {
         d.best = fit_of(j.at("best"));
         d.runner_up = fit_of(j.at("runner_up"));
         d.refused = j.at("refused").get<std::string>();
+        d.other_assembly = j.at("other_assembly").get<bool>();
         decisions.push_back(std::move(d));
     }
     return decisions;

@@ -15,6 +15,13 @@ namespace vmerge {
 struct NamedShape {
     std::string name;
     Shape shape;
+    // A legacy Megatron save's tensor as one tp rule joined its tensor-parallel pieces (the
+    // table's name of the rule: "dim0", "glu_halves", ...): a name appears once per rule its
+    // pieces allow, and the values choose. "" : a whole tensor.
+    std::string tp;
+    // A grouped torchtitan tensor [E, a, b] whole with its last two axes swapped ([E, b, a], as
+    // transformers stores GPT-OSS's experts): its rule's transform is "transpose".
+    bool transposed = false;
 };
 
 // The values of one side's tensors, a row at a time (a row: the elements past the first axis;
@@ -48,6 +55,9 @@ struct SourceDecision {
     std::string refused;           // why no rule can be proposed ("" when none)
     std::string dropped;           // why it has no HF name ("" when matched or refused)
     bool tied_head = false;        // the output head of a model whose config ties the embeddings
+    // Another tp assembly of a name whose decision is another tensor's (the values chose that
+    // one): no decision of its own, not a tensor of the table.
+    bool other_assembly = false;
 };
 
 struct MatchResult {
@@ -76,6 +86,14 @@ std::vector<LayoutGuess> layout_guesses(const NamedShape& s, const std::vector<N
 // Compares the sampled rows of a guess (sample_rows of each part).
 Fit measure_fit(const LayoutGuess& guess, size_t source, const std::vector<NamedShape>& base, RowValues& source_rows,
                 RowValues& base_rows, const ModelShape& heads);
+
+// Two tp assemblies of one name (the same base tensors) must be further apart than this ratio
+// too: otherwise the values cannot tell how the pieces join and map refuses.
+inline constexpr double kAssemblyRatio = kAmbiguityRatio;
+// Pieces read once from rank 0 ("replicated") must be copies: each within this relative
+// distance of rank 0's on the sampled rows. Pieces that differ (a vocabulary's shards, whose
+// first shard alone holds every base row) are no replicated tensor.
+inline constexpr double kReplicaDistance = 1e-3;
 
 // Matches every checkpoint tensor with the base tensors whose values it holds: candidates from
 // the shapes and the layer/expert numbers, decided by the values (kMatchDistance,

@@ -76,6 +76,17 @@ TensorMapping assemble_megatron_legacy(const MegatronLegacyCheckpoint& ckpt, con
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
                                        SourceLedger* ledger = nullptr);
 
+// What `map` learns a legacy save's tp rules from: every canonical tensor joined by each tp
+// rule its pieces' shapes allow (possibly several: the values choose), `rules[n]` the rule of
+// `mapping.tensors[n]`; one name appears once per rule. A single piece (tp 1) is read as is.
+struct TpAssemblies {
+    TensorMapping mapping;
+    std::vector<TpRule> rules;
+};
+TpAssemblies assemble_megatron_legacy_alternatives(const MegatronLegacyCheckpoint& ckpt,
+                                                   const std::vector<ScannedFile>& scans, const ArchitectureInfo& arch,
+                                                   MegatronParallelism& found, SourceLedger* ledger);
+
 // Renames and splits canonical Megatron tensors into the HF tensors of `arch` (QKV
 // de-interleave, gate/up halves, vocab trim), drops what tying removes, and checks the
 // result against the tensors config.json implies. Unmapped keys are an Error listing them

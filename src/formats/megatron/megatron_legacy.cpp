@@ -445,12 +445,8 @@ void add_tp_copies(OutputTensor& t, const std::vector<Piece>& pieces, TpRule rul
 }
 
 // Step 4, one canonical tensor from its TP shards, its sources appended to `out.sources`.
-OutputTensor assemble_tp_tensor(const std::string& dir, const std::string& key, const std::vector<Piece>& pieces,
+OutputTensor assemble_tp_tensor(const std::string& key, const std::vector<Piece>& pieces,
                                 const ArchitectureInfo& arch, TensorMapping& out, SourceLedger* ledger) {
-    for (size_t t = 0; t < pieces.size(); ++t)
-        if (!pieces[t].tensor)
-            throw Error(dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
-                        " (present in " + pieces[0].file->path + ")");
     const TensorRef& first = *pieces[0].tensor;
     const TpRule rule = settled_tp_rule(key, pieces, arch);
     OutputTensor t;
@@ -465,23 +461,99 @@ OutputTensor assemble_tp_tensor(const std::string& dir, const std::string& key, 
     return t;
 }
 
+// Steps 1-3: every kept entry under its canonical key with its pieces by tp rank, keys in
+// first-seen order.
+struct CanonicalShards {
+    MegatronLegacyCheckpoint ckpt;
+    Shards shards;
+    std::vector<std::string> order;
+};
+CanonicalShards collect_canonical_shards(const MegatronLegacyCheckpoint& detected, const std::vector<ScannedFile>& scans,
+                                         const ArchitectureInfo& arch, MegatronParallelism& found, SourceLedger* ledger) {
+    SettledRanks settled = settle_rank_indices(detected, scans, arch.layers, found);
+    CanonicalShards out;
+    out.ckpt = std::move(settled.ckpt);
+    // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
+    std::vector<std::vector<RankKey>> keys(scans.size());
+    for (size_t i = 0; i < scans.size(); ++i)
+        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key, out.ckpt.files[i].path));
+    const auto layer_offset = global_layer_offsets(scans, keys, settled.by_rank, found);
+    out.shards = collect_tp_shards(out.ckpt, scans, keys, layer_offset, found, arch, out.order, ledger);
+    for (const std::string& key : out.order) {
+        const auto& pieces = out.shards.at(key);
+        for (size_t t = 0; t < pieces.size(); ++t)
+            if (!pieces[t].tensor)
+                throw Error(out.ckpt.dir + ": '" + key + "' is missing from tensor-parallel rank " + std::to_string(t) +
+                            " (present in " + pieces[0].file->path + ")");
+    }
+    return out;
+}
+
+// The tp rules whose shape conditions (check_tp_shards) the pieces meet: read once from rank
+// 0 (all pieces alike in shape), joined on dim 0, on dim 1, or as [gate_r; up_r] halves. One
+// piece joins only one way.
+std::vector<TpRule> possible_tp_rules(const std::vector<Piece>& pieces) {
+    if (pieces.size() == 1) return {TpRule::Replicated};
+    const Shape& first = pieces[0].tensor->shape;
+    bool same = true, same_but0 = !first.empty(), same_but1 = first.size() >= 2;
+    for (const Piece& p : pieces) {
+        const Shape& s = p.tensor->shape;
+        if (s.size() != first.size()) return {};
+        same = same && s == first;
+        for (size_t a = 0; a < s.size(); ++a) {
+            same_but0 = same_but0 && (a == 0 || s[a] == first[a]);
+            same_but1 = same_but1 && (a == 1 || s[a] == first[a]);
+        }
+    }
+    std::vector<TpRule> rules;
+    if (same) rules.push_back(TpRule::Replicated);
+    if (same_but0) rules.push_back(TpRule::Concat0);
+    if (same_but1) rules.push_back(TpRule::Concat1);
+    if (same && !first.empty() && first[0] % 2 == 0) rules.push_back(TpRule::GluHalves);
+    return rules;
+}
+
 }  // namespace
 
 TensorMapping assemble_megatron_legacy(const MegatronLegacyCheckpoint& detected, const std::vector<ScannedFile>& scans,
                                        const ArchitectureInfo& arch, MegatronParallelism& found,
                                        SourceLedger* ledger) {
-    const SettledRanks settled = settle_rank_indices(detected, scans, arch.layers, found);
-    const MegatronLegacyCheckpoint& ckpt = settled.ckpt;
-    const RankIndex& by_rank = settled.by_rank;
-    // Every key taken apart once: steps 2-4 all need its layer and expert numbers.
-    std::vector<std::vector<RankKey>> keys(scans.size());
-    for (size_t i = 0; i < scans.size(); ++i)
-        for (const auto& e : scans[i].tensors) keys[i].push_back(parse_rank_key(e.key, ckpt.files[i].path));
-    const auto layer_offset = global_layer_offsets(scans, keys, by_rank, found);
-    std::vector<std::string> order;
-    const Shards shards = collect_tp_shards(ckpt, scans, keys, layer_offset, found, arch, order, ledger);
+    const CanonicalShards canonical = collect_canonical_shards(detected, scans, arch, found, ledger);
     TensorMapping out;
-    for (const std::string& key : order) out.tensors.push_back(assemble_tp_tensor(ckpt.dir, key, shards.at(key), arch, out, ledger));
+    for (const std::string& key : canonical.order)
+        out.tensors.push_back(assemble_tp_tensor(key, canonical.shards.at(key), arch, out, ledger));
+    return out;
+}
+
+TpAssemblies assemble_megatron_legacy_alternatives(const MegatronLegacyCheckpoint& detected,
+                                                   const std::vector<ScannedFile>& scans, const ArchitectureInfo& arch,
+                                                   MegatronParallelism& found, SourceLedger* ledger) {
+    const CanonicalShards canonical = collect_canonical_shards(detected, scans, arch, found, ledger);
+    TpAssemblies out;
+    for (const std::string& key : canonical.order) {
+        const std::vector<Piece>& pieces = canonical.shards.at(key);
+        const uint32_t base = static_cast<uint32_t>(out.mapping.sources.size());
+        for (const Piece& piece : pieces) out.mapping.sources.push_back(*piece.tensor);
+        for (const Piece& piece : pieces)
+            if (piece.tensor->dtype != pieces[0].tensor->dtype)
+                throw Error(piece.file->path + ": '" + key + "' is " + std::string(torch_name(piece.tensor->dtype)) +
+                            " but " + std::string(torch_name(pieces[0].tensor->dtype)) + " in " + pieces[0].file->path);
+        const std::vector<TpRule> rules = possible_tp_rules(pieces);
+        if (rules.empty())
+            throw Error(pieces[1].file->path + ": tensor-parallel shards of '" + key + "' differ in rank (" +
+                        shape_to_string(pieces[1].tensor->shape) + " vs " + shape_to_string(pieces[0].tensor->shape) +
+                        " in " + pieces[0].file->path + ")");
+        for (const TpRule rule : rules) {
+            OutputTensor t;
+            t.name = key;
+            t.source_dtype = t.dtype = pieces[0].tensor->dtype;
+            t.shape = pieces[0].tensor->shape;
+            // No ledger: another assembly of the same pieces may take what this one leaves.
+            add_tp_copies(t, pieces, rule, base, nullptr);
+            out.mapping.tensors.push_back(std::move(t));
+            out.rules.push_back(rule);
+        }
+    }
     return out;
 }
 

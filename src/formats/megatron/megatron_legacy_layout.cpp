@@ -12,6 +12,24 @@ namespace vmerge {
 namespace fs = std::filesystem;
 namespace {
 
+// map (MapOptions::checkpoint_names): the canonical tensors joined by every tp rule their
+// pieces allow, no table (config.json gives only the layer count rank settling needs).
+void map_tp_assemblies(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
+                       const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) {
+    ArchitectureInfo arch;
+    arch.layers = text_config_int(config, "num_hidden_layers", 0);
+    arch.value_model = options.is_value_model;
+    MegatronParallelism found;
+    TpAssemblies assembled = assemble_megatron_legacy_alternatives(d.kept<MegatronLegacyCheckpoint>(), scans, arch,
+                                                                   found, &ledger);
+    m.facts["tp"] = found.tp;
+    m.facts["pp"] = found.pp;
+    m.facts["vpp"] = found.vpp;
+    m.facts["ep"] = found.ep;
+    m.mapping = std::move(assembled.mapping);
+    m.tp_assemblies = std::move(assembled.rules);
+}
+
 class MegatronLegacyBackend final : public Backend {
 public:
     std::string name() const override { return "megatron_legacy"; }
@@ -35,6 +53,7 @@ public:
 
     void map(const DetectedCheckpoint& d, const std::vector<ScannedFile>& scans, const HfConfig& config,
              const MapOptions& options, MappedCheckpoint& m, SourceLedger& ledger) const override {
+        if (options.checkpoint_names) return map_tp_assemblies(d, scans, config, options, m, ledger);
         ArchitectureInfo arch = architecture_for(config, options.is_value_model, options.drop_mtp, options.loaded_tables());
         arch.pad_vocab = options.pad_vocab;
         TensorMapping canonical = assemble_rank_files(d, scans, arch, options, m, ledger);

@@ -250,6 +250,149 @@ TEST(LearnedMap, TorchtitanMtpLayersGetTheLayerOffset) {
     EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
 }
 
+// A legacy Megatron fc1 of tp 2 joined two ways: rank r holds [gate_r; up_r], so joining the
+// pieces on dim 0 gives [gate_0; up_0; gate_1; up_1], as glu_halves [gate; up].
+HeldTensor joined_on_dim0(const std::string& name, const HeldTensor& gate, const HeldTensor& up) {
+    const int64_t half = gate.shape[0] / 2;
+    HeldTensor t{name, {2 * gate.shape[0], gate.shape[1]}, {}};
+    for (int64_t r = 0; r < 2; ++r) {
+        t.rows.insert(t.rows.end(), gate.rows.begin() + r * half, gate.rows.begin() + (r + 1) * half);
+        t.rows.insert(t.rows.end(), up.rows.begin() + r * half, up.rows.begin() + (r + 1) * half);
+    }
+    return t;
+}
+
+TEST(LearnedMap, TensorParallelAssembliesAreChosenByTheValues) {
+    Model m;
+    const HeldTensor gate = random_tensor("model.layers.0.mlp.gate_proj.weight", {24, 16}, 1);
+    const HeldTensor up = random_tensor("model.layers.0.mlp.up_proj.weight", {24, 16}, 2);
+    m.base = {gate, up};
+    const std::string fc1 = "decoder.layers.0.mlp.linear_fc1.weight";
+    m.checkpoint.push_back(tuned(joined_on_dim0("", gate, up), fc1, 10));
+    m.checkpoint.push_back(tuned(stacked("", gate, up), fc1, 11));
+    auto source = shapes(m.checkpoint);
+    source[0].tp = "dim0";
+    source[1].tp = "glu_halves";
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    const auto matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, kHeads, TableSource::Megatron, false);
+    EXPECT_TRUE(matches.decisions[0].other_assembly);
+    const LearnedTable t = learn_table(matches, source, shapes(m.base));
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u);
+    EXPECT_EQ(t.rules[0].tp, "glu_halves");
+    EXPECT_EQ(t.rules[0].layout, RowLayout::GateUp);
+    const auto doc = learned_table_json(t, {"learned", TableSource::Megatron, "LlamaForCausalLM", "", ""});
+    EXPECT_EQ(doc["rules"][0]["tp"], "glu_halves");
+    const ArchitectureTable parsed = parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump()));
+    EXPECT_EQ(parsed.rules[0].tp, TpRule::GluHalves);
+}
+
+TEST(LearnedMap, TensorParallelAssembliesThatFitAlikeAreRefused) {
+    Model m;
+    const HeldTensor gate = random_tensor("model.layers.0.mlp.gate_proj.weight", {24, 16}, 1);
+    const HeldTensor up = random_tensor("model.layers.0.mlp.up_proj.weight", {24, 16}, 2);
+    m.base = {gate, up};
+    const std::string fc1 = "decoder.layers.0.mlp.linear_fc1.weight";
+    m.checkpoint.push_back(tuned(stacked("", gate, up), fc1, 10));
+    m.checkpoint.push_back(tuned(stacked("", gate, up), fc1, 11));
+    auto source = shapes(m.checkpoint);
+    source[0].tp = "dim0";
+    source[1].tp = "glu_halves";
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    const auto matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, kHeads, TableSource::Megatron, false);
+    const LearnedTable t = learn_table(matches, source, shapes(m.base));
+    ASSERT_EQ(t.refusals.size(), 1u) << learned_table_report(t);
+    EXPECT_NE(t.refusals[0].find("fit alike: the values cannot say how they join"), std::string::npos) << t.refusals[0];
+    EXPECT_NE(t.refusals[0].find(fc1), std::string::npos);
+}
+
+// GPT-OSS's grouped experts: torchtitan stores [E, a, b], transformers [E, b, a]. map offers the
+// tensor whole transposed and expert by expert; the transposed whole matches, the views do not.
+TEST(LearnedMap, TransposedGroupedExpertsBecomeATransposeRule) {
+    const int64_t experts = 3, a = 6, b = 4;
+    HeldTensor base{"model.layers.0.mlp.experts.gate_up_proj", {experts, b, a}, {}};
+    std::mt19937 gen(7);
+    std::normal_distribution<double> normal;
+    for (int64_t e = 0; e < experts; ++e) {
+        base.rows.emplace_back(b * a);
+        for (auto& v : base.rows.back()) v = normal(gen);
+    }
+    const std::string grouped = "layers.0.moe.experts.mlp1_weight";
+    Model m;
+    m.base = {base};
+    m.checkpoint.push_back(tuned(base, grouped, 20));  // the whole, transposed back: [E, b, a]
+    for (int64_t e = 0; e < experts; ++e) {  // expert e's view [a, b]: base expert e transposed
+        HeldTensor view{grouped + "." + std::to_string(e), {a, b}, {}};
+        for (int64_t i = 0; i < a; ++i) {
+            view.rows.emplace_back(b);
+            for (int64_t j = 0; j < b; ++j) view.rows.back()[j] = base.rows[e][j * a + i];
+        }
+        m.checkpoint.push_back(tuned(view, view.name, 30 + e));
+    }
+    auto source = shapes(m.checkpoint);
+    source[0].transposed = true;
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    MatchResult matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, kHeads, TableSource::Torchtitan, false);
+    settle_expert_forms(matches, 0, {1, 2, 3});
+    LearnedTable t = learn_table(matches, source, shapes(m.base));
+    join_expert_views(t, {grouped + ".0", grouped + ".1", grouped + ".2"});
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u) << learned_table_report(t);
+    EXPECT_TRUE(t.rules[0].transposed);
+    EXPECT_EQ(t.rules[0].from, "layers.{i}.moe.experts.mlp1_weight");
+    EXPECT_TRUE(t.unmapped_base.empty());
+    const auto doc = learned_table_json(t, {"learned", TableSource::Torchtitan, "GptOssForCausalLM", "", ""});
+    EXPECT_EQ(doc["rules"][0]["transform"], "transpose");
+    const ArchitectureTable parsed = parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump()));
+    EXPECT_EQ(parsed.rules[0].transform, TableTransform::Transpose);
+}
+
+TEST(LearnedMap, TiedHeadKeptAsACopyOfTheEmbeddingIsTheTiedHead) {
+    Model m;
+    m.base.push_back(random_tensor("model.embed_tokens.weight", {40, 16}, 1));
+    m.checkpoint.push_back(tuned(m.base[0], "embedding.word_embeddings.weight", 2));
+    m.checkpoint.push_back(m.checkpoint[0]);  // Megatron-LM's last stage keeps a copy
+    m.checkpoint[1].name = "output_layer.weight";
+    const LearnedTable tied = learn(m, TableSource::Megatron, true);
+    ASSERT_TRUE(tied.refusals.empty()) << learned_table_report(tied);
+    EXPECT_EQ(rule_from(tied, "embedding.word_embeddings.weight")->to[0], "model.embed_tokens.weight");
+    EXPECT_TRUE(rule_from(tied, "output_layer.weight")->tied_head);
+    // Untied, one base tensor cannot be two.
+    const LearnedTable untied = learn(m, TableSource::Megatron, false);
+    ASSERT_EQ(untied.refusals.size(), 1u) << learned_table_report(untied);
+    EXPECT_NE(untied.refusals[0].find("one base tensor cannot be two"), std::string::npos);
+}
+
+TEST(LearnedMap, ReplicatedIsNoAssemblyOfPiecesThatDiffer) {
+    // A vocabulary of 40 rows padded to 96 in tp 2 pieces of 48 rows: rank 0's piece alone holds
+    // every base row, so "replicated" fits as well as "dim0"; the pieces differ, so it is not.
+    Model m;
+    m.base.push_back(random_tensor("model.embed_tokens.weight", {40, 16}, 1));
+    HeldTensor padded = tuned(m.base[0], "embedding.word_embeddings.weight", 2);
+    for (int r = 40; r < 96; ++r) padded.rows.push_back(random_tensor("", {1, 16}, 100 + r).rows[0]);
+    padded.shape = {96, 16};
+    HeldTensor rank0 = padded;
+    rank0.rows.resize(48);
+    rank0.shape = {48, 16};
+    m.checkpoint = {rank0, padded};
+    auto source = shapes(m.checkpoint);
+    source[0].tp = "replicated";
+    source[1].tp = "dim0";
+    HeldRows checkpoint_rows(m.checkpoint), base_rows(m.base);
+    ModelShape heads = kHeads;
+    heads.vocab = 40;
+    const auto matches =
+        match_tensors(source, checkpoint_rows, shapes(m.base), base_rows, heads, TableSource::Megatron, false);
+    const LearnedTable t = learn_table(matches, source, shapes(m.base));
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 1u);
+    EXPECT_EQ(t.rules[0].tp, "dim0");
+    EXPECT_EQ(t.rules[0].layout, RowLayout::Vocab);
+}
+
 TEST(LearnedMap, IdenticalBaseTensorsAreRefused) {
     Model m;
     m.base.push_back(random_tensor("model.layers.0.input_layernorm.weight", {16}, 1));
@@ -271,6 +414,20 @@ TEST(LearnedMap, AllZeroBaseTensorIsRefused) {
     const LearnedTable t = learn(m, TableSource::Torchtitan);
     ASSERT_EQ(t.refusals.size(), 1u);
     EXPECT_NE(t.refusals[0].find("all zeros"), std::string::npos) << t.refusals[0];
+}
+
+TEST(LearnedMap, AllZeroCheckpointBufferIsDroppedNotGuessed) {
+    // torchtitan's expert_bias_E (a load-balancing buffer, zeros) beside a router bias of its shape.
+    Model m;
+    m.base.push_back(random_tensor("model.layers.0.mlp.router.bias", {8}, 1));
+    m.checkpoint.push_back(HeldTensor{"layers.0.moe.expert_bias_E", {8}, std::vector<std::vector<double>>(8, {0.0})});
+    m.checkpoint.push_back(tuned(m.base[0], "layers.0.moe.router.gate.bias", 2));
+    const LearnedTable t = learn(m, TableSource::Torchtitan);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    const LearnedRule* buffer = rule_from(t, "layers.{i}.moe.expert_bias_E");
+    ASSERT_NE(buffer, nullptr);
+    EXPECT_NE(buffer->drop.find("all zeros"), std::string::npos) << buffer->drop;
+    EXPECT_EQ(rule_from(t, "layers.{i}.moe.router.gate.bias")->to[0], "model.layers.{i}.mlp.router.bias");
 }
 
 TEST(LearnedMap, UnmatchedTensorsAreDroppedOrTiedAndBaseLeftoversReported) {

@@ -111,7 +111,7 @@ TEST(CInterface, ErrorsAreTheCommandsMessages) {
     const CallOutcome unknown = call("merge", R"({"local_dir": "x", "target_dir": "y", "bogus_flag": 1})");
     EXPECT_EQ(unknown.code, 2);
     EXPECT_NE(unknown.error.find("bogus_flag"), std::string::npos) << unknown.error;
-    EXPECT_EQ(call("fold", "{}").error, "vmerge-mpi: usage error: unknown command 'fold' (merge, test, inspect, verify or watch) (see --help)");
+    EXPECT_EQ(call("fold", "{}").error, "vmerge-mpi: usage error: unknown command 'fold' (merge, test, inspect, verify, watch or map) (see --help)");
 }
 
 TEST(CInterface, OptionsMustBeAJsonObjectOfFlags) {
