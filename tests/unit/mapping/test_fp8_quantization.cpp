@@ -105,6 +105,60 @@ TEST(Fp8Quantization, DynamicSchemeWritesRowScalesInTheWeightDtype) {
     EXPECT_EQ(config["ignore"], plan.ignored_modules);
 }
 
+TEST(Fp8Quantization, CtBlockSchemeWritesBlockScalesInTheWeightDtypeAndLeavesPartialColumnsOut) {
+    // up [200, 128]: a partial row block, quantized (compressed-tensors pads rows); down [128, 200]:
+    // input not a multiple of 128, left in bf16 and listed.
+    TensorMapping m;
+    m.tensors = {weight("model.layers.0.self_attn.q_proj.weight", {256, 128}),
+                 weight("model.layers.0.self_attn.k_proj.weight", {128, 128}),
+                 weight("model.layers.0.self_attn.v_proj.weight", {128, 128}),
+                 weight("model.layers.0.self_attn.o_proj.weight", {128, 256}),
+                 weight("model.layers.0.mlp.gate_proj.weight", {200, 128}),
+                 weight("model.layers.0.mlp.up_proj.weight", {200, 128}),
+                 weight("model.layers.0.mlp.down_proj.weight", {128, 200}),
+                 weight("lm_head.weight", {100, 128})};
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8CtBlock;
+    const QuantizationPlan plan = plan_quantization(m, spec);
+    const OutputTensor* up = find(m, "model.layers.0.mlp.up_proj.weight");
+    ASSERT_TRUE(up);
+    EXPECT_EQ(up->dtype, DType::F8_E4M3);
+    EXPECT_EQ(up->row_align, 128);
+    EXPECT_EQ(up->scale_row_block, 128);
+    const OutputTensor& scale = m.tensors.at(up->scale_tensor);
+    EXPECT_EQ(scale.name, "model.layers.0.mlp.up_proj.weight_scale");
+    EXPECT_EQ(scale.dtype, DType::BF16);
+    EXPECT_EQ(scale.shape, (Shape{2, 1}));
+    EXPECT_EQ(m.tensors.at(find(m, "model.layers.0.self_attn.o_proj.weight")->scale_tensor).shape, (Shape{1, 2}));
+    EXPECT_EQ(find(m, "model.layers.0.mlp.down_proj.weight")->dtype, DType::BF16);
+    EXPECT_FALSE(find(m, "model.layers.0.mlp.down_proj.weight_scale"));
+    EXPECT_EQ(plan.ignored_modules, (std::vector<std::string>{"lm_head", "model.layers.0.mlp.down_proj"}));
+    ASSERT_EQ(plan.notes.size(), 1u);
+    EXPECT_NE(plan.notes[0].find("1 Linear modules left unquantized: their input size is not a multiple of 128"),
+              std::string::npos);
+    EXPECT_NE(plan.notes[0].find("model.layers.0.mlp.down_proj [128, 200]"), std::string::npos);
+    // compressed-tensors' FP8_BLOCK preset under the keys the other float-quantized configs carry.
+    EXPECT_EQ(quantization_config(spec, plan.ignored_modules).dump(),
+              R"({"quant_method":"compressed-tensors","format":"float-quantized","quantization_status":"compressed",)"
+              R"("config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":8,"type":"float",)"
+              R"("symmetric":true,"group_size":null,"strategy":"block","block_structure":[128,128],"dynamic":false,)"
+              R"("actorder":null,"observer":"minmax","observer_kwargs":{}},"input_activations":{"num_bits":8,)"
+              R"("type":"float","symmetric":true,"group_size":128,"strategy":"group","block_structure":null,)"
+              R"("dynamic":true,"actorder":null,"observer":null,"observer_kwargs":{}},"output_activations":null}},)"
+              R"("ignore":["lm_head","model.layers.0.mlp.down_proj"],"kv_cache_scheme":null,)"
+              R"("global_compression_ratio":null,"sparsity_config":{}})");
+}
+
+TEST(Fp8Quantization, Ue8m0ScalesAddScaleFmtToTheBlockConfig) {
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8Block;
+    spec.scale_format = Fp8ScaleFormat::Ue8m0;
+    EXPECT_EQ(quantization_config(spec, {"lm_head"}).dump(),
+              R"({"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128],)"
+              R"("scale_fmt":"ue8m0","modules_to_not_convert":["lm_head"],"ignored_layers":["lm_head"]})");
+    EXPECT_NE(quantization_description(spec).find("--scale_format ue8m0"), std::string::npos);
+}
+
 TEST(Fp8Quantization, IgnoringOnePartOfAFusedGroupLeavesTheGroup) {
     TensorMapping m = moe_layer();
     QuantizeSpec spec;
