@@ -53,14 +53,17 @@ void add_errors(QuantError& error, float sum, float max) {
     error.max = std::max(error.max, static_cast<double>(max));
 }
 
-// compressed-tensors' codes of n weights with the scale s (stored in D): e4m3fn(clamp(round_D(w / s))).
+// compressed-tensors' codes of n weights with the scale s (stored in D):
+// e4m3fn(clamp(round_D(w / s) + 0)). Its quantizer adds the (zero) zero point it registers for
+// symmetric schemes too, so a quotient of -0 (a -0.0 weight, or one whose quotient underflows D)
+// becomes +0, code 0x00; a tiny negative quotient still rounds to the code -0 (0x80).
 [[gnu::always_inline]] inline void encode_rounded_quotients(const float* w, int64_t n, DType dtype, float scale,
                                                            uint8_t* q) {
     if (dtype == DType::BF16) {
-        for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_finite_clamped(round_to_bf16(w[c] / scale));
+        for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_finite_clamped(round_to_bf16(w[c] / scale) + 0.0f);
     } else {
         // F16 quotients may overflow to infinity: the clamp of the checked encoder takes them.
-        for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_float_clamped(round_to(dtype, w[c] / scale));
+        for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_float_clamped(round_to(dtype, w[c] / scale) + 0.0f);
     }
 }
 

@@ -24,9 +24,10 @@ Rules checked
             a = max(max|w|, float32(1e-4)); s = a / 448; r = 1 / s; code = E(clip(w * r, ±448))
             (--scale-format ue8m0: s replaced by the least power of two >= a / 448, from frexp)
       fp8-block: the fp8-dynamic arithmetic below per 128x128 block (partial row blocks over their
-            real rows): s = round_D(max|w| / 448), eps(D) where 0; code = E(clip(round_D(w / s), ±448))
+            real rows): s = round_D(max|w| / 448), eps(D) where 0; code = E(clip(round_D(w / s) + 0, ±448))
       fp8-dynamic: per row, s = round_D(max|w| / 448), s = eps(D) where s == 0
-            (BF16 2^-7, F16 2^-10, F32 2^-23); code = E(clip(round_D(w / s), ±448))
+            (BF16 2^-7, F16 2^-10, F32 2^-23); code = E(clip(round_D(w / s) + 0, ±448)) (the + 0 is
+            compressed-tensors' zero point: a quotient of -0 becomes +0, code 0x00)
     where E is float8_e4m3fn rounding: the nearest value of the e4m3fn grid (codes 0..0x7E, and
     0x7F counted as 480, which is NaN), ties to the even code, sign copied. No code is 0x7F/0xFF.
   * Every other REF tensor is in QDIR unchanged (dtype, shape, bytes); nothing else is in QDIR.
@@ -167,6 +168,7 @@ def expect_ct_block(w, dt):
     s_full = expand_blocks(s, w.shape)
     with np.errstate(over="ignore"):  # F16 quotients may overflow; the clip takes them
         t, _ = round_to(dt, (w / s_full).astype(np.float32))
+    t = t + np.float32(0.0)  # the zero point compressed-tensors adds: -0 becomes +0
     codes = e4m3_encode(np.clip(t, np.float32(-448.0), np.float32(448.0)))
     return codes, s_bytes, s_full
 
@@ -177,6 +179,7 @@ def expect_channel(w, dt):
     s = np.where(s == 0, np.float32(EPS[dt]), s).astype(np.float32)
     s, s_bytes = round_to(dt, s)
     t, _ = round_to(dt, (w / s).astype(np.float32))
+    t = t + np.float32(0.0)  # the zero point compressed-tensors adds: -0 becomes +0
     codes = e4m3_encode(np.clip(t, np.float32(-448.0), np.float32(448.0)))
     return codes, s_bytes, np.broadcast_to(s, w.shape)
 

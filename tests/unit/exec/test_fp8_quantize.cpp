@@ -36,7 +36,8 @@ TEST(Fp8Kernels, BlockScaleIsAmaxOver448AndCodesUseItsInverse) {
 TEST(Fp8Kernels, ChannelScaleAndQuotientAreRoundedToBf16) {
     // Row 0: amax 1 -> s = bf16(1/448) = 146 * 2^-16; 1/s = 448.88 -> bf16 448 -> 0x7E;
     // -0.5/s = -224.44 -> bf16 -224 -> 0xF6. Row 1 is zero: s = eps(bf16) = 2^-7.
-    const float x[6] = {1.0f, -0.5f, 0.0f, 0.0f, 0.0f, 0.0f};
+    // -0.0 -> +0 (compressed-tensors' zero point is added to the quotient), code 0x00.
+    const float x[6] = {1.0f, -0.5f, -0.0f, 0.0f, 0.0f, 0.0f};
     uint8_t codes[6];
     uint16_t scales[2];
     QuantError error;
@@ -111,6 +112,7 @@ TEST(Fp8Kernels, CtBlockScalesAreRoundedToBf16PerBlockWithEpsForZero) {
     // block (1,1): a bf16 subnormal whose amax/448 rounds to zero in bf16 -> eps; the code
     // rounds to zero, keeping the sign
     x[129 * 256 + 200] = -std::ldexp(1.0f, -130);
+    x[2] = -0.0f;  // compressed-tensors adds its zero point to the quotient: -0 + 0 = +0, code 0x00
     std::vector<uint8_t> codes(x.size());
     uint16_t scales[4];
     QuantError error;
@@ -122,6 +124,7 @@ TEST(Fp8Kernels, CtBlockScalesAreRoundedToBf16PerBlockWithEpsForZero) {
     EXPECT_EQ(scales[3], 0x3C00);
     EXPECT_EQ(codes[0], 0x7E);
     EXPECT_EQ(codes[257], 0xF6);
+    EXPECT_EQ(codes[2], 0x00);
     EXPECT_EQ(codes[128 * 256 + 5], 0x7E);
     EXPECT_EQ(codes[129 * 256 + 200], 0x80);
     EXPECT_EQ(error.count, 130u * 256u);
