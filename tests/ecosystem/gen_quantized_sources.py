@@ -68,7 +68,7 @@ def make_fp8_block(case_dir):
     E.write_case(case_dir, producer="transformers %s Fp8Quantize (FineGrainedFP8, block 128x128)" % __import__(
                      "transformers").__version__,
                  checkpoint="actor", merge_args=[], output_dtype="bfloat16", hf_load=True, logits_exact=True,
-                 quantized_modes=["fp8_block", "nvfp4"],
+                 quantized_modes=["fp8_block", "fp8_block_ct", "nvfp4"],
                  passthrough_modes={"fp8_block": "actor/huggingface/model.safetensors"})
 
 
