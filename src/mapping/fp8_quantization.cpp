@@ -55,9 +55,9 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
 // An FP8 source weight already in the output scheme, with no LoRA update to fold: written as it
 // is, codes and scales bit for bit, instead of dequantized and quantized again (which would round
 // through the model dtype and could move a scale). Block FP8: 128x128 blocks with float32 scales
-// (not with --scale_format ue8m0: a source's scales need not be powers of two); FP8_DYNAMIC: one
-// scale per row in the model dtype. FP8_BLOCK output dequantizes and quantizes again (no source
-// of that scheme is tested yet). Returns the weight and its scale, or nothing.
+// (not with --scale_format ue8m0: a source's scales need not be powers of two); FP8_BLOCK:
+// 128x128 blocks with scales in the model dtype; FP8_DYNAMIC: one scale per row in the model
+// dtype. Returns the weight and its scale, or nothing.
 std::optional<std::pair<OutputTensor, OutputTensor>> passed_through(const TensorMapping& mapping, const OutputTensor& t,
                                                                    const std::string& module, const QuantizeSpec& spec) {
     if (!t.source_scales || t.lora_delta) return std::nullopt;
@@ -67,6 +67,8 @@ std::optional<std::pair<OutputTensor, OutputTensor>> passed_through(const Tensor
     bool same = false;
     if (block)
         same = blocks_of_128 && source.scales.source_dtype == DType::F32 && spec.scale_format == Fp8ScaleFormat::Float;
+    else if (spec.scheme == QuantScheme::Fp8CtBlock)
+        same = blocks_of_128 && source.scales.source_dtype == t.dtype;
     else if (spec.scheme == QuantScheme::Fp8Dynamic)
         same = source.block_rows == 1 && source.block_cols == t.shape[1] && source.scales.shape == Shape{t.shape[0], 1} &&
                source.scales.source_dtype == t.dtype;
