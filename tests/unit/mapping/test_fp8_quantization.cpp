@@ -2,6 +2,7 @@
 // config blocks, vLLM shape rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -147,6 +148,46 @@ TEST(Fp8Quantization, CtBlockSchemeWritesBlockScalesInTheWeightDtypeAndLeavesPar
               R"("dynamic":true,"actorder":null,"observer":null,"observer_kwargs":{}},"output_activations":null}},)"
               R"("ignore":["lm_head","model.layers.0.mlp.down_proj"],"kv_cache_scheme":null,)"
               R"("global_compression_ratio":null,"sparsity_config":{}})");
+}
+
+TEST(Fp8Quantization, SourcesInTheOutputSchemeArePassedThrough) {
+    // Two FP8 sources of [256, 128] in 128x128 blocks, one with BF16 scales (compressed-tensors
+    // FP8_BLOCK), one with F32 scales (DeepSeek block FP8), in a BF16 model.
+    auto sources = [] {
+        TensorMapping m;
+        for (DType scale_dtype : {DType::BF16, DType::F32}) {
+            SourceScales s;
+            s.scales = weight("scales", {2, 1}, scale_dtype);
+            m.source_scales.push_back(s);
+        }
+        m.tensors = {weight("model.layers.0.mlp.gate_proj.weight", {256, 128}),
+                     weight("model.layers.0.mlp.down_proj.weight", {128, 256})};
+        m.tensors[0].source_scales = 0;
+        m.tensors[1].source_scales = 1;
+        return m;
+    };
+    auto passed = [&](QuantScheme scheme, Fp8ScaleFormat format) {
+        TensorMapping m = sources();
+        QuantizeSpec spec;
+        spec.scheme = scheme;
+        spec.scale_format = format;
+        const QuantizationPlan plan = plan_quantization(m, spec);
+        std::vector<bool> kept;
+        for (const char* w : {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight"})
+            kept.push_back(find(m, w)->quantized_as_stored);
+        EXPECT_EQ(plan.passed_through, static_cast<size_t>(std::count(kept.begin(), kept.end(), true)));
+        return kept;
+    };
+    EXPECT_EQ(passed(QuantScheme::Fp8CtBlock, Fp8ScaleFormat::Float), (std::vector<bool>{true, false}));
+    EXPECT_EQ(passed(QuantScheme::Fp8Block, Fp8ScaleFormat::Float), (std::vector<bool>{false, true}));
+    // UE8M0 scales must be powers of two: a source's need not be, so it is quantized again.
+    EXPECT_EQ(passed(QuantScheme::Fp8Block, Fp8ScaleFormat::Ue8m0), (std::vector<bool>{false, false}));
+    TensorMapping m = sources();
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8CtBlock;
+    plan_quantization(m, spec);
+    EXPECT_TRUE(find(m, "model.layers.0.mlp.gate_proj.weight_scale"));
+    EXPECT_EQ(find(m, "model.layers.0.mlp.gate_proj.weight_scale")->dtype, DType::BF16);
 }
 
 TEST(Fp8Quantization, Ue8m0ScalesAddScaleFmtToTheBlockConfig) {
