@@ -6,7 +6,8 @@
 # unquantized merge), every other tensor and file bit-identical; 1, 2 and 3 ranks with 1 MiB
 # blocks; dense BF16 and FP32 masters, MoE, MLA, a value model, a LoRA fold, --quantize_ignore
 # on a fused part; the shape-rule warning printed once; `inspect`; a NaN weight refused; FP8_BLOCK
-# leaving the 344-input down_proj unquantized with its note; --scale_format with another scheme refused.
+# leaving the 344-input down_proj unquantized with its note, and through HDF5; --scale_format with
+# another scheme refused.
 # usage: fp8_cases.sh VMERGE MPIEXEC PYTHON SOURCE_DIR FSDP_FIXTURES MEGATRON_FIXTURES LORA_FIXTURES WORK
 set -euo pipefail
 vmerge=$1 mpiexec=$2 python=$3 source_dir=$4 fsdp=$5 megatron=$6 lora=$7 work=$8
@@ -84,6 +85,7 @@ run_hdf5_case() {
     "$python" "$checker" --out "$out" --ref "$ref" --scheme "$scheme" || fail "check_fp8 hdf5 $label $scheme"
 }
 run_hdf5_case example "$example" "$work/example_ref" 3 fp8
+run_hdf5_case example "$example" "$work/example_ref" 2 fp8-block
 run_hdf5_case moe "$megatron/verl_qwen2moe_tp2_ep2/actor" "$megatron/verl_qwen2moe_tp2_ep2/reference" 2 fp8-dynamic
 
 # inspect: sizes before and after, the rules by name.
