@@ -1,9 +1,10 @@
 #!/bin/bash
 # `merge --quantize=fp8` (block FP8, also with --scale_format ue8m0), `--quantize=fp8-block`
-# (compressed-tensors FP8_BLOCK) and `--quantize=fp8-dynamic` (compressed-tensors FP8_DYNAMIC), each FP8 byte and scale recomputed by an independent numpy checker
-# (tests/tools/check_fp8.py, written from docs/reference/fp8-formats.md) from a reference HF
-# folder the fixture generators wrote from the original tensors (the example model: its
-# unquantized merge), every other tensor and file bit-identical; 1, 2 and 3 ranks with 1 MiB
+# (compressed-tensors FP8_BLOCK) and `--quantize=fp8-dynamic` (compressed-tensors FP8_DYNAMIC),
+# each FP8 byte and scale recomputed by an independent numpy checker (tests/tools/check_fp8.py,
+# written from docs/reference/fp8-formats.md) from a reference HF folder the fixture generators
+# wrote from the original tensors (the example model: its unquantized merge), every other tensor
+# and file bit-identical; 1, 2 and 3 ranks with 1 MiB
 # blocks; dense BF16 and FP32 masters, MoE, MLA, a value model, a LoRA fold, --quantize_ignore
 # on a fused part; the shape-rule warning printed once; `inspect`; a NaN weight refused; FP8_BLOCK
 # leaving the 344-input down_proj unquantized with its note, and through HDF5; --scale_format with

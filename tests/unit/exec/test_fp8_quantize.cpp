@@ -67,6 +67,13 @@ TEST(Fp8Kernels, Ue8m0IsTheLeastPowerOfTwoNotBelow) {
     EXPECT_EQ(ceil_to_ue8m0(1e-4f / 448.0f), std::ldexp(1.0f, -22));  // the all-zero block's floor
     EXPECT_EQ(ceil_to_ue8m0(std::ldexp(1.0f, -126)), std::ldexp(1.0f, -126));
     EXPECT_EQ(ceil_to_ue8m0(3.0e38f), std::ldexp(1.0f, 127));  // exponent field 254 at most
+    // Every normal exponent: a power of two stays, one ulp above goes to the next, one ulp below stays.
+    for (int e = -125; e <= 126; ++e) {
+        const float p = std::ldexp(1.0f, e);
+        EXPECT_EQ(ceil_to_ue8m0(p), p) << e;
+        EXPECT_EQ(ceil_to_ue8m0(std::nextafter(p, INFINITY)), 2.0f * p) << e;
+        EXPECT_EQ(ceil_to_ue8m0(std::nextafter(p, 0.0f)), p) << e;
+    }
 }
 
 TEST(Fp8Kernels, Ue8m0BlockScalesArePowersOfTwoAndCodesUseThem) {
