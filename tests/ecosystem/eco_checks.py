@@ -8,7 +8,7 @@ import torch
 
 import eco_common as E
 import fp4_oracle
-import fp8_block_oracle
+import fp8_ct_oracle
 
 
 class CheckFailed(AssertionError):
@@ -245,17 +245,19 @@ def expand_scale(kind, scale, shape, files=None, module=None):
 
 def check_bit_exact_to_compressed_tensors(files, oracle, kind):
     """The compressed-tensors schemes vmerge writes bit for bit as its own quantizer does."""
-    if kind == "fp8_block_ct":
-        return fp8_block_oracle.check_bit_exact(files, oracle)
+    if kind in fp8_ct_oracle.PRESETS:
+        return fp8_ct_oracle.check_bit_exact(files, oracle, kind)
     return fp4_oracle.check_bit_exact(files, oracle, kind)
 
 
-def check_quantized_load(folder, kind, oracle_dir, logits_tol):
+def check_quantized_load(folder, kind, oracle_dir, logits_tol, requantized=True):
     """A quantized folder loaded by transformers itself: compressed-tensors (int, FP8_DYNAMIC, FP8_BLOCK, NVFP4, MXFP4)
     decompressed with run_compressed=False, block FP8 by plain from_pretrained (dequantized on
     load without an FP8 GPU). Every quantized Linear within quantized_bound of the oracle, every
     other tensor equal to it, logits within logits_tol (relative to their scale) of the live model's
-    (not checked when logits_tol is None)."""
+    (not checked when logits_tol is None). The compressed-tensors schemes' codes and scales must also
+    equal its own quantizer's on the oracle weights, where vmerge quantized them (`requantized`:
+    not a source passed through in its own scheme, whose codes are the producer's)."""
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
     with open(os.path.join(folder, "config.json")) as f:
         qcfg = json.load(f)["quantization_config"]
@@ -276,13 +278,14 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
         fail(f"{folder}: modules both quantized and listed as unquantized: {sorted(ignored & set(quantized))}")
     state = {k: v for k, v in model.state_dict().items()}
     oracle = load_file(os.path.join(oracle_dir, "weights.safetensors"))
-    if kind in ("nvfp4", "mxfp4", "fp8_block_ct"):
+    if kind in ("nvfp4", "mxfp4", "fp8_block_ct", "fp8_dynamic"):
         # Codes and scales bit-equal to compressed-tensors' own quantizer on the producer's weights,
         # and what transformers loaded equal to its decompressor on vmerge's tensors.
-        check_bit_exact_to_compressed_tensors(files, oracle, kind)
+        if requantized:
+            check_bit_exact_to_compressed_tensors(files, oracle, kind)
         for module in quantized:
             got = state[module + ".weight"]
-            want = (fp8_block_oracle.decompressed(files, module) if kind == "fp8_block_ct"
+            want = (fp8_ct_oracle.decompressed(files, module, kind) if kind in fp8_ct_oracle.PRESETS
                     else fp4_oracle.decompressed(files, module, kind))
             if got.dtype != want.dtype or not torch.equal(got, want):
                 fail(f"{module}.weight: transformers' load differs from compressed-tensors' decompression")

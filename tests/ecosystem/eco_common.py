@@ -159,7 +159,7 @@ def write_case(case_dir, **fields):
                      fp8_ue8m0, fp8_block_ct, nvfp4, mxfp4)
       quantized_logits  false: the quantized loads skip the logits check (weights of edge values)
       quantized_load  false: the quantized outputs are only checked against compressed-tensors'
-                     quantizer (fp4_oracle, fp8_block_oracle), not loaded (MoE models transformers fuses)
+                     quantizer (fp4_oracle, fp8_ct_oracle), not loaded (MoE models transformers fuses)
       passthrough_modes  {mode: source file}: a quantized source merged with that mode's flags
                      (run_case.py QUANT_MODES) must write every tensor of the source file bit for
                      bit (block FP8 read and written in the same scheme)

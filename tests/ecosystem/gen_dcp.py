@@ -500,7 +500,7 @@ def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_ke
                  # The edge values are for the quantizers' bits; logits of such weights say nothing.
                  **({"quantized_modes": ["nvfp4", "mxfp4"], "quantized_logits": False}
                     if variant == "accelerate_fp4_edges" else {}),
-                 **({"quantized_modes": ["fp8_block_ct"], "quantized_logits": False}
+                 **({"quantized_modes": ["fp8_block_ct", "fp8_dynamic"], "quantized_logits": False}
                     if variant == "accelerate_fp8_block_edges" else {}))
 
 

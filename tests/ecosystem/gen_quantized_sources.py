@@ -16,7 +16,7 @@ fp8_dynamic the same Llama quantized by compressed-tensors' own CPU functions as
             QuantizationConfig. Oracle: transformers' from_pretrained with
             CompressedTensorsConfig(dequantize=True), its state dict and logits.
 fp8_block_ct the same with compressed-tensors' FP8_BLOCK preset (per 128x128 block, the functions
-            fp8_block_oracle.py drives): <m>.weight F8_E4M3 + <m>.weight_scale [N/128, K/128] BF16.
+            fp8_ct_oracle.py drives): <m>.weight F8_E4M3 + <m>.weight_scale [N/128, K/128] BF16.
 """
 import os
 import sys
@@ -77,12 +77,12 @@ def make_fp8_block(case_dir):
 def compressed_fp8_state_dict(model, block=False):
     """The model's state dict with every layer Linear compressed by compressed-tensors (FP8_DYNAMIC,
     or FP8_BLOCK with `block`)."""
-    import fp8_block_oracle
+    import fp8_ct_oracle
     from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor
     from compressed_tensors.quantization import QuantizationScheme
     from compressed_tensors.quantization.quant_scheme import FP8_DYNAMIC
     from compressed_tensors.quantization.utils.helpers import calculate_qparams
-    scheme = fp8_block_oracle.scheme() if block else QuantizationScheme(targets=["Linear"], **FP8_DYNAMIC)
+    scheme = fp8_ct_oracle.scheme() if block else QuantizationScheme(targets=["Linear"], **FP8_DYNAMIC)
     out = {}
     for name, value in model.state_dict().items():
         value = value.detach().contiguous()
@@ -91,7 +91,7 @@ def compressed_fp8_state_dict(model, block=False):
             continue
         module = name[: -len(".weight")]
         if block:
-            compressed = fp8_block_oracle.compress(value)
+            compressed = fp8_ct_oracle.compress(value)
         else:
             scale, zero_point = calculate_qparams(value.amin(dim=1, keepdim=True), value.amax(dim=1, keepdim=True),
                                                   scheme.weights)

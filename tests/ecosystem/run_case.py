@@ -77,7 +77,8 @@ def check_quantized(args, case, np_, mode):
     kind = "fp8_block" if mode in ("fp8_full_blocks", "fp8_ue8m0") else mode
     if case.get("quantized_load", True):
         C.check_quantized_load(target, kind, os.path.join(args.case, "oracle"),
-                               tol if case.get("quantized_logits", True) else None)
+                               tol if case.get("quantized_logits", True) else None,
+                               requantized=mode not in case.get("passthrough_modes", {}))
     else:
         C.check_bit_exact_to_compressed_tensors(C.output_tensors(target), C.load_file(
             os.path.join(args.case, "oracle", "weights.safetensors")), kind)
