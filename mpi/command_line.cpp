@@ -206,13 +206,28 @@ void check_quantize_scheme(Options& o, const RawFlags& raw, const po::variables_
     o.quantize = vm.count("quantize") > 0;
     if (!o.quantize && o.quantize_spec.fp8_full_blocks_only)
         throw UsageError("--fp8_full_blocks_only applies to --quantize=fp8 (block FP8)");
+    if (!o.quantize && vm.count("scale_format"))
+        throw UsageError("--scale_format applies to --quantize=fp8 (block FP8)");
     if (!o.quantize) return;
     const auto scheme = parse_quant_scheme(raw.quantize);
-    if (!scheme) throw UsageError("--quantize " + raw.quantize + ": expected int, fp8, fp8-dynamic, nvfp4 or mxfp4");
+    if (!scheme)
+        throw UsageError("--quantize " + raw.quantize + ": expected int, fp8, fp8-block, fp8-dynamic, nvfp4 or mxfp4");
     o.quantize_spec.scheme = *scheme;
+    if (vm.count("scale_format")) {
+        if (*scheme != QuantScheme::Fp8Block)
+            throw UsageError("--scale_format applies to --quantize=fp8 (block FP8); --quantize=" + quant_scheme_name(*scheme) +
+                             " stores its scales in its own format");
+        if (raw.scale_format != "float" && raw.scale_format != "ue8m0")
+            throw UsageError("--scale_format " + raw.scale_format + ": expected float or ue8m0");
+        o.quantize_spec.scale_format = raw.scale_format == "ue8m0" ? Fp8ScaleFormat::Ue8m0 : Fp8ScaleFormat::Float;
+    }
     if (o.quantize_spec.fp8_full_blocks_only && *scheme != QuantScheme::Fp8Block)
         throw UsageError("--fp8_full_blocks_only applies to --quantize=fp8 (block FP8); --quantize=" +
-                         quant_scheme_name(*scheme) + " has no blocks");
+                         quant_scheme_name(*scheme) +
+                         (*scheme == QuantScheme::Fp8CtBlock
+                              ? " leaves inputs not a multiple of 128 unquantized, and compressed-tensors loads partial "
+                                "row blocks"
+                              : " has no blocks"));
     if (*scheme == QuantScheme::Int) return;
     for (const char* flag : {"bits", "group_size", "symmetric", "asymmetric", "allow_unsupported_quantization"})
         if (vm.count(flag) && !vm[flag].defaulted())

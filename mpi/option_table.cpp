@@ -111,8 +111,9 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
     t.quantizing.add_options()
         ("quantize", po::value(&raw.quantize)->implicit_value("int"),
          "write Linear weights quantized, weights only: int (alone: compressed-tensors pack-quantized, --bits), "
-         "fp8 (block FP8, DeepSeek/Qwen layout), fp8-dynamic (compressed-tensors FP8_DYNAMIC), nvfp4 or mxfp4 "
-         "(compressed-tensors NVFP4A16 / MXFP4A16); docs/quantization.md")
+         "fp8 (block FP8, DeepSeek/Qwen layout), fp8-block (compressed-tensors FP8_BLOCK), fp8-dynamic "
+         "(compressed-tensors FP8_DYNAMIC), nvfp4 or mxfp4 (compressed-tensors NVFP4A16 / MXFP4A16); "
+         "docs/quantization.md")
         ("bits", po::value(&o.quantize_spec.bits)->default_value(4), "4 or 8")
         ("group_size", po::value(&o.quantize_spec.group_size)->default_value(128), "group along the input dimension; 0 = per channel")
         ("symmetric", po::bool_switch(&raw.symmetric), "symmetric quantization, no zero point (the default)")
@@ -124,7 +125,10 @@ void add_quantize_and_lora_options(OptionTable& t, Options& o, RawFlags& raw) {
          "router gates always are")
         ("fp8_full_blocks_only", po::bool_switch(&o.quantize_spec.fp8_full_blocks_only),
          "--quantize=fp8: leave Linears with a partial 128x128 block unquantized (listed in the config), so "
-         "transformers loads the folder without an FP8 GPU");
+         "transformers loads the folder without an FP8 GPU")
+        ("scale_format", po::value(&raw.scale_format),
+         "--quantize=fp8: float (the default: float32 amax/448) or ue8m0 (each block scale rounded up to a power of "
+         "two, DeepGEMM / DeepSeek-V3.1; config scale_fmt \"ue8m0\")");
     t.lora.add_options()
         ("extract_lora", po::bool_switch(&raw.extract_lora),
          "write the base model plus the adapter in PEFT format to <target_dir>/lora_adapter/ (the default)")

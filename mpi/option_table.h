@@ -15,6 +15,7 @@ struct RawFlags {
     std::string max_shard = "5GB", max_memory = "auto", compress = "none", hdf5_chunk = "4MiB";
     std::string quantize_ignore;
     std::string quantize;  // the --quantize scheme ("int" when given alone)
+    std::string scale_format;  // --scale_format (block FP8): "float" or "ue8m0"; empty when not given
     int tp = 0, pp = 0, batch_size = 0, step = 0;
     bool low_cpu_mem_usage = false, symmetric = false, asymmetric = false, extract_lora = false, merge_lora = false,
          use_rslora = false;
@@ -35,7 +36,7 @@ struct OptionTable {
     po::options_description input{"Checkpoint and model"};
     po::options_description output{"Output"};
     po::options_description conversion{"Output tensors"};
-    po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_DYNAMIC, NVFP4, MXFP4; for vLLM)"};
+    po::options_description quantizing{"Quantized output (int pack-quantized, block FP8, FP8_BLOCK, FP8_DYNAMIC, NVFP4, MXFP4; for vLLM)"};
     po::options_description lora{"LoRA adapters (PEFT-wrapped FSDP/DCP state dicts, Megatron adapter checkpoints)"};
     po::options_description run{"Running"};
     po::options_description testing{"test"};

@@ -2,7 +2,8 @@
 # What the FP8 and 4-bit float schemes cost against a plain merge of the same checkpoint
 # (docs/quantization.md, "Cost"): one rank, the inputs warm (read once before the rounds), the
 # outputs on tmpfs, so the difference is the quantizer's CPU time. Each round runs plain,
-# --quantize=fp8, --quantize=fp8-dynamic, --quantize=nvfp4 and --quantize=mxfp4 in an order that
+# --quantize=fp8 (also with --scale_format ue8m0), --quantize=fp8-block, --quantize=fp8-dynamic,
+# --quantize=nvfp4 and --quantize=mxfp4 in an order that
 # rotates, so drift in the machine's load hits all of them alike; the table gives the median wall and CPU (user + sys) seconds with min-max, and
 # the median of the per-round ratios to the plain merge.
 #
@@ -24,9 +25,10 @@ reuse_or_generate "$BENCH_DIR/fp8-actor.params" "size_gb=$SIZE_GB world=$WORLD" 
 snapshot_vmerge
 cat "$CKPT"/*.pt >/dev/null  # warm
 
-declare -A FLAGS=([plain]="" [fp8]="--quantize=fp8" [fp8-dynamic]="--quantize=fp8-dynamic"
+declare -A FLAGS=([plain]="" [fp8]="--quantize=fp8" [fp8-ue8m0]="--quantize=fp8 --scale_format ue8m0"
+                  [fp8-block]="--quantize=fp8-block" [fp8-dynamic]="--quantize=fp8-dynamic"
                   [nvfp4]="--quantize=nvfp4" [mxfp4]="--quantize=mxfp4")
-schemes=(plain fp8 fp8-dynamic nvfp4 mxfp4)
+schemes=(plain fp8 fp8-ue8m0 fp8-block fp8-dynamic nvfp4 mxfp4)
 declare -A WALLS CPUS RATIOS
 for round in $(seq 1 "$PAIRS"); do
     declare -A wall_of=()

@@ -284,8 +284,18 @@ void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const Outpu
         case QuantScheme::Fp8Block: {
             const int64_t block_cols = scale.shape[1];
             run_split(n, cols, 128, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
-                quantize_fp8_blocks(x + r0 * cols, r1 - r0, cols, codes + r0 * cols,
+                quantize_fp8_blocks(x + r0 * cols, r1 - r0, cols, spec.scale_format, codes + r0 * cols,
                                     reinterpret_cast<float*>(scale_bytes) + (r0 / 128) * block_cols, e, weight, row + r0);
+            });
+            return;
+        }
+        case QuantScheme::Fp8CtBlock: {
+            const int64_t block_cols = scale.shape[1];
+            const size_t scale_size = element_size(scale.dtype);
+            run_split(n, cols, 128, threads, error, [&](int64_t r0, int64_t r1, QuantError& e) {
+                quantize_fp8_ct_blocks(x + r0 * cols, r1 - r0, cols, scale.dtype, codes + r0 * cols,
+                                       scale_bytes + static_cast<size_t>((r0 / 128) * block_cols) * scale_size, e,
+                                       weight, row + r0);
             });
             return;
         }

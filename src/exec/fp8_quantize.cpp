@@ -53,25 +53,56 @@ void add_errors(QuantError& error, float sum, float max) {
     error.max = std::max(error.max, static_cast<double>(max));
 }
 
+// compressed-tensors' codes of n weights with the scale s (stored in D):
+// e4m3fn(clamp(round_D(w / s) + 0)). Its quantizer adds the (zero) zero point it registers for
+// symmetric schemes too, so a quotient of -0 (a -0.0 weight, or one whose quotient underflows D)
+// becomes +0, code 0x00; a tiny negative quotient still rounds to the code -0 (0x80).
+[[gnu::always_inline]] inline void encode_rounded_quotients(const float* w, int64_t n, DType dtype, float scale,
+                                                           uint8_t* q) {
+    if (dtype == DType::BF16) {
+        for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_finite_clamped(round_to_bf16(w[c] / scale) + 0.0f);
+    } else {
+        // F16 quotients may overflow to infinity: the clamp of the checked encoder takes them.
+        for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_float_clamped(round_to(dtype, w[c] / scale) + 0.0f);
+    }
+}
+
+// The amax of one block of a stripe (rows [r0, r1), columns [c0, c1)) as its bit pattern; a
+// non-finite value there (NaN and Inf lie above every finite pattern) is refused, naming the
+// stripe's first non-finite value (finite_weights.h).
+[[gnu::always_inline]] inline uint32_t block_amax_bits(const float* x, int64_t cols, int64_t r0, int64_t r1,
+                                                       int64_t c0, int64_t c1, const std::string& tensor,
+                                                       int64_t first_row) {
+    uint32_t top = 0;
+    for (int64_t r = r0; r < r1; ++r) top = std::max(top, max_magnitude_bits(x + r * cols + c0, c1 - c0));
+    if (top >= kNonFiniteMagnitude)
+        require_finite(x + r0 * cols, r1 - r0, cols, cols, {tensor, first_row + r0, WeightUse::Quantize});
+    return top;
+}
+
 }  // namespace
 
-VMERGE_VECTOR_CLONES void quantize_fp8_blocks(const float* x, int64_t rows, int64_t cols, uint8_t* codes, float* scale_inv,
-                         QuantError& error, const std::string& tensor, int64_t first_row) {
+float ceil_to_ue8m0(float s) {
+    const uint32_t bits = std::bit_cast<uint32_t>(s);
+    const uint32_t exponent = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0 ? 1u : 0u);
+    return std::bit_cast<float>(std::clamp(exponent, 1u, 254u) << 23);
+}
+
+VMERGE_VECTOR_CLONES void quantize_fp8_blocks(const float* x, int64_t rows, int64_t cols, Fp8ScaleFormat format,
+                                              uint8_t* codes, float* scale_inv, QuantError& error,
+                                              const std::string& tensor, int64_t first_row) {
     const int64_t block_cols = (cols + kBlock - 1) / kBlock;
     for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
         const int64_t r1 = std::min(rows, r0 + kBlock);
         for (int64_t j = 0; j < block_cols; ++j) {
             const int64_t c0 = j * kBlock, c1 = std::min(cols, c0 + kBlock);
-            // max |w| as the largest magnitude bit pattern: NaN and Inf lie above every finite one,
-            // and then the stripe's first non-finite value is refused (finite_weights.h).
-            uint32_t top = 0;
-            for (int64_t r = r0; r < r1; ++r) top = std::max(top, max_magnitude_bits(x + r * cols + c0, c1 - c0));
-            if (top >= kNonFiniteMagnitude)
-                require_finite(x + r0 * cols, r1 - r0, cols, cols, {tensor, first_row + r0, WeightUse::Quantize});
+            const uint32_t top = block_amax_bits(x, cols, r0, r1, c0, c1, tensor, first_row);
             // DeepGEMM's floor (the binary32 nearest 1e-4) keeps an all-zero block's scale finite
-            // and far above float32's underflow; the stored scale goes through the common rule.
+            // and far above float32's underflow (so a UE8M0 scale is a normal power of two too);
+            // the stored scale goes through the common rule.
             const float amax = std::max(std::bit_cast<float>(top), 1e-4f);
-            const float scale = store_scale(amax / kE4m3Max, DType::F32,
+            const float computed = format == Fp8ScaleFormat::Ue8m0 ? ceil_to_ue8m0(amax / kE4m3Max) : amax / kE4m3Max;
+            const float scale = store_scale(computed, DType::F32,
                                             reinterpret_cast<unsigned char*>(scale_inv + (r0 / kBlock) * block_cols + j));
             const float inverse = 1.0f / scale;
             float sum = 0.0f, max = 0.0f;
@@ -99,15 +130,34 @@ VMERGE_VECTOR_CLONES void quantize_fp8_channels(const float* x, int64_t rows, in
         const float scale = store_scale(std::bit_cast<float>(top) / kE4m3Max, dtype,
                                         scales + static_cast<size_t>(r) * scale_size);
         uint8_t* q = codes + r * cols;
-        if (dtype == DType::BF16) {
-            for (int64_t c = 0; c < cols; ++c) q[c] = e4m3fn_from_finite_clamped(round_to_bf16(row[c] / scale));
-        } else {
-            // F16 quotients may overflow to infinity: the clamp of the checked encoder takes them.
-            for (int64_t c = 0; c < cols; ++c) q[c] = e4m3fn_from_float_clamped(round_to(dtype, row[c] / scale));
-        }
+        encode_rounded_quotients(row, cols, dtype, scale, q);
         float sum = 0.0f, max = 0.0f;
         accumulate_errors(q, row, cols, scale, sum, max);
         add_errors(error, sum, max);
+    }
+    error.count += static_cast<uint64_t>(rows * cols);
+}
+
+VMERGE_VECTOR_CLONES void quantize_fp8_ct_blocks(const float* x, int64_t rows, int64_t cols, DType dtype,
+                                                 uint8_t* codes, unsigned char* scales, QuantError& error,
+                                                 const std::string& tensor, int64_t first_row) {
+    const size_t scale_size = element_size(dtype);
+    const int64_t block_cols = (cols + kBlock - 1) / kBlock;
+    for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+        const int64_t r1 = std::min(rows, r0 + kBlock);
+        for (int64_t j = 0; j < block_cols; ++j) {
+            const int64_t c0 = j * kBlock, c1 = std::min(cols, c0 + kBlock), n = c1 - c0;
+            const uint32_t top = block_amax_bits(x, cols, r0, r1, c0, c1, tensor, first_row);
+            // s = round_D(a / 448); zero there (an all-zero block, or one whose a / 448 underflows D) is eps(D).
+            const size_t at = static_cast<size_t>((r0 / kBlock) * block_cols + j) * scale_size;
+            const float scale = store_scale(std::bit_cast<float>(top) / kE4m3Max, dtype, scales + at);
+            float sum = 0.0f, max = 0.0f;
+            for (int64_t r = r0; r < r1; ++r) {
+                encode_rounded_quotients(x + r * cols + c0, n, dtype, scale, codes + r * cols + c0);
+                accumulate_errors(codes + r * cols + c0, x + r * cols + c0, n, scale, sum, max);
+            }
+            add_errors(error, sum, max);
+        }
     }
     error.count += static_cast<uint64_t>(rows * cols);
 }

@@ -8,11 +8,12 @@
 
 namespace vmerge {
 
-// --quantize=fp8 and --quantize=fp8-dynamic (docs/reference/fp8-formats.md §2-§4). Every 2-D
-// floating `model.layers.*` Linear weight (`*_proj`, MLA `kv_a_proj_with_mqa`, Mixtral `w1/w2/w3`,
-// experts and shared experts), whatever its shape, becomes `<m>.weight` F8_E4M3 plus
-// `<m>.weight_scale_inv` (F32, one per 128x128 block) or `<m>.weight_scale` (the weight dtype, one
-// per row). Router gates, the shared-expert gate, value heads, MTP `eh_proj`, lm_head and
+// --quantize=fp8, fp8-block and fp8-dynamic (docs/reference/fp8-formats.md §2-§4,
+// lowbit-formats.md §4). Every 2-D floating `model.layers.*` Linear weight (`*_proj`, MLA
+// `kv_a_proj_with_mqa`, Mixtral `w1/w2/w3`, experts and shared experts), whatever its shape
+// (FP8_BLOCK: whose input size is a multiple of 128), becomes `<m>.weight` F8_E4M3 plus
+// `<m>.weight_scale_inv` (fp8: F32, one per 128x128 block) or `<m>.weight_scale` (the weight
+// dtype; fp8-block: one per 128x128 block, fp8-dynamic: one per row). Router gates, the shared-expert gate, value heads, MTP `eh_proj`, lm_head and
 // --quantize_ignore modules stay as the unquantized merge writes them and are listed; one ignored
 // part of a fused group (q/k/v, gate/up, q_a/kv_a) leaves the whole group unquantized.
 QuantizationPlan plan_fp8_quantization(TensorMapping& mapping, const QuantizeSpec& spec);

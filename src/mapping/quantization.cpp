@@ -25,6 +25,7 @@ std::optional<QuantScheme> parse_quant_scheme(const std::string& text) {
     if (text == "int") return QuantScheme::Int;
     if (text == "fp8") return QuantScheme::Fp8Block;
     if (text == "fp8-dynamic" || text == "fp8_dynamic") return QuantScheme::Fp8Dynamic;
+    if (text == "fp8-block" || text == "fp8_block") return QuantScheme::Fp8CtBlock;
     if (text == "nvfp4") return QuantScheme::Nvfp4;
     if (text == "mxfp4") return QuantScheme::Mxfp4;
     return std::nullopt;
@@ -34,6 +35,7 @@ std::string quant_scheme_name(QuantScheme scheme) {
     switch (scheme) {
         case QuantScheme::Fp8Block: return "fp8";
         case QuantScheme::Fp8Dynamic: return "fp8-dynamic";
+        case QuantScheme::Fp8CtBlock: return "fp8-block";
         case QuantScheme::Nvfp4: return "nvfp4";
         case QuantScheme::Mxfp4: return "mxfp4";
         default: return "int";
@@ -43,7 +45,12 @@ std::string quant_scheme_name(QuantScheme scheme) {
 std::string quantization_description(const QuantizeSpec& spec) {
     switch (spec.scheme) {
         case QuantScheme::Fp8Block:
-            return "FP8 e4m3 with a float32 scale per 128x128 block (--quantize=fp8)";
+            return spec.scale_format == Fp8ScaleFormat::Ue8m0
+                       ? "FP8 e4m3 with a power-of-two (UE8M0) float32 scale per 128x128 block (--quantize=fp8 "
+                         "--scale_format ue8m0)"
+                       : "FP8 e4m3 with a float32 scale per 128x128 block (--quantize=fp8)";
+        case QuantScheme::Fp8CtBlock:
+            return "FP8 e4m3 with a scale per 128x128 block in the weight dtype, FP8_BLOCK (--quantize=fp8-block)";
         case QuantScheme::Fp8Dynamic:
             return "FP8 e4m3 with a scale per output channel, FP8_DYNAMIC (--quantize=fp8-dynamic)";
         case QuantScheme::Nvfp4:

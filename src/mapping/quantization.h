@@ -14,12 +14,19 @@ namespace vmerge {
 // The layouts --quantize writes: compressed-tensors `pack-quantized` int4/int8
 // (docs/reference/output-formats.md §3, vLLM's WNA16 kernels), block FP8 (`quant_method: fp8`,
 // DeepSeek-V3 / Qwen3-*-FP8) and compressed-tensors FP8_DYNAMIC (`float-quantized`),
-// docs/reference/fp8-formats.md §2 and §3; compressed-tensors NVFP4A16 (`nvfp4-pack-quantized`) and
-// MXFP4A16 (`mxfp4-pack-quantized`), docs/reference/lowbit-formats.md §2.2 and §3.
-enum class QuantScheme { Int, Fp8Block, Fp8Dynamic, Nvfp4, Mxfp4 };
-// The --quantize values: "int", "fp8", "fp8-dynamic" (also "fp8_dynamic"), "nvfp4", "mxfp4".
+// docs/reference/fp8-formats.md §2 and §3; compressed-tensors FP8_BLOCK (`float-quantized`, Fp8CtBlock),
+// NVFP4A16 (`nvfp4-pack-quantized`) and MXFP4A16 (`mxfp4-pack-quantized`),
+// docs/reference/lowbit-formats.md §4, §2.2 and §3.
+enum class QuantScheme { Int, Fp8Block, Fp8Dynamic, Fp8CtBlock, Nvfp4, Mxfp4 };
+// The --quantize values: "int", "fp8", "fp8-dynamic" (also "fp8_dynamic"), "fp8-block" (also
+// "fp8_block"), "nvfp4", "mxfp4".
 std::optional<QuantScheme> parse_quant_scheme(const std::string& text);
 std::string quant_scheme_name(QuantScheme scheme);
+
+// How --quantize=fp8 stores its block scales (--scale_format): float32 amax/448 as computed, or
+// that rounded up to a power of two (UE8M0, DeepGEMM / DeepSeek-V3.1; still float32 tensors,
+// config `scale_fmt: "ue8m0"`), docs/reference/lowbit-formats.md §5.
+enum class Fp8ScaleFormat { Float, Ue8m0 };
 
 // The 4-bit float schemes' groups along the input dimension.
 constexpr int64_t kNvfp4Group = 16;
@@ -39,6 +46,7 @@ struct QuantizeSpec {
     // transformers' dequantize-on-load (no FP8 GPU) loads the folder
     // (docs/reference/fp8-formats.md §2.4).
     bool fp8_full_blocks_only = false;
+    Fp8ScaleFormat scale_format = Fp8ScaleFormat::Float;  // block FP8 only (--scale_format)
 };
 
 // Why no vLLM WNA16 kernel (compressed-tensors pack-quantized) runs `spec`, empty when one does:

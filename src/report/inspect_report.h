@@ -65,14 +65,14 @@ struct InspectReport {
     std::string page_cache;         // keep | evict
     std::string page_cache_reason;  // why (PageCacheChoice::reason)
     struct Quantization {
-        std::string scheme;       // int | fp8 | fp8-dynamic
+        std::string scheme;       // quant_scheme_name: int | fp8 | fp8-block | fp8-dynamic | nvfp4 | mxfp4
         std::string description;  // quantization_description
         int bits = 0;
         int64_t group_size = 0;
         bool symmetric = true;
         uint64_t bytes_before = 0, bytes_after = 0;
         std::vector<std::string> ignored;
-        std::vector<std::string> shape_warnings;  // block FP8: the vLLM shape rules broken
+        std::vector<std::string> shape_warnings;  // block FP8 and FP8_BLOCK: the vLLM shape rules broken
     };
     std::optional<Quantization> quantization;
     struct Lora {

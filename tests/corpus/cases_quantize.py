@@ -84,6 +84,8 @@ def quantizer_cases(out):
              ["--quantize=fp8"], "block FP8: -inf in the second 128-row stripe of gate_proj"),
             ("quantize_fp8_dynamic_nan", "model.layers.0.self_attn.v_proj.weight", 63, 127, nan, "nan",
              ["--quantize=fp8-dynamic"], "FP8_DYNAMIC: a NaN in the last row and column of v_proj"),
+            ("quantize_fp8_ct_block_nan", "model.layers.0.mlp.up_proj.weight", 200, 100, nan, "nan",
+             ["--quantize=fp8-block"], "FP8_BLOCK: a NaN in the second 128-row stripe of up_proj"),
             ("quantize_nvfp4_nan", "model.layers.0.self_attn.k_proj.weight", 40, 9, nan, "nan",
              ["--quantize=nvfp4"], "NVFP4: a NaN in k_proj, met by the global-scale pass of q/k/v"),
             ("quantize_mxfp4_inf", "model.layers.1.mlp.up_proj.weight", 130, 64, inf, "inf",

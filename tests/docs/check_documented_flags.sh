@@ -30,8 +30,10 @@ foreign=(
     # project helper scripts: tests/corpus/make_bad_inputs.py, run_corpus.py, scripts/bench/make_bench_checkpoint.py,
     # scripts/install-deps.sh
     fsdp megatron size_gb world small tests module
-    # scripts/bench/bench_s3.py
-    vmerge np
+    # scripts/bench/bench_s3.py, bench_s3_output.py
+    vmerge np ways checkpoints
+    # tests/tools/check_fp8.py (docs/quantization.md)
+    scheme
     # tests/structure/check_layering.py (docs/design.md)
     selftest
     # placeholders in quoted error messages ("unrecognised option '--bogus'", "option '--Y'")

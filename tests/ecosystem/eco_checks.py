@@ -8,6 +8,7 @@ import torch
 
 import eco_common as E
 import fp4_oracle
+import fp8_ct_oracle
 
 
 class CheckFailed(AssertionError):
@@ -237,17 +238,26 @@ def expand_scale(kind, scale, shape, files=None, module=None):
     if kind in ("nvfp4", "mxfp4"):
         return fp4_oracle.effective_scale(files, module, kind, shape)
     scale = scale.float()
-    if kind == "fp8_block":   # [ceil(N/128), ceil(K/128)]
+    if kind in ("fp8_block", "fp8_block_ct"):   # [ceil(N/128), ceil(K/128)]
         return scale.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :cols]
     return scale.repeat_interleave(cols // scale.shape[1], 1)   # [N, groups] or [N, 1]
 
 
-def check_quantized_load(folder, kind, oracle_dir, logits_tol):
-    """A quantized folder loaded by transformers itself: compressed-tensors (int, FP8_DYNAMIC)
+def check_bit_exact_to_compressed_tensors(files, oracle, kind):
+    """The compressed-tensors schemes vmerge writes bit for bit as its own quantizer does."""
+    if kind in fp8_ct_oracle.PRESETS:
+        return fp8_ct_oracle.check_bit_exact(files, oracle, kind)
+    return fp4_oracle.check_bit_exact(files, oracle, kind)
+
+
+def check_quantized_load(folder, kind, oracle_dir, logits_tol, requantized=True):
+    """A quantized folder loaded by transformers itself: compressed-tensors (int, FP8_DYNAMIC, FP8_BLOCK, NVFP4, MXFP4)
     decompressed with run_compressed=False, block FP8 by plain from_pretrained (dequantized on
     load without an FP8 GPU). Every quantized Linear within quantized_bound of the oracle, every
     other tensor equal to it, logits within logits_tol (relative to their scale) of the live model's
-    (not checked when logits_tol is None)."""
+    (not checked when logits_tol is None). The compressed-tensors schemes' codes and scales must also
+    equal its own quantizer's on the oracle weights, where vmerge quantized them (`requantized`:
+    not a source passed through in its own scheme, whose codes are the producer's)."""
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
     with open(os.path.join(folder, "config.json")) as f:
         qcfg = json.load(f)["quantization_config"]
@@ -268,12 +278,15 @@ def check_quantized_load(folder, kind, oracle_dir, logits_tol):
         fail(f"{folder}: modules both quantized and listed as unquantized: {sorted(ignored & set(quantized))}")
     state = {k: v for k, v in model.state_dict().items()}
     oracle = load_file(os.path.join(oracle_dir, "weights.safetensors"))
-    if kind in ("nvfp4", "mxfp4"):
+    if kind in ("nvfp4", "mxfp4", "fp8_block_ct", "fp8_dynamic"):
         # Codes and scales bit-equal to compressed-tensors' own quantizer on the producer's weights,
         # and what transformers loaded equal to its decompressor on vmerge's tensors.
-        fp4_oracle.check_bit_exact(files, oracle, kind)
+        if requantized:
+            check_bit_exact_to_compressed_tensors(files, oracle, kind)
         for module in quantized:
-            got, want = state[module + ".weight"], fp4_oracle.decompressed(files, module, kind)
+            got = state[module + ".weight"]
+            want = (fp8_ct_oracle.decompressed(files, module, kind) if kind in fp8_ct_oracle.PRESETS
+                    else fp4_oracle.decompressed(files, module, kind))
             if got.dtype != want.dtype or not torch.equal(got, want):
                 fail(f"{module}.weight: transformers' load differs from compressed-tensors' decompression")
     compare_key_sets({k: v for k, v in state.items() if k in oracle or not k.endswith(

@@ -156,10 +156,10 @@ def write_case(case_dir, **fields):
       error_without_base  an adapter-only case: text the merge without --lora_base must fail with
       quantized_modes  also merge with these quantizations and load each with its consumer
                      (run_case.py QUANT_MODES: int4, int8, fp8_dynamic, fp8_block, fp8_full_blocks,
-                     nvfp4, mxfp4)
+                     fp8_ue8m0, fp8_block_ct, nvfp4, mxfp4)
       quantized_logits  false: the quantized loads skip the logits check (weights of edge values)
       quantized_load  false: the quantized outputs are only checked against compressed-tensors'
-                     quantizer (fp4_oracle), not loaded (MoE models transformers fuses)
+                     quantizer (fp4_oracle, fp8_ct_oracle), not loaded (MoE models transformers fuses)
       passthrough_modes  {mode: source file}: a quantized source merged with that mode's flags
                      (run_case.py QUANT_MODES) must write every tensor of the source file bit for
                      bit (block FP8 read and written in the same scheme)

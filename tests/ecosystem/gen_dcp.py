@@ -18,6 +18,12 @@ VARIANT (N ranks, 2 unless said):
                         -0.0, tiny negatives, every E2M1 tie at an exact MXFP4 scale, and a large
                         k_proj value that drives q/k/v's shared NVFP4 global scale down until most
                         of their group scales round to zero (merged with --quantize=nvfp4/mxfp4)
+  accelerate_fp8_block_edges  the same save of a Qwen2 of hidden 128 and intermediate 200 (gate/up
+                        end in a partial row block, down_proj's input is not a multiple of 128)
+                        whose weights hold the values FP8_BLOCK quantizers get wrong: all-zero
+                        blocks and a zero o_proj, a block of bf16 subnormals whose scale underflows
+                        bf16, -0.0, tiny negatives, the E4M3 ties at scale 1 (normal and subnormal),
+                        a block whose largest value is 3e4 (merged with --quantize=fp8-block)
   torchtitan_llama3     torchtitan's Llama3 (the debugmodel's builder, dims shrunk), fully_shard,
                         dcp.save(ModelWrapper([model]).state_dict()) as ckpt/outputs/checkpoint/step-10
   torchtitan_qwen3_moe  the same for torchtitan's Qwen3 MoE (debugmodel_moe's builder, 4 experts)
@@ -150,14 +156,43 @@ def set_fp4_edges(model):
         layers[1].mlp.up_proj.weight[0, :] = 2.0 ** -133                  # a row of bf16's smallest subnormal
 
 
+# The float8_e4m3fn ties at scale 1 (each goes to the even code: 1.0625 -> 1, 17 -> 16, 2^-10 -> 0,
+# 3 * 2^-10 -> 2^-8) beside the block's largest value 448, and their negatives.
+E4M3_TIES = [448.0, 1.0625, 17.0, 2.0 ** -10, 3 * 2.0 ** -10, 1.1875, 208.0]
+# Inputs 128 (whole column blocks), intermediate 200: gate/up [200, 128] end in a partial row block,
+# down_proj [128, 200] stays unquantized under FP8_BLOCK.
+SIZES_FP8_EDGES = dict(hidden_size=128, intermediate_size=200, head_dim=64)
+
+
+def set_fp8_block_edges(model):
+    """Values FP8_BLOCK quantizers get wrong, set in the live bf16 model before it is sharded."""
+    layers = model.model.layers
+    with torch.no_grad():
+        q = layers[0].self_attn.q_proj.weight                              # [256, 128]: two blocks
+        ties = torch.tensor(E4M3_TIES + [-t for t in E4M3_TIES])
+        q[0, 0:14] = ties                                                  # block amax 448: scale 1
+        q[1, ::3] = -0.0                                                   # negative zeros
+        q[1, 1::3] = -1e-6                                                 # tiny negatives: code -0 (0x80)
+        q[128:256, :] = 0.0                                                # an all-zero block: eps(bf16)
+        k = layers[0].self_attn.k_proj.weight                              # [128, 128]: one block
+        k.copy_(torch.tensor([2.0 ** -(126 + i % 8) * (-1) ** i for i in range(128 * 128)]).reshape(128, 128))
+        layers[0].self_attn.v_proj.weight[5, 7] = 3.0e4                    # a large block maximum
+        layers[0].mlp.gate_proj.weight[199, 3] = 5.0                       # the partial row block's amax
+        layers[1].self_attn.o_proj.weight.zero_()                          # every block zero
+        layers[1].mlp.up_proj.weight[0, :] = 2.0 ** -133                  # a row of bf16's smallest subnormal
+
+
 def run_accelerate(case_dir, variant, rank, world):
     from accelerate.utils.constants import FSDP_MODEL_NAME
-    cfg = E.tiny_config("qwen2", dtype="bfloat16")
+    sizes = SIZES_FP8_EDGES if variant == "accelerate_fp8_block_edges" else None
+    cfg = E.tiny_config("qwen2", dtype="bfloat16", sizes=sizes)
     # A config of its own: from_config(dtype=float32) inside build_model rewrites the dtype of the
     # config it is given (so the model would stay fp32 and config.json would say float32).
-    model = E.build_model(E.tiny_config("qwen2", dtype="bfloat16"))
+    model = E.build_model(E.tiny_config("qwen2", dtype="bfloat16", sizes=sizes))
     if variant == "accelerate_fp4_edges":
         set_fp4_edges(model)
+    if variant == "accelerate_fp8_block_edges":
+        set_fp8_block_edges(model)
     logits = E.live_logits(model)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     shard(model, model.model.layers)
@@ -447,6 +482,7 @@ def run_torchtitan(case_dir, variant, rank, world):
 def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_keys=None):
     producer = {"accelerate_fsdp2": "accelerate save_fsdp_model (FSDP2 SHARDED_STATE_DICT)",
                 "accelerate_fp4_edges": "accelerate save_fsdp_model (FSDP2 SHARDED_STATE_DICT), 4-bit float edge values",
+                "accelerate_fp8_block_edges": "accelerate save_fsdp_model (FSDP2 SHARDED_STATE_DICT), FP8_BLOCK edge values",
                 "accelerate_zstd": "dcp.save with FileSystemWriter(_extensions=[ZStandard()])",
                 "torchtitan_llama3": "torchtitan Llama3 + ModelWrapper + dcp.save",
                 "torchtitan_qwen3_moe": "torchtitan Qwen3 MoE + ModelWrapper + dcp.save",
@@ -463,11 +499,13 @@ def write_case_json(case_dir, variant, world, checkpoint, backend, dtype, mtp_ke
                  if variant == "accelerate_zstd" else None,
                  # The edge values are for the quantizers' bits; logits of such weights say nothing.
                  **({"quantized_modes": ["nvfp4", "mxfp4"], "quantized_logits": False}
-                    if variant == "accelerate_fp4_edges" else {}))
+                    if variant == "accelerate_fp4_edges" else {}),
+                 **({"quantized_modes": ["fp8_block_ct", "fp8_dynamic"], "quantized_logits": False}
+                    if variant == "accelerate_fp8_block_edges" else {}))
 
 
 VARIANTS = {"accelerate_fsdp2": run_accelerate, "accelerate_zstd": run_accelerate,
-            "accelerate_fp4_edges": run_accelerate,
+            "accelerate_fp4_edges": run_accelerate, "accelerate_fp8_block_edges": run_accelerate,
             "torchtitan_llama3": run_torchtitan, "torchtitan_qwen3_moe": run_torchtitan,
             "torchtitan_deepseek_v3": run_torchtitan, "torchtitan_gpt_oss": run_torchtitan}
 

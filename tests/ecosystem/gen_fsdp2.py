@@ -240,11 +240,15 @@ def quantized_fields(variant):
     """The bf16 Qwen2 cases also go through every quantization and the HDF5 archive (NVFP4 and MXFP4
     on the 64/88-dim model leave down_proj, input 88, unquantized: not a multiple of 16 or 32). Block FP8
     loads on the CPU only with whole 128x128 blocks: the 64/88-dim model with
-    --fp8_full_blocks_only (every Linear then unquantized), the 128-dim one with and without it."""
+    --fp8_full_blocks_only (every Linear then unquantized), the 128-dim one with and without it, and
+    with UE8M0 scales. FP8_BLOCK (fp8_block_ct) quantizes inputs that are multiples of 128 only: on the
+    64/88-dim model every Linear stays bf16, listed; on the 128-dim one all are quantized."""
     if variant == "w2_bf16":
-        return dict(quantized_modes=["int4", "int8", "fp8_dynamic", "fp8_full_blocks", "nvfp4", "mxfp4"], hdf5=True)
+        return dict(quantized_modes=["int4", "int8", "fp8_dynamic", "fp8_full_blocks", "fp8_block_ct", "nvfp4", "mxfp4"],
+                    hdf5=True)
     if variant == "w2_bf16_128":
-        return dict(quantized_modes=["int4", "int8", "fp8_dynamic", "fp8_block", "fp8_full_blocks", "nvfp4", "mxfp4"],
+        return dict(quantized_modes=["int4", "int8", "fp8_dynamic", "fp8_block", "fp8_full_blocks", "fp8_ue8m0",
+                                     "fp8_block_ct", "nvfp4", "mxfp4"],
                     hdf5=True)
     return {}
 

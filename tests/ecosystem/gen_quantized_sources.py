@@ -15,6 +15,8 @@ fp8_dynamic the same Llama quantized by compressed-tensors' own CPU functions as
             <m>.weight_scale [N, 1] BF16, config.json with compressed-tensors' own
             QuantizationConfig. Oracle: transformers' from_pretrained with
             CompressedTensorsConfig(dequantize=True), its state dict and logits.
+fp8_block_ct the same with compressed-tensors' FP8_BLOCK preset (per 128x128 block, the functions
+            fp8_ct_oracle.py drives): <m>.weight F8_E4M3 + <m>.weight_scale [N/128, K/128] BF16.
 """
 import os
 import sys
@@ -68,39 +70,46 @@ def make_fp8_block(case_dir):
     E.write_case(case_dir, producer="transformers %s Fp8Quantize (FineGrainedFP8, block 128x128)" % __import__(
                      "transformers").__version__,
                  checkpoint="actor", merge_args=[], output_dtype="bfloat16", hf_load=True, logits_exact=True,
-                 quantized_modes=["fp8_block", "nvfp4"],
+                 quantized_modes=["fp8_block", "fp8_block_ct", "nvfp4"],
                  passthrough_modes={"fp8_block": "actor/huggingface/model.safetensors"})
 
 
-def compressed_fp8_state_dict(model):
-    """The model's state dict with every layer Linear compressed by compressed-tensors (FP8_DYNAMIC)."""
+def compressed_fp8_state_dict(model, block=False):
+    """The model's state dict with every layer Linear compressed by compressed-tensors (FP8_DYNAMIC,
+    or FP8_BLOCK with `block`)."""
+    import fp8_ct_oracle
     from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor
     from compressed_tensors.quantization import QuantizationScheme
     from compressed_tensors.quantization.quant_scheme import FP8_DYNAMIC
     from compressed_tensors.quantization.utils.helpers import calculate_qparams
-    scheme = QuantizationScheme(targets=["Linear"], **FP8_DYNAMIC)
+    scheme = fp8_ct_oracle.scheme() if block else QuantizationScheme(targets=["Linear"], **FP8_DYNAMIC)
     out = {}
     for name, value in model.state_dict().items():
         value = value.detach().contiguous()
         if not (name.startswith("model.layers.") and name.endswith("_proj.weight")):
             out[name] = value
             continue
-        scale, zero_point = calculate_qparams(value.amin(dim=1, keepdim=True), value.amax(dim=1, keepdim=True),
-                                              scheme.weights)
-        state = {"weight": value, "weight_scale": scale.to(value.dtype), "weight_zero_point": zero_point}
         module = name[: -len(".weight")]
-        for key, tensor in FloatQuantizationCompressor.compress(state, scheme).items():
+        if block:
+            compressed = fp8_ct_oracle.compress(value)
+        else:
+            scale, zero_point = calculate_qparams(value.amin(dim=1, keepdim=True), value.amax(dim=1, keepdim=True),
+                                                  scheme.weights)
+            state = {"weight": value, "weight_scale": scale.to(value.dtype), "weight_zero_point": zero_point}
+            compressed = FloatQuantizationCompressor.compress(state, scheme)
+        for key, tensor in compressed.items():
             out[f"{module}.{key}"] = tensor.contiguous()
     return out, scheme
 
 
-def make_fp8_dynamic(case_dir):
+def make_compressed_fp8(case_dir, variant):
     from compressed_tensors.quantization import QuantizationConfig
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
     cfg = E.tiny_config("llama", sizes=E.SIZES_128)
     model = E.build_model(cfg)
-    state, scheme = compressed_fp8_state_dict(model)
+    block = variant == "fp8_block_ct"
+    state, scheme = compressed_fp8_state_dict(model, block)
     assert any(v.dtype == torch.float8_e4m3fn for v in state.values())
     hf = os.path.join(case_dir, "actor", "huggingface")
     qc = QuantizationConfig(config_groups={"group_0": scheme}, format="float-quantized",
@@ -114,17 +123,21 @@ def make_fp8_dynamic(case_dir):
     assert all(v.dtype == torch.bfloat16 for v in weights.values()), "transformers kept FP8 weights"
     E.write_oracle(case_dir, weights, E.live_logits(loaded))
     import compressed_tensors
-    E.write_case(case_dir, producer="compressed-tensors %s FP8_DYNAMIC (float-quantized)" % compressed_tensors.__version__,
+    preset = "FP8_BLOCK" if block else "FP8_DYNAMIC"
+    E.write_case(case_dir, producer="compressed-tensors %s %s (float-quantized)" % (compressed_tensors.__version__, preset),
                  checkpoint="actor", merge_args=[], output_dtype="bfloat16", hf_load=True, logits_exact=True,
                  quantized_modes=["fp8_dynamic", "fp8_block"],
-                 passthrough_modes={"fp8_dynamic": "actor/huggingface/model.safetensors"})
+                 passthrough_modes={variant: "actor/huggingface/model.safetensors"})
 
 
 def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
     os.makedirs(case_dir, exist_ok=True)
-    {"fp8_block": make_fp8_block, "fp8_dynamic": make_fp8_dynamic}[variant](case_dir)
+    if variant == "fp8_block":
+        make_fp8_block(case_dir)
+    else:  # fp8_dynamic, fp8_block_ct: compressed by compressed-tensors
+        make_compressed_fp8(case_dir, variant)
 
 
 if __name__ == "__main__":

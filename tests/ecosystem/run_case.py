@@ -19,7 +19,6 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import eco_checks as C  # noqa: E402
 import fold_error  # noqa: E402
-import fp4_oracle  # noqa: E402
 
 
 def run_vmerge(args, case, np_, target, extra):
@@ -61,6 +60,8 @@ QUANT_MODES = {
     "fp8_dynamic": (["--quantize=fp8-dynamic"], 0.08),
     "fp8_block": (["--quantize=fp8"], 0.08),
     "fp8_full_blocks": (["--quantize=fp8", "--fp8_full_blocks_only"], 0.08),
+    "fp8_block_ct": (["--quantize=fp8-block"], 0.08),
+    "fp8_ue8m0": (["--quantize=fp8", "--scale_format", "ue8m0"], 0.08),
     "nvfp4": (["--quantize=nvfp4"], 0.3),
     "mxfp4": (["--quantize=mxfp4"], 0.3),
 }
@@ -73,13 +74,14 @@ def check_quantized(args, case, np_, mode):
     shutil.rmtree(target, ignore_errors=True)
     flags, tol = QUANT_MODES[mode]
     run_vmerge(args, case, np_, target, flags)
-    kind = "fp8_block" if mode == "fp8_full_blocks" else mode
+    kind = "fp8_block" if mode in ("fp8_full_blocks", "fp8_ue8m0") else mode
     if case.get("quantized_load", True):
         C.check_quantized_load(target, kind, os.path.join(args.case, "oracle"),
-                               tol if case.get("quantized_logits", True) else None)
+                               tol if case.get("quantized_logits", True) else None,
+                               requantized=mode not in case.get("passthrough_modes", {}))
     else:
-        fp4_oracle.check_bit_exact(C.output_tensors(target), C.load_file(os.path.join(args.case, "oracle",
-                                                                                     "weights.safetensors")), kind)
+        C.check_bit_exact_to_compressed_tensors(C.output_tensors(target), C.load_file(
+            os.path.join(args.case, "oracle", "weights.safetensors")), kind)
     shutil.rmtree(target)
     print(f"ok: {os.path.basename(args.case)} {mode} np{np_}", flush=True)
 

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """Independent checker for vmerge's FP8 output (numpy only).
 
-    check_fp8.py --out QDIR --ref REFDIR --scheme fp8|fp8-dynamic [--ignore M1,M2] [--ignore-pattern RE]
+    check_fp8.py --out QDIR --ref REFDIR --scheme fp8|fp8-block|fp8-dynamic [--scale-format ue8m0]
+                 [--ignore M1,M2] [--ignore-pattern RE]
     check_fp8.py --selftest
 
-Written from docs/reference/fp8-formats.md (not from vmerge's code). REFDIR is the unquantized
+Written from docs/reference/fp8-formats.md and lowbit-formats.md §4-§5 (not from vmerge's code). REFDIR is the unquantized
 merge of the same checkpoint, QDIR the FP8 one.
 
 Rules checked
@@ -12,22 +13,31 @@ Rules checked
   * Targets (§4): every 2-D BF16/F16/F32 tensor `model.layers.<...>.weight` whose module's last
     name is `*_proj` (but not `eh_proj`), `kv_a_proj_with_mqa`, `w1`, `w2` or `w3`, except the
     --ignore modules and the other parts of their fused group (q/k/v, gate/up, q_a_proj/
-    kv_a_proj_with_mqa, w1/w3 of one parent).
+    kv_a_proj_with_mqa, w1/w3 of one parent); fp8-block also leaves out every module whose input
+    size K is not a multiple of 128, with the other parts of its fused group.
   * Per target `<m>.weight` [N, K] of dtype D in REF, QDIR holds exactly
       fp8:          <m>.weight F8_E4M3 [N, K] and <m>.weight_scale_inv F32 [ceil(N/128), ceil(K/128)]
+      fp8-block:    <m>.weight F8_E4M3 [N, K] and <m>.weight_scale D [ceil(N/128), K/128]
       fp8-dynamic:  <m>.weight F8_E4M3 [N, K] and <m>.weight_scale D [N, 1]
     with bytes equal to this recomputation (numpy float32, every operation rounded once):
       fp8:  per 128x128 block (partial edge blocks over their real elements),
             a = max(max|w|, float32(1e-4)); s = a / 448; r = 1 / s; code = E(clip(w * r, ±448))
+            (--scale-format ue8m0: s replaced by the least power of two >= a / 448, from frexp)
+      fp8-block: the fp8-dynamic arithmetic below per 128x128 block (partial row blocks over their
+            real rows): s = round_D(max|w| / 448), eps(D) where 0; code = E(clip(round_D(w / s) + 0, ±448))
       fp8-dynamic: per row, s = round_D(max|w| / 448), s = eps(D) where s == 0
-            (BF16 2^-7, F16 2^-10, F32 2^-23); code = E(clip(round_D(w / s), ±448))
+            (BF16 2^-7, F16 2^-10, F32 2^-23); code = E(clip(round_D(w / s) + 0, ±448)) (the + 0 is
+            compressed-tensors' zero point: a quotient of -0 becomes +0, code 0x00)
     where E is float8_e4m3fn rounding: the nearest value of the e4m3fn grid (codes 0..0x7E, and
     0x7F counted as 480, which is NaN), ties to the even code, sign copied. No code is 0x7F/0xFF.
   * Every other REF tensor is in QDIR unchanged (dtype, shape, bytes); nothing else is in QDIR.
   * config.json == REF's (its torch_dtype/dtype naming the dtype of QDIR's unquantized float
     tensors) plus exactly `quantization_config`:
       fp8: {quant_method "fp8", fmt "e4m3", activation_scheme "dynamic", weight_block_size [128, 128],
-            modules_to_not_convert L, ignored_layers L}
+            (--scale-format ue8m0: scale_fmt "ue8m0",) modules_to_not_convert L, ignored_layers L}
+      fp8-block: compressed-tensors float-quantized with the FP8_BLOCK group (weights strategy
+            "block", block_structure [128, 128]; input activations dynamic, strategy "group",
+            group_size 128) and ignore L
       fp8-dynamic: compressed-tensors float-quantized with the FP8_DYNAMIC group (§3.3) and ignore L
     where L holds each of these once, in any order: "lm_head" and the module of every 2-D
     `*.weight` in QDIR that is not FP8 and whose name mentions neither "norm" nor "embed".
@@ -117,14 +127,32 @@ def round_to(dt, a32):
 # expected bytes
 # ------------------------------------------------------------------------------------------------
 
-def expect_block(w):
+def block_amax(w):
+    """max |w| of every 128x128 block (partial edge blocks padded with zeros), float32."""
     n, k = w.shape
     nb, kb = -(-n // BLOCK), -(-k // BLOCK)
     padded = np.zeros((nb * BLOCK, kb * BLOCK), dtype=np.float32)
     padded[:n, :k] = w
-    blocks = padded.reshape(nb, BLOCK, kb, BLOCK)
-    amax = np.maximum(np.abs(blocks).max(axis=(1, 3)), np.float32(1e-4)).astype(np.float32)
+    return np.abs(padded.reshape(nb, BLOCK, kb, BLOCK)).max(axis=(1, 3)).astype(np.float32)
+
+
+def expand_blocks(s, shape):
+    return np.repeat(np.repeat(s, BLOCK, axis=0), BLOCK, axis=1)[:shape[0], :shape[1]]
+
+
+def power_of_two_at_least(x):
+    """The least power of two >= x (x > 0, float32): frexp gives x = m * 2^e with m in [0.5, 1);
+    m == 0.5 means x is 2^(e-1) already."""
+    m, e = np.frexp(x.astype(np.float64))
+    return np.ldexp(1.0, np.where(m == 0.5, e - 1, e)).astype(np.float32)
+
+
+def expect_block(w, ue8m0=False):
+    n, k = w.shape
+    amax = np.maximum(block_amax(w), np.float32(1e-4)).astype(np.float32)
     s = (amax / np.float32(448.0)).astype(np.float32)
+    if ue8m0:
+        s = power_of_two_at_least(s)
     r = (np.float32(1.0) / s).astype(np.float32)
     r_full = np.repeat(np.repeat(r, BLOCK, axis=0), BLOCK, axis=1)[:n, :k]
     v = (w * r_full).astype(np.float32)
@@ -133,12 +161,25 @@ def expect_block(w):
     return codes, s.astype("<f4").tobytes(), s_full
 
 
+def expect_ct_block(w, dt):
+    s, _ = round_to(dt, (block_amax(w) / np.float32(448.0)).astype(np.float32))
+    s = np.where(s == 0, np.float32(EPS[dt]), s).astype(np.float32)
+    s, s_bytes = round_to(dt, s)
+    s_full = expand_blocks(s, w.shape)
+    with np.errstate(over="ignore"):  # F16 quotients may overflow; the clip takes them
+        t, _ = round_to(dt, (w / s_full).astype(np.float32))
+    t = t + np.float32(0.0)  # the zero point compressed-tensors adds: -0 becomes +0
+    codes = e4m3_encode(np.clip(t, np.float32(-448.0), np.float32(448.0)))
+    return codes, s_bytes, s_full
+
+
 def expect_channel(w, dt):
     amax = np.abs(w).max(axis=1, keepdims=True).astype(np.float32)
     s, _ = round_to(dt, (amax / np.float32(448.0)).astype(np.float32))
     s = np.where(s == 0, np.float32(EPS[dt]), s).astype(np.float32)
     s, s_bytes = round_to(dt, s)
     t, _ = round_to(dt, (w / s).astype(np.float32))
+    t = t + np.float32(0.0)  # the zero point compressed-tensors adds: -0 becomes +0
     codes = e4m3_encode(np.clip(t, np.float32(-448.0), np.float32(448.0)))
     return codes, s_bytes, np.broadcast_to(s, w.shape)
 
@@ -151,7 +192,7 @@ def module_of(name):
     return name[:-len(".weight")]
 
 
-def targets(ref, ignore, ignore_patterns):
+def targets(ref, ignore, ignore_patterns, whole_column_blocks=False):
     cand = {}
     for name, (dt, shape, _) in ref.items():
         m = TARGET_RE.fullmatch(name)
@@ -162,6 +203,8 @@ def targets(ref, ignore, ignore_patterns):
             cand[module_of(name)] = last
 
     def user_ignored(mod):
+        if whole_column_blocks and ref[mod + ".weight"][1][1] % BLOCK:
+            return True
         return mod in ignore or any(re.fullmatch(p, mod) for p in ignore_patterns)
 
     def group(mod, last):
@@ -171,17 +214,25 @@ def targets(ref, ignore, ignore_patterns):
     return {m for m, l in cand.items() if not user_ignored(m) and group(m, l) not in dead}
 
 
-def expected_config(scheme, listed):
+def expected_config(scheme, listed, ue8m0=False):
     if scheme == "fp8":
-        return {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                "weight_block_size": [128, 128], "modules_to_not_convert": listed, "ignored_layers": listed}
-    def args(strategy, dynamic):
-        return {"num_bits": 8, "type": "float", "symmetric": True, "group_size": None, "strategy": strategy,
-                "block_structure": None, "dynamic": dynamic, "actorder": None,
+        config = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                  "weight_block_size": [128, 128]}
+        if ue8m0:
+            config["scale_fmt"] = "ue8m0"
+        config.update({"modules_to_not_convert": listed, "ignored_layers": listed})
+        return config
+    def args(strategy, dynamic, group_size=None, block_structure=None):
+        return {"num_bits": 8, "type": "float", "symmetric": True, "group_size": group_size, "strategy": strategy,
+                "block_structure": block_structure, "dynamic": dynamic, "actorder": None,
                 "observer": None if dynamic else "minmax", "observer_kwargs": {}}
+    if scheme == "fp8-block":
+        weights, inputs = args("block", False, block_structure=[128, 128]), args("group", True, group_size=128)
+    else:
+        weights, inputs = args("channel", False), args("token", True)
     return {"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
-            "config_groups": {"group_0": {"targets": ["Linear"], "weights": args("channel", False),
-                                          "input_activations": args("token", True), "output_activations": None}},
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                          "input_activations": inputs, "output_activations": None}},
             "ignore": listed, "kv_cache_scheme": None, "global_compression_ratio": None, "sparsity_config": {}}
 
 
@@ -199,7 +250,7 @@ def jsame(a, b):
 TORCH_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
-def check_config(qdir, refdir, scheme, required, weights_dtype, probs):
+def check_config(qdir, refdir, scheme, required, weights_dtype, probs, ue8m0=False):
     with open(os.path.join(qdir, "config.json"), encoding="utf-8") as f:
         got = json.load(f)
     with open(os.path.join(refdir, "config.json"), encoding="utf-8") as f:
@@ -222,7 +273,7 @@ def check_config(qdir, refdir, scheme, required, weights_dtype, probs):
     if scheme == "fp8" and qc.get("modules_to_not_convert") != qc.get("ignored_layers"):
         probs.add("modules_to_not_convert and ignored_layers differ")
     listed = qc.get(keys[0])
-    want = expected_config(scheme, listed)
+    want = expected_config(scheme, listed, ue8m0)
     if not jsame(qc, want):
         probs.add("quantization_config = %s, want %s" % (json.dumps(qc), json.dumps(want)))
 
@@ -247,7 +298,7 @@ def check_files(qdir, refdir, probs):
 # main check
 # ------------------------------------------------------------------------------------------------
 
-def check(qdir, refdir, scheme, ignore, ignore_patterns):
+def check(qdir, refdir, scheme, ignore, ignore_patterns, ue8m0=False):
     probs = Problems()
     hprobs = hf.Problems()
     out = hf.read_folder(qdir, hprobs, what="QDIR")
@@ -255,15 +306,18 @@ def check(qdir, refdir, scheme, ignore, ignore_patterns):
     probs.extend(hprobs)
     if probs:
         return probs, 0, 0
-    quant = targets(ref, ignore, ignore_patterns)
+    quant = targets(ref, ignore, ignore_patterns, whole_column_blocks=scheme == "fp8-block")
     seen = set()
     errors = []
     for m in sorted(quant):
         dt, shape, rb = ref[m + ".weight"]
         w = to_f32(dt, shape, rb)
         if scheme == "fp8":
-            codes, s_bytes, s_full = expect_block(w)
+            codes, s_bytes, s_full = expect_block(w, ue8m0)
             sname, sdt, sshape = m + ".weight_scale_inv", "F32", [-(-shape[0] // BLOCK), -(-shape[1] // BLOCK)]
+        elif scheme == "fp8-block":
+            codes, s_bytes, s_full = expect_ct_block(w, dt)
+            sname, sdt, sshape = m + ".weight_scale", dt, [-(-shape[0] // BLOCK), shape[1] // BLOCK]
         else:
             codes, s_bytes, s_full = expect_channel(w, dt)
             sname, sdt, sshape = m + ".weight_scale", dt, [shape[0], 1]
@@ -301,7 +355,7 @@ def check(qdir, refdir, scheme, ignore, ignore_patterns):
                               if n.endswith(".weight") and len(shape) == 2 and dt != "F8_E4M3"
                               and "norm" not in n and "embed" not in n}
     plain = {dt for n, (dt, _, _) in out.items() if dt in TORCH_NAMES and not n.endswith((".weight_scale_inv", ".weight_scale"))}
-    check_config(qdir, refdir, scheme, required, plain.pop() if len(plain) == 1 else None, probs)
+    check_config(qdir, refdir, scheme, required, plain.pop() if len(plain) == 1 else None, probs, ue8m0)
     check_files(qdir, refdir, probs)
     if errors:
         flat = np.concatenate([e.ravel() for e in errors])
@@ -321,6 +375,22 @@ def selftest():
     w = np.zeros((130, 129), dtype=np.float32)
     codes, s_bytes, _ = expect_block(w)
     assert (codes == 0).all() and np.frombuffer(s_bytes, "<f4")[0] == np.float32(1e-4) / np.float32(448)
+    # UE8M0: powers of two stay, anything above goes to the next; the all-zero floor is 2^-22.
+    x = np.array([1.0, np.nextafter(np.float32(1), np.float32(2)), 0.75, 2.0 ** -126, 3.0e36], dtype=np.float32)
+    assert (power_of_two_at_least(x) == np.array([1.0, 2.0, 1.0, 2.0 ** -126, 2.0 ** 122], np.float32)).all()
+    _, s_bytes, _ = expect_block(w, ue8m0=True)
+    assert np.frombuffer(s_bytes, "<f4")[0] == np.float32(2.0 ** -22)
+    w[0, 0], w[1, 128] = 449.0, -1.0
+    codes, s_bytes, _ = expect_block(w, ue8m0=True)
+    assert np.frombuffer(s_bytes, "<f4")[0] == 2.0 and codes[0, 0] == 0x76
+    # FP8_BLOCK in BF16: amax 1 -> s = bf16(1/448) = 146 * 2^-16; an all-zero block -> eps 2^-7;
+    # a partial row block (rows 128, 129) over its real rows only.
+    w = np.zeros((130, 256), dtype=np.float32)
+    w[0, 0], w[1, 1], w[129, 5] = 1.0, -0.5, 448.0
+    codes, s_bytes, _ = expect_ct_block(w, "BF16")
+    scales = (np.frombuffer(s_bytes, "<u2").astype(np.uint32) << 16).view(np.float32)
+    assert (scales == np.array([146 * 2.0 ** -16, 2.0 ** -7, 1.0, 2.0 ** -7], np.float32)).all(), scales
+    assert codes[0, 0] == 0x7E and codes[1, 1] == 0xF6 and codes[129, 5] == 0x7E
     print("check_fp8 selftest: OK")
     return 0
 
@@ -329,7 +399,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--ref")
-    ap.add_argument("--scheme", choices=("fp8", "fp8-dynamic"))
+    ap.add_argument("--scheme", choices=("fp8", "fp8-block", "fp8-dynamic"))
+    ap.add_argument("--scale-format", choices=("float", "ue8m0"), default="float",
+                    help="--scheme fp8: the block scales' format")
     ap.add_argument("--ignore", default="", help="comma-separated module names left unquantized")
     ap.add_argument("--ignore-pattern", action="append", default=[])
     ap.add_argument("--selftest", action="store_true")
@@ -337,7 +409,7 @@ def main(argv=None):
     if a.selftest:
         return selftest()
     ignore = {m for m in a.ignore.split(",") if m}
-    probs, nq, nu = check(a.out, a.ref, a.scheme, ignore, a.ignore_pattern)
+    probs, nq, nu = check(a.out, a.ref, a.scheme, ignore, a.ignore_pattern, a.scale_format == "ue8m0")
     if probs:
         for p in probs[:MAX_REPORT]:
             print("FAIL:", p)

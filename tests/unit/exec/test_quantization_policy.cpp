@@ -81,11 +81,28 @@ TEST(NonFinitePolicy, BlockFp8RefusesNanAndInfinitiesNamingRowColumnAndValue) {
         std::vector<uint8_t> codes(x.size());
         float scales[2];
         QuantError error;
-        return error_of([&] { quantize_fp8_blocks(x.data(), 2, 130, codes.data(), scales, error, kWeight, 128); });
+        return error_of([&] { quantize_fp8_blocks(x.data(), 2, 130, Fp8ScaleFormat::Float, codes.data(), scales, error, kWeight, 128); });
     };
     EXPECT_EQ(refusal(1, 129, kNan), quantize_refusal(129, 129, "nan"));
     EXPECT_EQ(refusal(0, 5, kInf), quantize_refusal(128, 5, "inf"));
     EXPECT_EQ(refusal(1, 0, -kInf), quantize_refusal(129, 0, "-inf"));
+}
+
+TEST(NonFinitePolicy, CtBlockFp8RefusesNanAndInfinitiesNamingRowColumnAndValue) {
+    // 130 x 128 from row 128 on: the second stripe (rows 256, 257) holds the value.
+    auto refusal = [](int64_t row, int64_t col, float value) {
+        std::vector<float> x(130 * 128, 0.5f);
+        x[static_cast<size_t>(row * 128 + col)] = value;
+        std::vector<uint8_t> codes(x.size());
+        uint16_t scales[2];
+        QuantError error;
+        return error_of([&] {
+            quantize_fp8_ct_blocks(x.data(), 130, 128, DType::BF16, codes.data(),
+                                   reinterpret_cast<unsigned char*>(scales), error, kWeight, 128);
+        });
+    };
+    EXPECT_EQ(refusal(129, 127, kNan), quantize_refusal(257, 127, "nan"));
+    EXPECT_EQ(refusal(3, 0, -kInf), quantize_refusal(131, 0, "-inf"));
 }
 
 TEST(NonFinitePolicy, ChannelFp8RefusesNanAndInfinitiesNamingRowColumnAndValue) {

@@ -2,6 +2,7 @@
 // config blocks, vLLM shape rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -103,6 +104,100 @@ TEST(Fp8Quantization, DynamicSchemeWritesRowScalesInTheWeightDtype) {
     EXPECT_EQ(config["config_groups"]["group_0"]["input_activations"]["dynamic"], true);
     EXPECT_TRUE(config["config_groups"]["group_0"]["input_activations"]["observer"].is_null());
     EXPECT_EQ(config["ignore"], plan.ignored_modules);
+}
+
+TEST(Fp8Quantization, CtBlockSchemeWritesBlockScalesInTheWeightDtypeAndLeavesPartialColumnsOut) {
+    // up [200, 128]: a partial row block, quantized (compressed-tensors pads rows); down [128, 200]:
+    // input not a multiple of 128, left in bf16 and listed.
+    TensorMapping m;
+    m.tensors = {weight("model.layers.0.self_attn.q_proj.weight", {256, 128}),
+                 weight("model.layers.0.self_attn.k_proj.weight", {128, 128}),
+                 weight("model.layers.0.self_attn.v_proj.weight", {128, 128}),
+                 weight("model.layers.0.self_attn.o_proj.weight", {128, 256}),
+                 weight("model.layers.0.mlp.gate_proj.weight", {200, 128}),
+                 weight("model.layers.0.mlp.up_proj.weight", {200, 128}),
+                 weight("model.layers.0.mlp.down_proj.weight", {128, 200}),
+                 weight("lm_head.weight", {100, 128})};
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8CtBlock;
+    const QuantizationPlan plan = plan_quantization(m, spec);
+    const OutputTensor* up = find(m, "model.layers.0.mlp.up_proj.weight");
+    ASSERT_TRUE(up);
+    EXPECT_EQ(up->dtype, DType::F8_E4M3);
+    EXPECT_EQ(up->row_align, 128);
+    EXPECT_EQ(up->scale_row_block, 128);
+    const OutputTensor& scale = m.tensors.at(up->scale_tensor);
+    EXPECT_EQ(scale.name, "model.layers.0.mlp.up_proj.weight_scale");
+    EXPECT_EQ(scale.dtype, DType::BF16);
+    EXPECT_EQ(scale.shape, (Shape{2, 1}));
+    EXPECT_EQ(m.tensors.at(find(m, "model.layers.0.self_attn.o_proj.weight")->scale_tensor).shape, (Shape{1, 2}));
+    EXPECT_EQ(find(m, "model.layers.0.mlp.down_proj.weight")->dtype, DType::BF16);
+    EXPECT_FALSE(find(m, "model.layers.0.mlp.down_proj.weight_scale"));
+    EXPECT_EQ(plan.ignored_modules, (std::vector<std::string>{"lm_head", "model.layers.0.mlp.down_proj"}));
+    ASSERT_EQ(plan.notes.size(), 1u);
+    EXPECT_NE(plan.notes[0].find("1 Linear modules left unquantized: their input size is not a multiple of 128"),
+              std::string::npos);
+    EXPECT_NE(plan.notes[0].find("model.layers.0.mlp.down_proj [128, 200]"), std::string::npos);
+    // compressed-tensors' FP8_BLOCK preset under the keys the other float-quantized configs carry.
+    EXPECT_EQ(quantization_config(spec, plan.ignored_modules).dump(),
+              R"({"quant_method":"compressed-tensors","format":"float-quantized","quantization_status":"compressed",)"
+              R"("config_groups":{"group_0":{"targets":["Linear"],"weights":{"num_bits":8,"type":"float",)"
+              R"("symmetric":true,"group_size":null,"strategy":"block","block_structure":[128,128],"dynamic":false,)"
+              R"("actorder":null,"observer":"minmax","observer_kwargs":{}},"input_activations":{"num_bits":8,)"
+              R"("type":"float","symmetric":true,"group_size":128,"strategy":"group","block_structure":null,)"
+              R"("dynamic":true,"actorder":null,"observer":null,"observer_kwargs":{}},"output_activations":null}},)"
+              R"("ignore":["lm_head","model.layers.0.mlp.down_proj"],"kv_cache_scheme":null,)"
+              R"("global_compression_ratio":null,"sparsity_config":{}})");
+}
+
+TEST(Fp8Quantization, SourcesInTheOutputSchemeArePassedThrough) {
+    // Two FP8 sources of [256, 128] in 128x128 blocks, one with BF16 scales (compressed-tensors
+    // FP8_BLOCK), one with F32 scales (DeepSeek block FP8), in a BF16 model.
+    auto sources = [] {
+        TensorMapping m;
+        for (DType scale_dtype : {DType::BF16, DType::F32}) {
+            SourceScales s;
+            s.scales = weight("scales", {2, 1}, scale_dtype);
+            m.source_scales.push_back(s);
+        }
+        m.tensors = {weight("model.layers.0.mlp.gate_proj.weight", {256, 128}),
+                     weight("model.layers.0.mlp.down_proj.weight", {128, 256})};
+        m.tensors[0].source_scales = 0;
+        m.tensors[1].source_scales = 1;
+        return m;
+    };
+    auto passed = [&](QuantScheme scheme, Fp8ScaleFormat format) {
+        TensorMapping m = sources();
+        QuantizeSpec spec;
+        spec.scheme = scheme;
+        spec.scale_format = format;
+        const QuantizationPlan plan = plan_quantization(m, spec);
+        std::vector<bool> kept;
+        for (const char* w : {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight"})
+            kept.push_back(find(m, w)->quantized_as_stored);
+        EXPECT_EQ(plan.passed_through, static_cast<size_t>(std::count(kept.begin(), kept.end(), true)));
+        return kept;
+    };
+    EXPECT_EQ(passed(QuantScheme::Fp8CtBlock, Fp8ScaleFormat::Float), (std::vector<bool>{true, false}));
+    EXPECT_EQ(passed(QuantScheme::Fp8Block, Fp8ScaleFormat::Float), (std::vector<bool>{false, true}));
+    // UE8M0 scales must be powers of two: a source's need not be, so it is quantized again.
+    EXPECT_EQ(passed(QuantScheme::Fp8Block, Fp8ScaleFormat::Ue8m0), (std::vector<bool>{false, false}));
+    TensorMapping m = sources();
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8CtBlock;
+    plan_quantization(m, spec);
+    EXPECT_TRUE(find(m, "model.layers.0.mlp.gate_proj.weight_scale"));
+    EXPECT_EQ(find(m, "model.layers.0.mlp.gate_proj.weight_scale")->dtype, DType::BF16);
+}
+
+TEST(Fp8Quantization, Ue8m0ScalesAddScaleFmtToTheBlockConfig) {
+    QuantizeSpec spec;
+    spec.scheme = QuantScheme::Fp8Block;
+    spec.scale_format = Fp8ScaleFormat::Ue8m0;
+    EXPECT_EQ(quantization_config(spec, {"lm_head"}).dump(),
+              R"({"quant_method":"fp8","fmt":"e4m3","activation_scheme":"dynamic","weight_block_size":[128,128],)"
+              R"("scale_fmt":"ue8m0","modules_to_not_convert":["lm_head"],"ignored_layers":["lm_head"]})");
+    EXPECT_NE(quantization_description(spec).find("--scale_format ue8m0"), std::string::npos);
 }
 
 TEST(Fp8Quantization, IgnoringOnePartOfAFusedGroupLeavesTheGroup) {

@@ -57,7 +57,7 @@ TEST(QuantizeSchemeFlags, IntFlagsWithFp8AreUsageErrors) {
     EXPECT_NE(usage_error({"--quantize", "fp8-dynamic", "--group_size", "128"}).find("--group_size applies to"),
               std::string::npos);
     EXPECT_NE(usage_error({"--quantize=fp8", "--asymmetric"}).find("--asymmetric applies to"), std::string::npos);
-    EXPECT_EQ(usage_error({"--quantize=fp9"}), "--quantize fp9: expected int, fp8, fp8-dynamic, nvfp4 or mxfp4");
+    EXPECT_EQ(usage_error({"--quantize=fp9"}), "--quantize fp9: expected int, fp8, fp8-block, fp8-dynamic, nvfp4 or mxfp4");
 }
 
 TEST(QuantizeSchemeFlags, FourBitFloatSchemes) {
@@ -80,8 +80,28 @@ TEST(QuantizeSchemeFlags, FullBlocksOnlyIsABlockFp8Flag) {
     EXPECT_NE(usage_error({"--quantize", "--fp8_full_blocks_only"}).find("--quantize=int has no blocks"), std::string::npos);
 }
 
+TEST(QuantizeSchemeFlags, Fp8BlockSchemeAndUe8m0Scales) {
+    EXPECT_EQ(parse_merge({"--quantize=fp8-block"})->quantize_spec.scheme, QuantScheme::Fp8CtBlock);
+    EXPECT_EQ(parse_merge({"--quantize", "fp8_block"})->quantize_spec.scheme, QuantScheme::Fp8CtBlock);
+    EXPECT_EQ(parse_merge({"--quantize=fp8"})->quantize_spec.scale_format, Fp8ScaleFormat::Float);
+    EXPECT_EQ(parse_merge({"--quantize=fp8", "--scale_format", "ue8m0"})->quantize_spec.scale_format,
+              Fp8ScaleFormat::Ue8m0);
+    EXPECT_EQ(parse_merge({"--quantize", "fp8", "--scale-format=float"})->quantize_spec.scale_format,
+              Fp8ScaleFormat::Float);
+    EXPECT_EQ(usage_error({"--quantize=fp8", "--scale_format", "e8m0"}), "--scale_format e8m0: expected float or ue8m0");
+    EXPECT_EQ(usage_error({"--scale_format", "ue8m0"}), "--scale_format applies to --quantize=fp8 (block FP8)");
+    for (const char* other : {"fp8-block", "fp8-dynamic", "nvfp4", "mxfp4", "int"})
+        EXPECT_EQ(usage_error({std::string("--quantize=") + other, "--scale_format", "ue8m0"}),
+                  std::string("--scale_format applies to --quantize=fp8 (block FP8); --quantize=") + other +
+                      " stores its scales in its own format")
+            << other;
+    EXPECT_EQ(usage_error({"--quantize=fp8-block", "--fp8_full_blocks_only"}),
+              "--fp8_full_blocks_only applies to --quantize=fp8 (block FP8); --quantize=fp8-block leaves inputs not a "
+              "multiple of 128 unquantized, and compressed-tensors loads partial row blocks");
+}
+
 TEST(QuantizeSchemeFlags, EverySchemeCombinesWithTheArchive) {
-    for (const char* scheme : {"--quantize", "--quantize=fp8", "--quantize=fp8-dynamic"})
+    for (const char* scheme : {"--quantize", "--quantize=fp8", "--quantize=fp8-dynamic", "--quantize=fp8-block"})
         EXPECT_EQ(usage_error({scheme, "--format", "hdf5"}), "") << scheme;
     EXPECT_EQ(usage_error({"--resume", "--format", "hdf5"}), "--format hdf5 does not combine with --resume");
 }
