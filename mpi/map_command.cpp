@@ -157,7 +157,7 @@ BaseSide base_side(const HfWeights& weights) {
     for (const auto& [name, at] : weights.by_name) {
         const SafetensorsEntry& entry = weights.files[at.first].entries[at.second];
         if (!is_floating(entry.dtype)) continue;
-        side.tensors.push_back({name, entry.shape});
+        side.tensors.push_back({name, entry.shape, "", false});
         side.entries.push_back(at);
     }
     return side;

@@ -55,7 +55,7 @@ HeldTensor tuned(HeldTensor t, const std::string& name, unsigned seed) {
 
 std::vector<NamedShape> shapes(const std::vector<HeldTensor>& tensors) {
     std::vector<NamedShape> out;
-    for (const auto& t : tensors) out.push_back({t.name, t.shape});
+    for (const auto& t : tensors) out.push_back({t.name, t.shape, "", false});
     return out;
 }
 

@@ -157,7 +157,9 @@ TEST(RoutedFsdpSimulation, FiguresAreTheAllGathersSharesAndTheModelledRankReceiv
             EXPECT_TRUE(m.over_budget.empty());
             EXPECT_GT(m.metadata_whole_bytes, 0u);
             for (const ModelledRoutedRank& n : x.modelled) EXPECT_LE(n.received_entries, x.received_entries_max);
-            if (x.modelled.size() > 1) EXPECT_EQ(x.modelled[1].received_entries, x.received_entries_max);
+            if (x.modelled.size() > 1) {
+                EXPECT_EQ(x.modelled[1].received_entries, x.received_entries_max);
+            }
         }
 }
 
