@@ -14,12 +14,10 @@ import subprocess
 import sys
 import time
 
-import boto3
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../tests/object_storage"))
-from s3_merge_cases import ACCESS_KEY, SECRET_KEY, Server, upload  # noqa: E402
+from s3_merge_cases import BUCKET, Server, bucket_client, server_env, upload  # noqa: E402
 
-BUCKET = "vmerge-ckpt"
 
 
 def output_bytes(folder):
@@ -37,13 +35,8 @@ def main():
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     server = Server(source, args.work)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_ENDPOINT_URL_S3=server.endpoint,
-               AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull, OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
-                          aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
-    client.create_bucket(Bucket=BUCKET)
+    env = server_env(server, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    client = bucket_client(server)
     launch = ["mpiexec", "--oversubscribe", "-np", str(args.np), args.vmerge, "merge", "--quiet"]
     gen = "/usr/bin/python3"
     checkpoints = {

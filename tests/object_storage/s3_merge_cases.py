@@ -90,6 +90,23 @@ def same_folders(a, b):
     return ""
 
 
+def server_env(server, **extra):
+    """What a vmerge run against the test server gets: its keys and endpoint, and none of the
+    caller's AWS settings or files."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_ENDPOINT_URL_S3=server.endpoint,
+               AWS_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull, **extra)
+    return env
+
+
+def bucket_client(server):
+    """A boto3 client of the test server, with the test bucket created."""
+    client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                          aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
 class Runner:
     def __init__(self, args, env):
         self.args, self.env, self.failures = args, env, []
@@ -102,6 +119,13 @@ class Runner:
         print(("ok    " if ok else "FAIL  ") + what, flush=True)
         if not ok:
             self.failures.append(what)
+
+    def exit_status(self):
+        if self.failures:
+            print(f"{len(self.failures)} failed")
+            return 1
+        print("all passed")
+        return 0
 
     def expect_error(self, what, argv, needles, env=None):
         r = self.vmerge(1, *argv, env=env)
@@ -248,24 +272,16 @@ def main():
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     server = Server(args.source, args.work)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_ENDPOINT_URL_S3=server.endpoint,
-               AWS_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull)
+    env = server_env(server)
     try:
-        client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
-                              aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
-        client.create_bucket(Bucket=BUCKET)
+        client = bucket_client(server)
         run = Runner(args, env)
         merge_cases(run, args.fixtures, args.work, client)
         kill_and_resume(run, args.work, client)
         failure_cases(run, args.work, server)
     finally:
         server.stop()
-    if run.failures:
-        print(f"{len(run.failures)} failed")
-        return 1
-    print("all passed")
-    return 0
+    return run.exit_status()
 
 
 if __name__ == "__main__":

@@ -20,10 +20,9 @@ import subprocess
 import sys
 import time
 
-import boto3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from s3_merge_cases import ACCESS_KEY, BUCKET, SECRET_KEY, Runner, Server, case_fields, same_folders, upload  # noqa: E402
+from s3_merge_cases import BUCKET, Runner, Server, bucket_client, case_fields, same_folders, server_env, upload  # noqa: E402
 
 CASES = [("fsdp", "fp32_to_bf16_w2"), ("megatron", "mlm_llama_tp2_pp2"), ("deepspeed", "zero2_bf16_w3")]
 PART_SIZE = 7000  # bytes: a 25 KB model is four parts, and three ranks' shares end inside parts
@@ -192,14 +191,9 @@ def main():
     os.makedirs(args.work)
     os.environ["S3_UPLOAD_PART_MIN_SIZE"] = "1024"  # read by moto in the server process
     server = Server(args.source, args.work)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_ENDPOINT_URL_S3=server.endpoint,
-               AWS_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull,
-               VMERGE_TEST_S3_PART_SIZE=str(PART_SIZE))
+    env = server_env(server, VMERGE_TEST_S3_PART_SIZE=str(PART_SIZE))
     try:
-        client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
-                              aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
-        client.create_bucket(Bucket=BUCKET)
+        client = bucket_client(server)
         run = Runner(args, env)
         merge_cases(run, args.fixtures, args.work, client)
         denied_part(run, server, client)
@@ -208,11 +202,7 @@ def main():
         credential_cases(run)
     finally:
         server.stop()
-    if run.failures:
-        print(f"{len(run.failures)} failed")
-        return 1
-    print("all passed")
-    return 0
+    return run.exit_status()
 
 
 if __name__ == "__main__":

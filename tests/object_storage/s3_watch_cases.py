@@ -28,10 +28,9 @@ import subprocess
 import sys
 import time
 
-import boto3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from s3_merge_cases import ACCESS_KEY, BUCKET, SECRET_KEY, Runner, Server, same_folders, upload  # noqa: E402
+from s3_merge_cases import BUCKET, Runner, Server, bucket_client, same_folders, server_env, upload  # noqa: E402
 from s3_output_cases import download, objects_under, open_uploads  # noqa: E402
 
 RUN = "run7"          # the training run's prefix in the bucket
@@ -223,15 +222,10 @@ def main():
     os.makedirs(args.work)
     os.environ["S3_UPLOAD_PART_MIN_SIZE"] = "1024"  # read by moto in the server process
     server = Server(args.source, args.work)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_ENDPOINT_URL_S3=server.endpoint,
-               AWS_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_CONFIG_FILE=os.devnull,
-               VMERGE_TEST_S3_PART_SIZE="65536")
+    env = server_env(server, VMERGE_TEST_S3_PART_SIZE="65536")
     example = os.path.join(args.source, "examples/tiny-qwen2-fsdp/global_step_1")
     try:
-        client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
-                              aws_access_key_id=ACCESS_KEY, aws_secret_access_key=SECRET_KEY)
-        client.create_bucket(Bucket=BUCKET)
+        client = bucket_client(server)
         run = Runner(args, env)
         disk = disk_merges(run, example, args.work)
         bucket_root_disk_target(run, client, example, args.work, disk)
@@ -240,11 +234,7 @@ def main():
         failure_cases(run, args.work)
     finally:
         server.stop()
-    if run.failures:
-        print(f"{len(run.failures)} failed")
-        return 1
-    print("all passed")
-    return 0
+    return run.exit_status()
 
 
 if __name__ == "__main__":
