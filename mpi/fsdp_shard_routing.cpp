@@ -15,14 +15,6 @@
 namespace vmerge {
 namespace {
 
-using KeyIndex = std::unordered_map<std::string, uint32_t>;
-
-KeyIndex key_index(const ScannedFile& first) {
-    KeyIndex index;
-    index.reserve(first.tensors.size());
-    for (size_t i = 0; i < first.tensors.size(); ++i) index.emplace(first.tensors[i].key, static_cast<uint32_t>(i));
-    return index;
-}
 
 // The part of `box` (a shard's: src_start in the shard, dst_start global) that skeleton copy
 // `c` reads (src_start global, dst_start in the output), as a copy from the shard into the
@@ -78,7 +70,7 @@ OutputTensor rows_of(const OutputTensor& t, const WriteTask& task) {
 
 StorageReaders fsdp_shard_readers(const std::vector<ScannedFile>& mine, const ScannedFile& first,
                                   const TensorMapping& skeleton, const std::vector<std::vector<WriteTask>>& work) {
-    const KeyIndex keys = key_index(first);
+    const FsdpKeyIndex keys = fsdp_key_index(first);
     const auto by_key = copies_by_key(skeleton, first.tensors.size());
     std::vector<std::vector<std::pair<int, const WriteTask*>>> tasks_of(skeleton.tensors.size());
     for (size_t r = 0; r < work.size(); ++r)
@@ -103,7 +95,7 @@ StorageReaders fsdp_shard_readers(const std::vector<ScannedFile>& mine, const Sc
 
 TensorMapping compose_routed_mapping(const TensorMapping& skeleton, const ScannedFile& first,
                                      const std::vector<ScannedFile>& received, const std::vector<WriteTask>& tasks) {
-    const KeyIndex keys = key_index(first);
+    const FsdpKeyIndex keys = fsdp_key_index(first);
     TensorMapping mapping;
     std::vector<std::vector<uint32_t>> shards_of_key(first.tensors.size());
     std::vector<std::vector<BoxCopy>> boxes;  // per source

@@ -17,14 +17,6 @@ namespace {
 
 constexpr size_t kEmptyExamples = 3;  // as many as the dropped-entries note keeps per reason
 
-using KeyIndex = std::unordered_map<std::string, uint32_t>;
-
-KeyIndex key_index(const ScannedFile& first) {
-    KeyIndex index;
-    index.reserve(first.tensors.size());
-    for (size_t i = 0; i < first.tensors.size(); ++i) index.emplace(first.tensors[i].key, static_cast<uint32_t>(i));
-    return index;
-}
 
 std::string where_of(const ScannedFile& file, const std::string& key) { return file.path + " key '" + key + "'"; }
 
@@ -48,6 +40,13 @@ std::string unroutable_entry(const TensorRef& t, const TensorRef& t0, size_t fil
 
 }  // namespace
 
+FsdpKeyIndex fsdp_key_index(const ScannedFile& first) {
+    FsdpKeyIndex index;
+    index.reserve(first.tensors.size());
+    for (size_t i = 0; i < first.tensors.size(); ++i) index.emplace(first.tensors[i].key, static_cast<uint32_t>(i));
+    return index;
+}
+
 FsdpFileCheck check_fsdp_file(const ScannedFile& file, size_t index, const ScannedFile& first, size_t files) {
     FsdpFileCheck check;
     check.file = index;
@@ -60,7 +59,7 @@ FsdpFileCheck check_fsdp_file(const ScannedFile& file, size_t index, const Scann
     };
     if (!file.skipped.empty() || !file.metadata.empty()) return refuse("holds entries that are not tensors");
     if (file.tensors.size() != first.tensors.size()) return refuse("holds another number of keys than file 0");
-    const KeyIndex keys = key_index(first);
+    const FsdpKeyIndex keys = fsdp_key_index(first);
     std::vector<char> seen(first.tensors.size(), 0);
     std::set<std::pair<std::string, uint64_t>> records;
     for (const StateDictEntry& e : file.tensors) {

@@ -1,6 +1,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor_mapping.h"
@@ -28,6 +29,10 @@ struct FsdpFileCheck {
 };
 
 FsdpFileCheck check_fsdp_file(const ScannedFile& file, size_t index, const ScannedFile& first, size_t files);
+
+// Each key of file 0 (every rank file holds the same keys) to its entry's index there.
+using FsdpKeyIndex = std::unordered_map<std::string, uint32_t>;
+FsdpKeyIndex fsdp_key_index(const ScannedFile& first);
 
 // The checks of every file (each rank's own, gathered) as one message and back.
 std::string serialize_file_checks(const std::vector<FsdpFileCheck>& checks);
