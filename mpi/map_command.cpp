@@ -277,18 +277,23 @@ std::string refused_line(const LearnedTable& table) {
            (table.refusals.size() == 1 ? " case" : " cases") + " (refused above)\n";
 }
 
+// The evidence, then the table written (or printed), or the refusal line and exit 1.
+int report_and_write(const TableProposal& proposal, const Options& o, std::ostream& out) {
+    out << learned_table_report(proposal.table);
+    if (!proposal.doc) {
+        out << refused_line(proposal.table);
+        return kExitFailure;
+    }
+    write_table(*proposal.doc, o.map_out, out);
+    return kExitSuccess;
+}
+
 }  // namespace
 
 int run_map(const Options& o, Comm& comm, std::ostream& out) {
     const std::optional<TableProposal> proposal = propose_table(o, comm);
     if (!proposal) return kExitSuccess;
-    out << learned_table_report(proposal->table);
-    if (!proposal->doc) {
-        out << refused_line(proposal->table);
-        return kExitFailure;
-    }
-    write_table(*proposal->doc, o.map_out, out);
-    return kExitSuccess;
+    return report_and_write(*proposal, o, out);
 }
 
 int run_suggest_table(const Options& o, Comm& comm, std::ostream& out) {
@@ -312,13 +317,7 @@ int run_suggest_table(const Options& o, Comm& comm, std::ostream& out) {
     }
     out << "vmerge inspect: the table learned from " << o.map_base << " for " << o.local_dir << " ("
         << proposal->facts.value("layout", std::string()) << ")\n";
-    out << learned_table_report(proposal->table);
-    if (!proposal->doc) {
-        out << refused_line(proposal->table);
-        return kExitFailure;
-    }
-    write_table(*proposal->doc, o.map_out, out);
-    return kExitSuccess;
+    return report_and_write(*proposal, o, out);
 }
 
 }  // namespace vmerge
