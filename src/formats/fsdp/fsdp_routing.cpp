@@ -151,9 +151,16 @@ ScannedFile fsdp_skeleton_scan(const ScannedFile& first) {
 std::string skeleton_unroutable(const TensorMapping& skeleton, const ScannedFile& first) {
     if (!skeleton.lora_deltas.empty()) return "a LoRA merge";
     const size_t keys = first.tensors.size();
-    for (const TensorRef& source : skeleton.sources)
+    for (const TensorRef& source : skeleton.sources) {
         if (source.storage.file != first.path || source.storage.byte_offset >= keys)
             return "a source outside the rank files (" + source.storage.file + ")";
+        // The shards' boxes are in the key's global coordinates: a view into a key (one expert
+        // of a fused [E, ...] tensor, a slice) would need its offset and strides composed in.
+        const TensorRef& key = first.tensors[source.storage.byte_offset].tensor;
+        const Shape& global = key.dtensor ? key.dtensor->global_shape : key.shape;
+        if (source.shape != global || source.storage_offset != 0 || !source.is_contiguous())
+            return "key '" + first.tensors[source.storage.byte_offset].key + "' is read as a view, not whole";
+    }
     std::vector<int64_t> read(keys, 0);
     for (const OutputTensor& t : skeleton.tensors) {
         if (t.role != OutputTensor::Role::Plain || t.zero_fill || t.lora_delta || t.adapter)

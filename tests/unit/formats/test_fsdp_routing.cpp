@@ -176,5 +176,19 @@ TEST(FsdpRouting, ASkeletonMappingThatDropsOrRereadsAKeyIsNotRoutable) {
     EXPECT_EQ(skeleton_unroutable(lora, files[0]), "a LoRA merge");
 }
 
+// A fused [E, ...] tensor split into per-expert outputs reads views of its key: the shards'
+// global boxes do not meet the views' coordinates, so such a save takes the all-gather (the
+// ecosystem family cases qwen3_moe_fused and qwen3_next failed in compose before this check).
+TEST(FsdpRouting, ASkeletonReadingAViewOfAKeyIsNotRoutable) {
+    const auto files = dense_save(2);
+    const ScannedFile skeleton = fsdp_skeleton_scan(files[0]);
+    TensorMapping offset = map_fsdp({skeleton});
+    offset.sources[0].storage_offset = 4;
+    EXPECT_TRUE(contains(skeleton_unroutable(offset, files[0]), "is read as a view, not whole"));
+    TensorMapping narrower = map_fsdp({skeleton});
+    narrower.sources[0].shape[0] -= 1;
+    EXPECT_TRUE(contains(skeleton_unroutable(narrower, files[0]), "is read as a view, not whole"));
+}
+
 }  // namespace
 }  // namespace vmerge
