@@ -107,6 +107,18 @@ def bucket_client(server):
     return client
 
 
+def case_args(flags):
+    """The test script's flags (each required, and --checker-python), with --work made empty."""
+    parser = argparse.ArgumentParser()
+    for flag in flags:
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--checker-python", default="/usr/bin/python3")
+    args = parser.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    return args
+
+
 class Runner:
     def __init__(self, args, env):
         self.args, self.env, self.failures = args, env, []
@@ -264,13 +276,7 @@ def failure_cases(run, work, server):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    for flag in ("--vmerge", "--mpiexec", "--source", "--fixtures", "--work"):
-        parser.add_argument(flag, required=True)
-    parser.add_argument("--checker-python", default="/usr/bin/python3")
-    args = parser.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    args = case_args(("--vmerge", "--mpiexec", "--source", "--fixtures", "--work"))
     server = Server(args.source, args.work)
     env = server_env(server)
     try:

@@ -22,7 +22,7 @@ import time
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from s3_merge_cases import BUCKET, Runner, Server, bucket_client, case_fields, same_folders, server_env, upload  # noqa: E402
+from s3_merge_cases import case_args, BUCKET, Runner, Server, bucket_client, case_fields, same_folders, server_env, upload  # noqa: E402
 
 CASES = [("fsdp", "fp32_to_bf16_w2"), ("megatron", "mlm_llama_tp2_pp2"), ("deepspeed", "zero2_bf16_w3")]
 PART_SIZE = 7000  # bytes: a 25 KB model is four parts, and three ranks' shares end inside parts
@@ -182,13 +182,7 @@ def credential_cases(run):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    for flag in ("--vmerge", "--mpiexec", "--source", "--fixtures", "--work"):
-        parser.add_argument(flag, required=True)
-    parser.add_argument("--checker-python", default="/usr/bin/python3")
-    args = parser.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    args = case_args(("--vmerge", "--mpiexec", "--source", "--fixtures", "--work"))
     os.environ["S3_UPLOAD_PART_MIN_SIZE"] = "1024"  # read by moto in the server process
     server = Server(args.source, args.work)
     env = server_env(server, VMERGE_TEST_S3_PART_SIZE=str(PART_SIZE))

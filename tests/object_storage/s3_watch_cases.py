@@ -30,7 +30,7 @@ import time
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from s3_merge_cases import BUCKET, Runner, Server, bucket_client, same_folders, server_env, upload  # noqa: E402
+from s3_merge_cases import case_args, BUCKET, Runner, Server, bucket_client, same_folders, server_env, upload  # noqa: E402
 from s3_output_cases import download, objects_under, open_uploads  # noqa: E402
 
 RUN = "run7"          # the training run's prefix in the bucket
@@ -213,13 +213,7 @@ def failure_cases(run, work):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    for flag in ("--vmerge", "--mpiexec", "--source", "--work"):
-        parser.add_argument(flag, required=True)
-    parser.add_argument("--checker-python", default="/usr/bin/python3")
-    args = parser.parse_args()
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
+    args = case_args(("--vmerge", "--mpiexec", "--source", "--work"))
     os.environ["S3_UPLOAD_PART_MIN_SIZE"] = "1024"  # read by moto in the server process
     server = Server(args.source, args.work)
     env = server_env(server, VMERGE_TEST_S3_PART_SIZE="65536")
