@@ -94,18 +94,7 @@ InspectReport inspect_report(const Options& o, const MergeInputs& in, const Merg
     const PageCacheChoice cache = page_cache_choice(o, comm, in.mapping());
     r.page_cache = page_cache_name(cache.policy);
     r.page_cache_reason = cache.reason;
-    if (in.quantize) {
-        // The 4-bit float schemes have their own bits and group, not the int scheme's flags.
-        const QuantScheme scheme = in.quantize->scheme;
-        const bool float4 = scheme == QuantScheme::Nvfp4 || scheme == QuantScheme::Mxfp4;
-        const int64_t group = scheme == QuantScheme::Nvfp4 ? kNvfp4Group
-                              : scheme == QuantScheme::Mxfp4 ? kMxfp4Group : in.quantize->group_size;
-        r.quantization = InspectReport::Quantization{quant_scheme_name(in.quantize->scheme),
-                                                     quantization_description(*in.quantize),
-                                                     float4 ? 4 : in.quantize->bits, group, in.quantize->symmetric,
-                                                     in.quantization.bytes_before, in.quantization.bytes_after,
-                                                     in.quantization.ignored_modules, in.quantization.shape_warnings};
-    }
+    if (in.quantize) r.quantization = inspect_quantization(*in.quantize, in.quantization, in.mapping().tensors);
     if (in.lora.found)
         r.lora = InspectReport::Lora{o.merge_lora(), in.lora.modules, in.lora.ranks, in.lora.alpha, in.lora.alpha_source};
     r.plan_seconds = plan.seconds;

@@ -8,10 +8,12 @@
 #include <sstream>
 
 #include "architecture/architecture_table.h"
+#include "architecture/config_expression.h"
 #include "architecture/hf_architecture.h"
 #include "architecture/hf_config.h"
 #include "collective_step.h"
 #include "core/dtype.h"
+#include "core/box_region.h"
 #include "core/error.h"
 #include "exec/copy_executor.h"
 #include "exec/dtype_cast.h"
@@ -19,6 +21,7 @@
 #include "formats/table_mapping.h"
 #include "io/input_file.h"
 #include "learned_map/learned_table.h"
+#include "learned_map/stacked_experts.h"
 #include "merge_inputs.h"
 #include "plan/rank_work.h"
 #include "rank_resources.h"
@@ -34,46 +37,105 @@ std::vector<double> as_doubles(const unsigned char* data, DType dtype, size_t co
 }
 
 // The checkpoint's rows, assembled by the copy executor from the mapping's box copies (the
-// merge's own reads), one row per request, cast to float32.
+// merge's own reads), one row per request, cast to float32. A row compared on a sample of its
+// elements (compared_spans) is read a span at a time: each span a one-row tensor of its own,
+// cut from the row's box copies, so that only its bytes are read.
 class CheckpointRows final : public RowValues {
 public:
     CheckpointRows(TensorMapping mapping, uint64_t budget) : mapping_(std::move(mapping)) {
         for (auto& t : mapping_.tensors) t.dtype = DType::F32;
         executor_ = std::make_unique<CopyExecutor>(mapping_, budget);
+        spans_.sources = mapping_.sources;
+        spans_.tensors.resize(1);
+        span_executor_ = std::make_unique<CopyExecutor>(spans_, budget);
     }
     std::vector<double> row(size_t tensor, int64_t row) override {
+        const OutputTensor& t = mapping_.tensors[tensor];
+        const std::vector<RowSpan> spans = compared_spans(t.shape);
+        if (spans.size() == 1 && numel(spans[0].extent) == row_length(t.shape)) return read(*executor_, tensor, row);
+        // A LoRA update or block scales apply to whole rows: such a row is read whole, then sampled.
+        if (t.lora_delta || t.source_scales) return subset(read(*executor_, tensor, row), t.shape, spans);
         std::vector<double> values;
-        executor_->run({{tensor, row, row + 1}}, [&](const RowBlock& b) {
-            values = as_doubles(b.data, DType::F32, b.size / sizeof(float));
-        });
+        for (const RowSpan& span : spans) {
+            OutputTensor& piece = spans_.tensors[0];
+            piece = t;
+            piece.name = t.name + " (sampled span)";
+            piece.shape = Shape{1};
+            piece.shape.insert(piece.shape.end(), span.extent.begin(), span.extent.end());
+            Shape start{row};
+            start.insert(start.end(), span.start.begin(), span.start.end());
+            piece.copies.clear();
+            extract_region(t, start, piece.shape, Shape(piece.shape.size(), 0), piece.copies);
+            const std::vector<double> part = read(*span_executor_, 0, 0);
+            values.insert(values.end(), part.begin(), part.end());
+        }
         return values;
     }
 
 private:
+    static std::vector<double> read(CopyExecutor& executor, size_t tensor, int64_t row = 0) {
+        std::vector<double> values;
+        executor.run({{tensor, row, row + 1}}, [&](const RowBlock& b) {
+            values = as_doubles(b.data, DType::F32, b.size / sizeof(float));
+        });
+        return values;
+    }
+    // The elements of `spans` out of a whole row of a tensor of `shape`.
+    static std::vector<double> subset(const std::vector<double>& whole, const Shape& shape, const std::vector<RowSpan>& spans) {
+        std::vector<double> values;
+        for (const RowSpan& span : spans) {
+            const int64_t offset = row_offset(shape, span);
+            values.insert(values.end(), whole.begin() + offset, whole.begin() + offset + numel(span.extent));
+        }
+        return values;
+    }
+
     TensorMapping mapping_;
     std::unique_ptr<CopyExecutor> executor_;
+    TensorMapping spans_;  // one tensor: the span being read
+    std::unique_ptr<CopyExecutor> span_executor_;
+};
+
+// Where a base tensor compared lies: an entry of the HfWeights, or one expert's slice of a
+// stacked expert entry (stacked_experts.h).
+struct BaseEntry {
+    size_t file = 0;
+    size_t entry = 0;
+    int64_t expert = -1;  // >= 0: the slice [expert] of the entry's leading axis
 };
 
 // The base model's rows, read from its safetensors files (one pread per row).
 class BaseRows final : public RowValues {
 public:
-    BaseRows(const HfWeights& weights, std::vector<std::pair<size_t, size_t>> entries)
-        : weights_(weights), entries_(std::move(entries)) {}
+    BaseRows(const HfWeights& weights, std::vector<BaseEntry> entries) : weights_(weights), entries_(std::move(entries)) {}
     std::vector<double> row(size_t tensor, int64_t row) override {
-        const auto [f, e] = entries_[tensor];
-        const SafetensorsEntry& entry = weights_.files[f].entries[e];
-        auto& file = files_[f];
-        if (!file) file = std::make_unique<InputFile>(weights_.files[f].path);
-        const size_t count = static_cast<size_t>(row_length(entry.shape));
-        std::vector<unsigned char> bytes(count * element_size(entry.dtype));
-        file->read_exact(entry.begin + static_cast<uint64_t>(row) * bytes.size(), bytes.data(), bytes.size(),
-                         "base tensor row");
-        return as_doubles(bytes.data(), entry.dtype, count);
+        const BaseEntry& at = entries_[tensor];
+        const SafetensorsEntry& entry = weights_.files[at.file].entries[at.entry];
+        auto& file = files_[at.file];
+        if (!file) file = std::make_unique<InputFile>(weights_.files[at.file].path);
+        const uint64_t element = element_size(entry.dtype);
+        uint64_t begin = entry.begin;
+        Shape shape = entry.shape;
+        if (at.expert >= 0) {  // one expert's slice: the entry without its leading axis, expert e's elements
+            shape.erase(shape.begin());
+            begin += static_cast<uint64_t>(at.expert) * static_cast<uint64_t>(numel(shape)) * element;
+        }
+        const uint64_t row_begin = begin + static_cast<uint64_t>(row) * row_length(shape) * element;
+        std::vector<double> values;
+        for (const RowSpan& span : compared_spans(shape)) {  // each span contiguous: one pread
+            const size_t count = static_cast<size_t>(numel(span.extent));
+            std::vector<unsigned char> bytes(count * element);
+            file->read_exact(row_begin + static_cast<uint64_t>(row_offset(shape, span)) * element, bytes.data(),
+                             bytes.size(), "base tensor row");
+            const std::vector<double> part = as_doubles(bytes.data(), entry.dtype, count);
+            values.insert(values.end(), part.begin(), part.end());
+        }
+        return values;
     }
 
 private:
     const HfWeights& weights_;
-    std::vector<std::pair<size_t, size_t>> entries_;
+    std::vector<BaseEntry> entries_;
     std::map<size_t, std::unique_ptr<InputFile>> files_;
 };
 
@@ -85,6 +147,15 @@ ModelShape model_shape(const HfConfig& config) {
     heads.head_dim = text_config_int(config, "head_dim", heads.heads > 0 ? hidden / heads.heads : 0);
     heads.vocab = text_config_int(config, "vocab_size", 0);
     heads.layers = text_config_int(config, "num_hidden_layers", 0);
+    // The other towers' head counts: an object of config.json besides the text model's with an
+    // integer num_heads or num_attention_heads (Qwen2.5-VL's vision_config.num_heads).
+    for (auto it = config.json.begin(); it != config.json.end(); ++it) {
+        if (!it.value().is_object() || it.key() == "text_config") continue;
+        for (const char* key : {"num_heads", "num_attention_heads"})
+            if (const auto found = it.value().find(key);
+                found != it.value().end() && found->is_number_integer() && found->get<int64_t>() > 1)
+                heads.tower_heads.emplace_back(found->get<int64_t>(), it.key() + "." + key);
+    }
     return heads;
 }
 
@@ -146,19 +217,38 @@ CheckpointSide checkpoint_side(const MappedCheckpoint& mapped, TableSource sourc
     return side;
 }
 
-// The base's floating-point tensors and where each lies.
+// The base's floating-point tensors and where each lies; a stacked expert tensor [E, ...] (E the
+// config's expert count, kStackedExpertCount) of a Megatron checkpoint's base is compared expert by
+// expert, through its stacked views (a torchtitan checkpoint's grouped experts meet it whole).
 struct BaseSide {
     std::vector<NamedShape> tensors;
-    std::vector<std::pair<size_t, size_t>> entries;  // (file, entry) in the HfWeights
+    std::vector<BaseEntry> entries;
+    std::vector<std::string> stacked_views;
 };
 
-BaseSide base_side(const HfWeights& weights) {
+int64_t config_expert_count(const HfConfig& config) {
+    const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
+    const ConfigValue count = evaluate(ConfigExpression::parse(kStackedExpertCount, "the expert count"), scope);
+    return count.kind == ConfigValue::Kind::Int ? count.integer : 0;
+}
+
+BaseSide base_side(const HfWeights& weights, const HfConfig& config, TableSource source) {
     BaseSide side;
+    const int64_t experts = source == TableSource::Megatron ? config_expert_count(config) : 0;
     for (const auto& [name, at] : weights.by_name) {
         const SafetensorsEntry& entry = weights.files[at.first].entries[at.second];
         if (!is_floating(entry.dtype)) continue;
-        side.tensors.push_back({name, entry.shape, "", false});
-        side.entries.push_back(at);
+        if (!is_stacked_experts(entry.shape, experts)) {
+            side.tensors.push_back({name, entry.shape, "", false});
+            side.entries.push_back({at.first, at.second, -1});
+            continue;
+        }
+        const Shape slice(entry.shape.begin() + 1, entry.shape.end());
+        for (int64_t e = 0; e < experts; ++e) {
+            side.stacked_views.push_back(stacked_view_name(name, e));
+            side.tensors.push_back({side.stacked_views.back(), slice, "", false});
+            side.entries.push_back({at.first, at.second, e});
+        }
     }
     return side;
 }
@@ -254,7 +344,7 @@ std::optional<TableProposal> propose_table(const Options& o, Comm& comm) {
     });
     const TableSource source =
         in.checkpoint.source->name() == "torchtitan" ? TableSource::Torchtitan : TableSource::Megatron;
-    const BaseSide base = base_side(weights);
+    const BaseSide base = base_side(weights, base_config, source);
     const CheckpointSide checkpoint =
         checkpoint_side(in.mapped, source, text_config_int(base_config, "num_hidden_layers", 0));
     const std::optional<MatchResult> matches = shared_matches(o, comm, checkpoint, base, weights, base_config, source);
@@ -266,6 +356,7 @@ std::optional<TableProposal> propose_table(const Options& o, Comm& comm) {
     for (const auto& [whole, views] : checkpoint.expert_forms) settle_expert_forms(settled, whole, views);
     table = learn_table(settled, checkpoint.tensors, base.tensors);
     join_expert_views(table, checkpoint.expert_views);
+    join_stacked_views(table, base.tensors, base.stacked_views);
     for (const auto& name : checkpoint.not_floating) add_drop_rule(table, name, "not floating point: a buffer, not a weight");
     if (table.refusals.empty())
         proposal.doc = learned_table_json(table, table_identity(o, base_config, source, *tables, tp_note(in)));

@@ -82,7 +82,16 @@ std::vector<ScannedFile> scan_own_files(const DetectedCheckpoint& checkpoint, Co
     const std::vector<ScanJob>& jobs = checkpoint.jobs;
     std::vector<ScannedFile> mine;
     collective_step(comm, "scan", [&] {
-        for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) mine.push_back(scan_job(checkpoint, jobs[i]));
+        for (size_t i = comm.rank(); i < jobs.size(); i += comm.size()) {
+            try {
+                mine.push_back(scan_job(checkpoint, jobs[i]));
+            } catch (const Error& e) {
+                // A DCP item is one of many in its file: the message names its key and offset.
+                if (i >= checkpoint.job_names.size()) throw;
+                throw Error(std::string(e.what()) + " (item " + checkpoint.job_names[i] + " at byte " +
+                            std::to_string(jobs[i].base) + ")");
+            }
+        }
     });
     return mine;
 }
@@ -298,7 +307,9 @@ MergeInputs load_checkpoint_names(const Options& o, const std::string& config_di
                     "and legacy per-rank checkpoints (their tensors under the trainer's own names); this is " +
                     (layout.empty() ? std::string("another layout") : layout) +
                     (layout == "fsdp" || layout == "dcp" || layout == "deepspeed" || in.checkpoint.hf_named
-                         ? " (it keeps transformers' own names: no table to learn)"
+                         ? " (it keeps transformers' names; where transformers 5 renames at run time, as for "
+                           "fused experts or a VL model's language_model, an hf_* table's rules map them, which map "
+                           "does not learn: docs/architecture-tables.md)"
                          : ""));
     in.scans = gather_scans(scan_own_files(in.checkpoint, comm), in.checkpoint.jobs.size(), comm);
     const std::string config_text = shared_hf_config_text(comm, config_dir);

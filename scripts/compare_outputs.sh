@@ -1,13 +1,16 @@
 #!/bin/bash
 # Merges every generated fixture case (FSDP, Megatron, LoRA; the real torch 2.11 files; an
-# HDF5 archive and its way back) with two vmerge-mpi binaries and compares the output folders
+# HDF5 archive and its way back; the example model and the torch 2.11 FSDP2 saves under every
+# --quantize scheme, FP8 and 4-bit float in BF16, F16 and F32 too) with two vmerge-mpi binaries
+# and compares the output folders
 # file by file with cmp: a refactoring must leave every byte as it was. Timing lines differ
 # between runs, so only the folders are compared, plus the exit codes.
 #   scripts/compare_outputs.sh OLD_BINARY NEW_BINARY FIXTURES_DIR WORK [BENCH_DIR]
 # FIXTURES_DIR: ctest's build/fixtures (fsdp/, megatron/, lora/ with their cases.json).
 # BENCH_DIR (optional): benchmark checkpoints made by scripts/bench/make_bench_*.py, each in its
 # folder: fsdp/ (make_bench_checkpoint.py), megatron/, lora/ (its global_step_1/actor),
-# deepspeed/; merged as they are and with the output options the benchmarks use.
+# deepspeed/; merged as they are and with the output options the benchmarks use (fsdp/ under
+# every --quantize scheme).
 set -uo pipefail
 old=$1 new=$2 fixtures=$3 work=$4 bench=${5:-}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,6 +81,20 @@ example_dir=$here/examples/tiny-qwen2-fsdp/global_step_1/actor
 run_both example.int4 --local_dir "$example_dir" --quantize --max-memory 1MiB
 run_both example.int8.asym --local_dir "$example_dir" --quantize --bits 8 --asymmetric --group_size 32
 run_both example.resume --local_dir "$example_dir" --quantize --resume --max-shard-size 1MB
+# Every FP8 and 4-bit float scheme, in each weight dtype their kernels specialise (BF16, F16,
+# F32), with small row blocks (the quantizers' outputs must not move a bit).
+QUANT_SCHEMES=("fp8:--quantize=fp8" "fp8_ue8m0:--quantize=fp8 --scale_format ue8m0" "fp8_block:--quantize=fp8-block"
+               "fp8_dynamic:--quantize=fp8-dynamic" "nvfp4:--quantize=nvfp4" "mxfp4:--quantize=mxfp4")
+for entry in "${QUANT_SCHEMES[@]}"; do
+    name=${entry%%:*}
+    read -r -a flags <<<"${entry#*:}"
+    for dtype in bf16 fp16 fp32; do
+        run_both "example.$name.$dtype" --local_dir "$example_dir" "${flags[@]}" --dtype "$dtype" --max-memory 1MiB
+    done
+    for case in "$here"/tests/fixtures/torch2/fsdp2_w2 "$here"/tests/fixtures/torch2/fsdp2_w3; do
+        run_both "torch2.$(basename "$case").$name" --local_dir "$case" "${flags[@]}" --dtype bf16
+    done
+done
 run_both example.hdf5 "--local_dir" "$here/examples/tiny-qwen2-fsdp/global_step_1/actor" --format hdf5
 # The archive back: each binary converts the archive it wrote.
 for which in old new; do
@@ -95,7 +112,10 @@ fi
 if [[ -n $bench ]]; then
     run_both bench.fsdp --local_dir "$bench/fsdp"
     run_both bench.fsdp.small_shards --local_dir "$bench/fsdp" --max-memory 64MiB --max-shard-size 100MB
-    run_both bench.fsdp.fp8 --local_dir "$bench/fsdp" --quantize fp8
+    for entry in "${QUANT_SCHEMES[@]}"; do
+        read -r -a flags <<<"${entry#*:}"
+        run_both "bench.fsdp.${entry%%:*}" --local_dir "$bench/fsdp" "${flags[@]}"
+    done
     run_both bench.fsdp.int4 --local_dir "$bench/fsdp" --quantize
     run_both bench.fsdp.hdf5 --local_dir "$bench/fsdp" --format hdf5 --compress zstd
     run_both bench.megatron --local_dir "$bench/megatron"

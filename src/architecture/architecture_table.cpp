@@ -25,7 +25,7 @@ const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "sou
                                        "config_check", "tensor_set", "keep_fp32", "mtp_shared_copies", "rules",
                                        "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "layer_offset",
-                                      "split", "tp", "value_head", "groups", "note"};
+                                      "split", "tp", "value_head", "groups", "stack_experts", "note"};
 // torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
 // (global layer and expert numbers); hf: facts of the HF architecture itself (its tensor set,
 // keep_fp32, mtp_shared_copies), applied whatever the checkpoint layout, and rules from the
@@ -144,7 +144,7 @@ std::string rule_targets(const nlohmann::json& j, NameSplit split, const std::st
 // The Megatron-only keys of a rule; a torchtitan rule may not use them (nor a Megatron rule
 // the torchtitan transforms).
 void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatron, const std::string& where) {
-    for (const char* key : {"split", "tp", "value_head", "groups"})
+    for (const char* key : {"split", "tp", "value_head", "groups", "stack_experts"})
         if (!megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'megatron' tables");
     for (const char* key : {"transform", "heads", "layer_offset"})
         if (megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'torchtitan' tables");
@@ -158,6 +158,8 @@ void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatr
         throw Error(where + ": 'groups' (an expression over config.json giving the head count) goes with split "
                     "qkv_per_head, and only there");
     if (!groups.empty()) rule.groups = ConfigExpression::parse(groups, where + ": 'groups'");
+    const std::string stack = string_field(j, "stack_experts", where, false);
+    if (!stack.empty()) rule.stack_experts = ConfigExpression::parse(stack, where + ": 'stack_experts'");
 }
 
 // A rule's layer_offset: an expression over config.json, for a rule that maps a layer number ({i}
@@ -211,6 +213,9 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
         if (!made_here && std::find(from_marks.begin(), from_marks.end(), mark) == from_marks.end())
             throw Error(where + ": 'to' uses " + mark + ", which 'from' does not bind");
     }
+    if (rule.stack_experts && (!from_expert || rule.to.find("{e}") != std::string::npos || !rule.drop.empty()))
+        throw Error(where + ": stack_experts takes per-expert tensors ({e} in 'from') into one fused tensor (a 'to' "
+                    "without {e})");
     if (splits && (from_expert || rule.to.find("{e}") == std::string::npos))
         throw Error(where + ": " + table_transform_name(rule.transform) +
                     " takes a grouped tensor (no {e} in 'from') to per-expert names ({e} in 'to')");

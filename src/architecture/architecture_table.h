@@ -63,6 +63,10 @@ struct TableRule {
     bool value_head = false;
     // QkvPerHead only: the head count (an expression over config.json, e.g. vision_config.num_heads).
     std::optional<ConfigExpression> groups;
+    // Source 'megatron' only: the expert count E (an expression over config.json). `from` binds
+    // {e} and `to` names one fused tensor (no {e}): each expert's tensor(s) land at index e of a
+    // new leading axis, [E, ...] (transformers 5's fused mlp.experts.gate_up_proj / down_proj).
+    std::optional<ConfigExpression> stack_experts;
 };
 
 // An architecture table (share/vmerge/architectures/*.json, docs/architecture-tables.md): the

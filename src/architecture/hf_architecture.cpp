@@ -124,6 +124,7 @@ nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const s
         else j["drop"] = rule->drop;
         if (rule->split != NameSplit::None) j["split"] = name_split_name(rule->split);
         if (rule->groups) j["groups"] = rule->groups->text();
+        if (rule->stack_experts) j["stack_experts"] = rule->stack_experts->text();
         j["tp"] = tp_rule_name(rule->tp);
         if (rule->tied_head) j["tied_head"] = true;
         j["tensors"] = it->second;
@@ -156,6 +157,7 @@ std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::str
         RuleMatch match;
         match.rule = &rule;
         match.hf_names = split_names(fill_table_pattern(rule.to, m.layer, m.expert, m.rest));
+        match.expert = m.expert;
         return match;
     }
     return std::nullopt;

@@ -80,6 +80,7 @@ std::vector<std::string> split_names(std::string_view names);
 struct RuleMatch {
     const TableRule* rule = nullptr;
     std::vector<std::string> hf_names;
+    std::string expert;  // the expert number {e} matched ("" when the rule has none)
 };
 std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& megatron_key);
 

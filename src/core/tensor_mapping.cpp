@@ -21,7 +21,7 @@ void OutputNames::claim(const std::string& name, const std::string& source_key) 
 
 void check_copies_tile_output(const OutputTensor& t, const std::vector<TensorRef>& sources) {
     if (t.role != OutputTensor::Role::Plain && t.role != OutputTensor::Role::QuantPacked) return;
-    const Shape& shape = t.assembled_shape();
+    const Shape shape = t.assembled_shape();
     const size_t rank = shape.size();
     int64_t covered = 0;
     for (const BoxCopy& c : t.copies) {
@@ -95,6 +95,8 @@ void append_mapping(TensorMapping& to, const TensorMapping& from) {
     to.sources.insert(to.sources.end(), from.sources.begin(), from.sources.end());
     for (SourceScales s : from.source_scales) {
         for (auto& c : s.scales.copies) c.source += offset;
+        if (s.global_scale)
+            for (auto& c : s.global_scale->copies) c.source += offset;
         to.source_scales.push_back(std::move(s));
     }
     for (OutputTensor t : from.tensors) {

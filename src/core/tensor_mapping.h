@@ -50,9 +50,13 @@ struct OutputTensor {
     std::vector<unsigned char> constant;  // Constant: the bytes
     // A LoRA merge adds TensorMapping::lora_deltas[*lora_delta] to the assembled rows (lora.h).
     std::optional<size_t> lora_delta;
-    // A block-quantized source (block FP8 codes): the assembled codes are dequantized with
-    // TensorMapping::source_scales[*source_scales] before anything else sees the rows.
+    // A block-quantized source (FP8 codes, or NVFP4/MXFP4 E2M1 codes): the assembled codes are
+    // dequantized with TensorMapping::source_scales[*source_scales] before anything else sees the rows.
     std::optional<size_t> source_scales;
+    // Not empty: the source holds two E2M1 codes a byte (low nibble first) and the copies fill
+    // this shape of bytes (compressed-tensors weight_packed: [rows, cols / 2] of a weight
+    // [rows, cols]; GPT-OSS expert blocks: [E, N, K / 32, 16] of a weight written [E, K, N]).
+    Shape packed_codes_shape;
     // A quantized source tensor written as it is (block-FP8 pass-through): codes or scales, not
     // a tensor in the model dtype.
     bool quantized_as_stored = false;
@@ -63,8 +67,24 @@ struct OutputTensor {
     bool keep_float32 = false;
 
     uint64_t nbytes() const { return static_cast<uint64_t>(numel(shape)) * element_size(dtype); }
-    // The shape the copies fill.
-    const Shape& assembled_shape() const { return source_shape.empty() ? shape : source_shape; }
+    // The shape of the weight the rows hold, as floats: [out, in].
+    const Shape& weight_shape() const { return source_shape.empty() ? shape : source_shape; }
+    // The shape the copies fill (packed FP4 codes: half the columns, in bytes).
+    Shape assembled_shape() const { return packed_codes_shape.empty() ? weight_shape() : packed_codes_shape; }
+    // The elements of one row of the weight (a 3-D expert tensor: one expert).
+    int64_t row_elements() const {
+        const Shape& s = weight_shape();
+        int64_t n = 1;
+        for (size_t i = 1; i < s.size(); ++i) n *= s[i];
+        return n;
+    }
+    // The bytes of one assembled row.
+    uint64_t assembled_row_bytes() const {
+        const Shape s = assembled_shape();
+        int64_t n = 1;
+        for (size_t i = 1; i < s.size(); ++i) n *= s[i];
+        return static_cast<uint64_t>(n) * element_size(source_dtype);
+    }
     // Written as part of another tensor's rows (no write task of its own).
     bool is_derived() const {
         return role == Role::QuantScale || role == Role::QuantZeroPoint || role == Role::QuantGlobalScale;
@@ -82,13 +102,37 @@ struct LoraDelta {
     double scale = 0;
 };
 
-// The scales of a block-FP8 source weight [out, in] (DeepSeek-V3's `weight_scale_inv`): element
-// (r, c) of the weight is float32(code) · scales[r / block_rows][c / block_cols], computed in
-// float32 as transformers dequantizes it; the grid is ceil-sized, so edge blocks may be partial.
+// What the codes of a quantized source weight are.
+enum class SourceCodes {
+    Fp8E4M3,  // one float8_e4m3fn code a byte (block FP8, compressed-tensors FP8)
+    Nvfp4,    // E2M1 pairs; F8_E4M3 scales per 16 columns, divided by one F32 global scale
+    Mxfp4,    // E2M1 pairs; UE8M0 scales (U8 biased exponents) per 32 columns
+};
+
+// The scales of a quantized source weight [out, in]. Block FP8 (DeepSeek-V3's `weight_scale_inv`):
+// element (r, c) of the weight is float32(code) · scales[r / block_rows][c / block_cols], computed
+// in float32 as transformers dequantizes it; the grid is ceil-sized, so edge blocks may be partial.
+// NVFP4/MXFP4 (compressed-tensors): blocks of 1 × group, see exec/fp4_dequantize.h.
 struct SourceScales {
-    OutputTensor scales;  // F32 [ceil(out / block_rows), ceil(in / block_cols)], assembled whole
+    OutputTensor scales;  // [ceil(out / block_rows), ceil(in / block_cols)], assembled whole
     int64_t block_rows = 128;
     int64_t block_cols = 128;
+    SourceCodes codes = SourceCodes::Fp8E4M3;
+    // NVFP4: the weight_global_scale tensor (F32, one value) and its value, read while planning
+    // (a fused group's parts are passed through only when they share it).
+    std::optional<OutputTensor> global_scale;
+    float global_scale_value = 1.0f;
+    // GPT-OSS MXFP4 experts: codes [E, N, K/32, 16] with scales [E, N, K/32] dequantized per expert
+    // into [N, K] and written transposed, [E, K, N], as transformers' dequantizer does.
+    bool experts_transposed = false;
+
+    static SourceScales block_grid(OutputTensor scales, int64_t block_rows, int64_t block_cols) {
+        SourceScales s;
+        s.scales = std::move(scales);
+        s.block_rows = block_rows;
+        s.block_cols = block_cols;
+        return s;
+    }
 };
 
 struct TensorMapping {

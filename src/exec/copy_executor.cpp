@@ -19,6 +19,7 @@
 #include "exec/fp8_quantize.h"
 #include "exec/int_quantize.h"
 #include "exec/block_dequantize.h"
+#include "exec/fp4_dequantize.h"
 #include "exec/lora_kernel.h"
 #include "exec/strided_copy.h"
 #include "core/stopwatch.h"
@@ -177,13 +178,12 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
     const bool cast = !quantized && t.dtype != t.source_dtype;
     s.out_row = row_bytes(t);
     const int64_t cols = quantized ? t.source_shape[1] : 0;
-    s.src_row = quantized ? static_cast<uint64_t>(cols) * element_size(t.source_dtype)
-                          : s.out_row / element_size(t.dtype) * element_size(t.source_dtype);
+    s.src_row = t.assembled_row_bytes();
     // Half the budget for blocks: the one being assembled plus the one being cast and
     // written; the other half bounds the span read for a non-contiguous source.
     uint64_t per_row = 2 * s.src_row;
     if (quantized) per_row = s.src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * s.out_row;
-    else if (lora) per_row = s.src_row + static_cast<uint64_t>(t.shape[1]) * (4 + 4 + 4) + s.out_row;
+    else if (lora) per_row = s.src_row + static_cast<uint64_t>(t.row_elements()) * (4 + 4 + 4) + s.out_row;
     else if (cast) per_row = 2 * s.src_row + s.out_row;
     s.align = std::max<int64_t>(1, t.row_align);
     s.per_row = per_row;
@@ -396,7 +396,7 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
                                const LoraFactors* lora, const std::optional<BlockRows>& next) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t rows = static_cast<size_t>(end - row);
-    const uint64_t src_row = row_bytes(t) / element_size(t.dtype) * element_size(t.source_dtype);
+    const uint64_t src_row = t.assembled_row_bytes();
     const bool floats = in_float32(t);
     // An fp32 source is assembled straight into the buffer the update is added to (no copy).
     const bool fold_in_place = lora && !t.source_scales && t.source_dtype == DType::F32;
@@ -411,7 +411,7 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     if (next) prefetch(*next);
     if (floats) {
         const auto start = Clock::now();
-        const size_t count = rows * static_cast<size_t>(t.shape[1]);
+        const size_t count = rows * static_cast<size_t>(t.row_elements());
         out_.resize(count * sizeof(float));
         float* merged = reinterpret_cast<float*>(out_.data());
         if (!fold_in_place) assembled_to_floats(t, row, end, block_.data(), merged);
@@ -450,8 +450,7 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
                                          const LoraFactors* lora, int64_t align, const std::optional<BlockRows>& next) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t rows = static_cast<size_t>(end - row);
-    const int64_t cols = t.source_shape[1];
-    block_.resize(rows * static_cast<size_t>(cols) * element_size(t.source_dtype));
+    block_.resize(rows * t.assembled_row_bytes());
     if (t.zero_fill) std::fill(block_.begin(), block_.end(), 0);
     assemble(t, row, end, block_.data());
     if (next) prefetch(*next);
@@ -485,22 +484,6 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     stats_.bytes_written += zero_bytes;
 }
 
-namespace {
-
-// The largest |w| of `count` source values as a float's bits, read from the source bits without
-// converting each value (the bits of a magnitude order as its values in F32, BF16 and F16 alike);
-// nothing for another source dtype. A non-finite value gives bits at or above kNonFiniteMagnitude.
-std::optional<uint32_t> source_max_magnitude(const unsigned char* data, DType dtype, size_t count) {
-    if (dtype == DType::F32) return max_magnitude_bits(reinterpret_cast<const float*>(data), static_cast<int64_t>(count));
-    if (dtype != DType::BF16 && dtype != DType::F16) return std::nullopt;
-    const uint16_t* values = reinterpret_cast<const uint16_t*>(data);
-    uint16_t top = 0;
-    for (size_t i = 0; i < count; ++i) top = std::max<uint16_t>(top, values[i] & 0x7FFFu);
-    return std::bit_cast<uint32_t>(dtype == DType::BF16 ? bf16_to_f32(top) : f16_to_f32(top));
-}
-
-}  // namespace
-
 float CopyExecutor::global_scale(size_t tensor) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t key = t.global_scale_group.front();
@@ -514,14 +497,14 @@ float CopyExecutor::global_scale(size_t tensor) {
         const std::string weight = quantized_weight_name(m.name);
         for (int64_t row = 0; row < rows; row += block_rows) {
             const int64_t end = std::min(rows, row + block_rows);
-            block_.resize(static_cast<size_t>((end - row) * cols) * element_size(m.source_dtype));
+            block_.resize(static_cast<size_t>(end - row) * m.assembled_row_bytes());
             if (m.zero_fill) std::fill(block_.begin(), block_.end(), 0);
             assemble(m, row, end, block_.data());
             const size_t count = static_cast<size_t>((end - row) * cols);
             // Without a fold, the largest value rounded to the model dtype is the rounded largest
             // value (rounding is monotonic): one rounding instead of one per weight.
             uint32_t block_top = kNonFiniteMagnitude;
-            if (const auto raw = lora ? std::nullopt : source_max_magnitude(block_.data(), m.source_dtype, count);
+            if (const auto raw = lora ? std::nullopt : stored_max_magnitude_bits(block_.data(), m.source_dtype, count);
                 raw && *raw < kNonFiniteMagnitude) {
                 const float largest = std::bit_cast<float>(*raw);
                 float rounded;
@@ -548,7 +531,7 @@ float CopyExecutor::global_scale(size_t tensor) {
 // (finite_weights.h): the weight before and the sum after must be finite (the factors were
 // checked once, in lora_factors).
 void CopyExecutor::fold_lora(float* merged, const OutputTensor& t, int64_t row, int64_t end, const LoraFactors& lora) {
-    const int64_t rows = end - row, cols = t.assembled_shape()[1];
+    const int64_t rows = end - row, cols = t.weight_shape()[1];
     const std::string weight = quantized_weight_name(t.name);
     require_finite(merged, rows, cols, cols, {weight, row, WeightUse::LoraBase});
     add_lora_delta(merged, row, end, lora, threads_);
@@ -559,21 +542,40 @@ void CopyExecutor::fold_lora(float* merged, const OutputTensor& t, int64_t row, 
 // with their scales, anything else cast exactly.
 void CopyExecutor::assembled_to_floats(const OutputTensor& t, int64_t row, int64_t end, const unsigned char* assembled,
                                        float* out) {
-    const int64_t cols = t.assembled_shape()[1];
+    const int64_t cols = t.weight_shape()[1];
     if (!t.source_scales) {
-        cast_elements(assembled, t.source_dtype, out, DType::F32, static_cast<size_t>((end - row) * cols));
+        cast_elements(assembled, t.source_dtype, out, DType::F32, static_cast<size_t>((end - row) * t.row_elements()));
         return;
     }
     const SourceScales& s = mapping_.source_scales.at(*t.source_scales);
     const std::vector<float>& grid = source_scale_grid(*t.source_scales);
     const int64_t scale_cols = (cols + s.block_cols - 1) / s.block_cols;
-    dequantize_block_fp8(assembled, row, end, cols, grid.data(), scale_cols, s.block_rows, s.block_cols, out);
+    if (s.codes == SourceCodes::Fp8E4M3) {
+        dequantize_block_fp8(assembled, row, end, cols, grid.data(), scale_cols, s.block_rows, s.block_cols, out);
+    } else if (s.experts_transposed) {
+        // GPT-OSS: each expert [N, K] dequantized, then written [K, N] (transformers' orientation).
+        const Shape& codes = t.packed_codes_shape;  // [E, N, K/32, 16]
+        const int64_t n = codes[1], k = codes[2] * 32;
+        expert_.resize(static_cast<size_t>(n * k));
+        for (int64_t e = row; e < end; ++e) {
+            dequantize_fp4_rows(assembled + (e - row) * n * k / 2, n, k, grid.data() + e * n * (k / 32), 32,
+                                expert_.data());
+            float* o = out + (e - row) * n * k;
+            for (int64_t r = 0; r < n; ++r)
+                for (int64_t c = 0; c < k; ++c) o[c * n + r] = expert_[static_cast<size_t>(r * k + c)];
+        }
+    } else {
+        dequantize_fp4_rows(assembled, end - row, cols, grid.data() + row * scale_cols, s.block_cols, out);
+    }
+    // compressed-tensors' and transformers' FP4 dequantizers give bfloat16 whatever the model dtype.
+    if (s.codes != SourceCodes::Fp8E4M3)
+        round_through(out, DType::F32, DType::BF16, out, static_cast<size_t>((end - row) * t.row_elements()));
     // A LoRA update is folded into the weight as transformers loads it (dequantized, then in the
     // model dtype), as PEFT folds it. Without a fold the writer's cast (or the quantizer's
     // rounding to the model dtype) is that one rounding.
     const DType model = t.role == OutputTensor::Role::QuantPacked ? t.quantize_from : t.dtype;
     if (t.lora_delta && model != DType::F32 && can_cast(DType::F32, model))
-        round_through(out, DType::F32, model, out, static_cast<size_t>((end - row) * cols));
+        round_through(out, DType::F32, model, out, static_cast<size_t>((end - row) * t.row_elements()));
 }
 
 // The float32 scale grid of a block-FP8 source, read whole once and kept while its rows run.
@@ -584,15 +586,21 @@ const std::vector<float>& CopyExecutor::source_scale_grid(size_t index) {
     std::vector<unsigned char> raw(static_cast<size_t>(numel(scales.shape)) * element_size(scales.source_dtype));
     assemble(scales, 0, scales.shape.empty() ? 1 : scales.shape[0], raw.data());
     source_scale_values_.resize(static_cast<size_t>(numel(scales.shape)));
-    cast_elements(raw.data(), scales.source_dtype, source_scale_values_.data(), DType::F32, source_scale_values_.size());
+    const SourceScales& source = mapping_.source_scales.at(index);
+    if (source.codes == SourceCodes::Fp8E4M3)
+        cast_elements(raw.data(), scales.source_dtype, source_scale_values_.data(), DType::F32, source_scale_values_.size());
+    else
+        fp4_effective_scales(raw.data(), source.codes == SourceCodes::Nvfp4, source.global_scale_value,
+                             source_scale_values_.data(), source_scale_values_.size());
     for (size_t i = 0; i < source_scale_values_.size(); ++i) {
         const float v = source_scale_values_[i];
         if (std::isfinite(v) && v >= 0) continue;
-        const int64_t cols = scales.shape.size() == 2 ? scales.shape[1] : 1;
+        const int64_t cols = scales.shape.size() >= 2 ? scales.shape.back() : 1;
         // An input value: every rerun meets it again, so the staged output is discarded (InputValueError).
         throw InputValueError(scales.name + ": row " + std::to_string(static_cast<int64_t>(i) / cols) + ", column " +
                     std::to_string(static_cast<int64_t>(i) % cols) + " is " + std::to_string(v) +
-                    "; a block-FP8 scale must be finite and not negative (the file is damaged)");
+                    "; a " + (source.codes == SourceCodes::Fp8E4M3 ? std::string("block-FP8") : std::string("4-bit float")) +
+                    " scale must be finite and not negative (the file is damaged)");
     }
     source_scales_for_ = index;
     return source_scale_values_;

@@ -133,6 +133,7 @@ private:
     std::map<size_t, float> global_scales_;  // by the first Packed tensor of a global_scale_group
     std::optional<size_t> lora_factors_for_;
     std::optional<size_t> source_scales_for_;  // source_scale_grid's cache
+    std::vector<float> expert_;  // one GPT-OSS expert dequantized, before its transpose
     std::vector<float> source_scale_values_;
     LoraFactors lora_factors_;
     CopyStats stats_;

@@ -8,6 +8,18 @@
 namespace vmerge {
 namespace {
 
+// The largest of `count` 16-bit magnitudes (sign bit cleared), an integer max that vectorises.
+VMERGE_VECTOR_CLONES uint16_t max_half_magnitude(const uint16_t* values, size_t count) {
+    uint16_t top = 0;
+    for (size_t i = 0; i < count; ++i) top = std::max<uint16_t>(top, values[i] & 0x7FFFu);
+    return top;
+}
+
+VMERGE_VECTOR_CLONES uint32_t max_float_magnitude(const float* values, size_t count) {
+    return max_magnitude_bits(values, static_cast<int64_t>(count));
+}
+
+
 // As torch and numpy print them.
 std::string value_text(float value) {
     if (std::isnan(value)) return "nan";
@@ -57,6 +69,13 @@ void require_finite(const float* x, int64_t rows, int64_t cols, int64_t stride, 
     const float* row = x + r * stride;
     for (int64_t c = 0; c < cols; ++c)
         if (!std::isfinite(row[c])) throw InputValueError(non_finite_message(place, place.first_row + r, c, row[c]));
+}
+
+std::optional<uint32_t> stored_max_magnitude_bits(const unsigned char* data, DType dtype, size_t count) {
+    if (dtype == DType::F32) return max_float_magnitude(reinterpret_cast<const float*>(data), count);
+    if (dtype != DType::BF16 && dtype != DType::F16) return std::nullopt;
+    const uint16_t top = max_half_magnitude(reinterpret_cast<const uint16_t*>(data), count);
+    return std::bit_cast<uint32_t>(dtype == DType::BF16 ? bf16_to_f32(top) : f16_to_f32(top));
 }
 
 }  // namespace vmerge

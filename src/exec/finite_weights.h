@@ -1,9 +1,12 @@
 #pragma once
 #include <algorithm>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace vmerge {
@@ -48,6 +51,13 @@ inline uint32_t max_magnitude_bits(const float* w, int64_t n) {
     for (int64_t c = 0; c < n; ++c) top = std::max(top, std::bit_cast<uint32_t>(w[c]) & 0x7FFFFFFFu);
     return top;
 }
+
+// The largest |w| of `count` values stored in `dtype`, as a binary32's bits, read from the stored
+// bits without converting each value: the bits of a magnitude order as its values in F32, BF16
+// and F16 alike, and NaN/Inf lie above every finite one there too, so the result is at or above
+// kNonFiniteMagnitude exactly when a value is not finite. nullopt for another dtype. Compiled as
+// vector clones (NVFP4's global-scale pass runs it over every quantized weight).
+std::optional<uint32_t> stored_max_magnitude_bits(const unsigned char* data, DType dtype, size_t count);
 
 // Returns when the `rows` x `cols` values at `x` (rows `stride` floats apart) are all finite;
 // otherwise throws the Error (an InputValueError: a rerun fails alike, so nothing is kept for

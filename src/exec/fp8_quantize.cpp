@@ -67,17 +67,31 @@ void add_errors(QuantError& error, float sum, float max) {
     }
 }
 
-// The amax of one block of a stripe (rows [r0, r1), columns [c0, c1)) as its bit pattern; a
-// non-finite value there (NaN and Inf lie above every finite pattern) is refused, naming the
-// stripe's first non-finite value (finite_weights.h).
-[[gnu::always_inline]] inline uint32_t block_amax_bits(const float* x, int64_t cols, int64_t r0, int64_t r1,
-                                                       int64_t c0, int64_t c1, const std::string& tensor,
-                                                       int64_t first_row) {
-    uint32_t top = 0;
-    for (int64_t r = r0; r < r1; ++r) top = std::max(top, max_magnitude_bits(x + r * cols + c0, c1 - c0));
-    if (top >= kNonFiniteMagnitude)
-        require_finite(x + r0 * cols, r1 - r0, cols, cols, {tensor, first_row + r0, WeightUse::Quantize});
-    return top;
+// The column blocks of a stripe are taken a panel at a time: each row's 512 columns are read as one
+// contiguous run (a block's 512-byte rows 4 KiB or more apart defeat the hardware prefetcher), and
+// the panel's 128 rows (256 KiB) stay in L2 between the maximum and the encoding.
+constexpr int64_t kPanelBlocks = 4;
+
+// The blocks [j0, j0 + blocks) of the stripe of rows [r0, r1), their columns [c0, c1) each.
+struct Panel {
+    int64_t r0, r1, j0, blocks, cols;
+    int64_t c0(int64_t b) const { return (j0 + b) * kBlock; }
+    int64_t width(int64_t b) const { return std::min(cols, c0(b) + kBlock) - c0(b); }
+};
+
+// Each block's amax as its bit pattern (`top`); a non-finite value in the panel (NaN and Inf lie
+// above every finite pattern) is refused, naming the stripe's first non-finite value
+// (finite_weights.h), as the block-by-block loop named it.
+[[gnu::always_inline]] inline void panel_amax_bits(const float* x, const Panel& p, uint32_t* top,
+                                                   const std::string& tensor, int64_t first_row) {
+    uint32_t any = 0;
+    for (int64_t b = 0; b < p.blocks; ++b) top[b] = 0;
+    for (int64_t r = p.r0; r < p.r1; ++r)
+        for (int64_t b = 0; b < p.blocks; ++b)
+            top[b] = std::max(top[b], max_magnitude_bits(x + r * p.cols + p.c0(b), p.width(b)));
+    for (int64_t b = 0; b < p.blocks; ++b) any = std::max(any, top[b]);
+    if (any >= kNonFiniteMagnitude)
+        require_finite(x + p.r0 * p.cols, p.r1 - p.r0, p.cols, p.cols, {tensor, first_row + p.r0, WeightUse::Quantize});
 }
 
 }  // namespace
@@ -93,27 +107,31 @@ VMERGE_VECTOR_CLONES void quantize_fp8_blocks(const float* x, int64_t rows, int6
                                               const std::string& tensor, int64_t first_row) {
     const int64_t block_cols = (cols + kBlock - 1) / kBlock;
     for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
-        const int64_t r1 = std::min(rows, r0 + kBlock);
-        for (int64_t j = 0; j < block_cols; ++j) {
-            const int64_t c0 = j * kBlock, c1 = std::min(cols, c0 + kBlock);
-            const uint32_t top = block_amax_bits(x, cols, r0, r1, c0, c1, tensor, first_row);
-            // DeepGEMM's floor (the binary32 nearest 1e-4) keeps an all-zero block's scale finite
-            // and far above float32's underflow (so a UE8M0 scale is a normal power of two too);
-            // the stored scale goes through the common rule.
-            const float amax = std::max(std::bit_cast<float>(top), 1e-4f);
-            const float computed = format == Fp8ScaleFormat::Ue8m0 ? ceil_to_ue8m0(amax / kE4m3Max) : amax / kE4m3Max;
-            const float scale = store_scale(computed, DType::F32,
-                                            reinterpret_cast<unsigned char*>(scale_inv + (r0 / kBlock) * block_cols + j));
-            const float inverse = 1.0f / scale;
-            float sum = 0.0f, max = 0.0f;
-            for (int64_t r = r0; r < r1; ++r) {
-                const float* w = x + r * cols + c0;
-                uint8_t* q = codes + r * cols + c0;
-                const int64_t n = c1 - c0;
-                for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_finite_clamped(w[c] * inverse);
-                accumulate_errors(q, w, n, scale, sum, max);
+        for (int64_t j0 = 0; j0 < block_cols; j0 += kPanelBlocks) {
+            const Panel p{r0, std::min(rows, r0 + kBlock), j0, std::min(kPanelBlocks, block_cols - j0), cols};
+            uint32_t top[kPanelBlocks];
+            panel_amax_bits(x, p, top, tensor, first_row);
+            float scale[kPanelBlocks], inverse[kPanelBlocks], sum[kPanelBlocks] = {}, max[kPanelBlocks] = {};
+            for (int64_t b = 0; b < p.blocks; ++b) {
+                // DeepGEMM's floor (the binary32 nearest 1e-4) keeps an all-zero block's scale
+                // finite and far above float32's underflow (so a UE8M0 scale is a normal power of
+                // two too); the stored scale goes through the common rule.
+                const float amax = std::max(std::bit_cast<float>(top[b]), 1e-4f);
+                const float computed =
+                    format == Fp8ScaleFormat::Ue8m0 ? ceil_to_ue8m0(amax / kE4m3Max) : amax / kE4m3Max;
+                scale[b] = store_scale(computed, DType::F32,
+                                       reinterpret_cast<unsigned char*>(scale_inv + (r0 / kBlock) * block_cols + j0 + b));
+                inverse[b] = 1.0f / scale[b];
             }
-            add_errors(error, sum, max);
+            for (int64_t r = p.r0; r < p.r1; ++r)
+                for (int64_t b = 0; b < p.blocks; ++b) {
+                    const float* w = x + r * cols + p.c0(b);
+                    uint8_t* q = codes + r * cols + p.c0(b);
+                    const int64_t n = p.width(b);
+                    for (int64_t c = 0; c < n; ++c) q[c] = e4m3fn_from_finite_clamped(w[c] * inverse[b]);
+                    accumulate_errors(q, w, n, scale[b], sum[b], max[b]);
+                }
+            for (int64_t b = 0; b < p.blocks; ++b) add_errors(error, sum[b], max[b]);
         }
     }
     error.count += static_cast<uint64_t>(rows * cols);
@@ -144,19 +162,24 @@ VMERGE_VECTOR_CLONES void quantize_fp8_ct_blocks(const float* x, int64_t rows, i
     const size_t scale_size = element_size(dtype);
     const int64_t block_cols = (cols + kBlock - 1) / kBlock;
     for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
-        const int64_t r1 = std::min(rows, r0 + kBlock);
-        for (int64_t j = 0; j < block_cols; ++j) {
-            const int64_t c0 = j * kBlock, c1 = std::min(cols, c0 + kBlock), n = c1 - c0;
-            const uint32_t top = block_amax_bits(x, cols, r0, r1, c0, c1, tensor, first_row);
-            // s = round_D(a / 448); zero there (an all-zero block, or one whose a / 448 underflows D) is eps(D).
-            const size_t at = static_cast<size_t>((r0 / kBlock) * block_cols + j) * scale_size;
-            const float scale = store_scale(std::bit_cast<float>(top) / kE4m3Max, dtype, scales + at);
-            float sum = 0.0f, max = 0.0f;
-            for (int64_t r = r0; r < r1; ++r) {
-                encode_rounded_quotients(x + r * cols + c0, n, dtype, scale, codes + r * cols + c0);
-                accumulate_errors(codes + r * cols + c0, x + r * cols + c0, n, scale, sum, max);
+        for (int64_t j0 = 0; j0 < block_cols; j0 += kPanelBlocks) {
+            const Panel p{r0, std::min(rows, r0 + kBlock), j0, std::min(kPanelBlocks, block_cols - j0), cols};
+            uint32_t top[kPanelBlocks];
+            panel_amax_bits(x, p, top, tensor, first_row);
+            float scale[kPanelBlocks], sum[kPanelBlocks] = {}, max[kPanelBlocks] = {};
+            for (int64_t b = 0; b < p.blocks; ++b) {
+                // s = round_D(a / 448); zero there (an all-zero block, or one whose a / 448
+                // underflows D) is eps(D).
+                const size_t at = static_cast<size_t>((r0 / kBlock) * block_cols + j0 + b) * scale_size;
+                scale[b] = store_scale(std::bit_cast<float>(top[b]) / kE4m3Max, dtype, scales + at);
             }
-            add_errors(error, sum, max);
+            for (int64_t r = p.r0; r < p.r1; ++r)
+                for (int64_t b = 0; b < p.blocks; ++b) {
+                    const int64_t at = r * cols + p.c0(b), n = p.width(b);
+                    encode_rounded_quotients(x + at, n, dtype, scale[b], codes + at);
+                    accumulate_errors(codes + at, x + at, n, scale[b], sum[b], max[b]);
+                }
+            for (int64_t b = 0; b < p.blocks; ++b) add_errors(error, sum[b], max[b]);
         }
     }
     error.count += static_cast<uint64_t>(rows * cols);

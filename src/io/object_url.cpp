@@ -15,9 +15,23 @@ ObjectUrl parse_object_url(const std::string& url) {
     out.bucket = rest.substr(0, slash);
     if (slash != std::string::npos) out.key = rest.substr(slash + 1);
     if (out.bucket.empty()) throw Error(url + ": no bucket name (expected s3://BUCKET/KEY)");
-    if (out.key.find("//") != std::string::npos || out.key.starts_with('/'))
-        throw Error(url + ": an empty folder name in the key (a doubled '/')");
+    if (const std::string why = object_key_problem(out.key); !why.empty()) throw Error(url + ": " + why);
     return out;
+}
+
+std::string object_key_problem(std::string_view key) {
+    if (key.empty()) return "";
+    size_t start = 0;
+    while (true) {
+        const size_t slash = key.find('/', start);
+        const std::string_view part = key.substr(start, slash == std::string_view::npos ? key.npos : slash - start);
+        const bool last = slash == std::string_view::npos;
+        if (part.empty() && !last) return "an empty folder name in the key (a doubled or leading '/')";
+        if (part == "." || part == "..")
+            return "a '" + std::string(part) + "' segment in the key (refused: it could resolve to another object)";
+        if (last) return "";
+        start = slash + 1;
+    }
 }
 
 std::string aws_uri_encode(std::string_view text, bool keep_slash) {

@@ -118,6 +118,8 @@ std::string sha256_hex(const void* data, size_t size) {
 
 S3Client::Response S3Client::perform_once(const Request& request) const {
     CURL* handle = thread_handle();
+    if (const std::string why = object_key_problem(request.object.key); !why.empty())
+        throw Error(request.object.text() + ": " + why);
     Response response;
     Transfer transfer{handle, &request, &response};
     const std::string url = settings_.base_url(request.object.bucket) + settings_.path_prefix(request.object.bucket) + "/" +

@@ -15,9 +15,10 @@ std::string number_text(double value, int digits = 3) {
 }
 
 // The rule one decision gives (before its evidence is added).
-LearnedRule rule_of(const SourceDecision& d, const std::vector<NamedShape>& source, const std::vector<NamedShape>& base) {
+LearnedRule rule_of(const SourceDecision& d, const std::vector<NamedShape>& source, const std::vector<NamedShape>& base,
+                    const LayerNumbers& source_numbers, const LayerNumbers& base_numbers) {
     LearnedRule rule;
-    rule.from = numbered_pattern(source[d.source].name);
+    rule.from = source_numbers.pattern(source[d.source].name);
     rule.example = source[d.source].name;
     if (d.tied_head) {
         rule.to = {"lm_head.weight"};
@@ -29,12 +30,12 @@ LearnedRule rule_of(const SourceDecision& d, const std::vector<NamedShape>& sour
     } else if (d.match) {
         rule.layout = d.match->guess.layout;
         rule.heads_key = d.match->guess.heads_key;
-        for (size_t b : d.match->guess.parts) rule.to.push_back(numbered_pattern(base[b].name));
+        for (size_t b : d.match->guess.parts) rule.to.push_back(base_numbers.pattern(base[b].name));
         rule.tp = source[d.source].tp;
         rule.transposed = source[d.source].transposed;
         // Only candidate_groups' offset gets here: the base layer num_hidden_layers further.
-        const auto from_numbers = name_numbers(source[d.source].name);
-        const auto to_numbers = name_numbers(base[d.match->guess.parts[0]].name);
+        const auto from_numbers = source_numbers.numbers(source[d.source].name);
+        const auto to_numbers = base_numbers.numbers(base[d.match->guess.parts[0]].name);
         if (!from_numbers.empty() && !to_numbers.empty() && from_numbers[0] != to_numbers[0])
             rule.layer_offset = std::stoll(to_numbers[0]) - std::stoll(from_numbers[0]);
     } else {
@@ -55,9 +56,11 @@ std::string rule_text(const LearnedRule& r) {
     std::string text;
     for (const auto& t : r.to) text += (text.empty() ? "" : " | ") + t;
     if (r.tied_head) return text + " (tied head)";
-    if (r.layout != RowLayout::Same) text += " [" + std::string(layout_name(r.layout)) + "]";
+    if (r.layout == RowLayout::QkvPerHead) text += " [" + std::string(layout_name(r.layout)) + " of " + r.heads_key + "]";
+    else if (r.layout != RowLayout::Same) text += " [" + std::string(layout_name(r.layout)) + "]";
     if (r.split_experts) text += " [split_experts]";
     if (r.transposed) text += " [transpose]";
+    if (!r.stack_experts.empty()) text += " [stack_experts]";
     if (!r.tp.empty() && r.tp != "replicated") text += " [tp " + r.tp + "]";
     if (r.layer_offset != 0) text += " [layer + num_hidden_layers]";
     return text;
@@ -74,25 +77,13 @@ void add_evidence(LearnedRule& rule, const SourceDecision& d) {
 
 }  // namespace
 
-std::string numbered_pattern(const std::string& name) {
-    std::string out;
-    size_t start = 0, seen = 0;
-    while (start <= name.size()) {
-        size_t end = name.find('.', start);
-        if (end == std::string::npos) end = name.size();
-        const std::string part = name.substr(start, end - start);
-        const bool number =
-            !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-        out += (start ? "." : "") + (number && seen < 2 ? std::string(seen == 0 ? "{i}" : "{e}") : part);
-        if (number) ++seen;
-        start = end + 1;
-    }
-    return out;
-}
+std::string numbered_pattern(const std::string& name) { return LayerNumbers().pattern(name); }
 
 LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShape>& source,
                          const std::vector<NamedShape>& base) {
     LearnedTable table;
+    table.source_numbers = LayerNumbers(names_of(source));
+    const LayerNumbers base_numbers(names_of(base));
     std::map<std::string, size_t> by_from;  // pattern -> rule index
     for (const SourceDecision& d : matches.decisions) {
         if (d.other_assembly) continue;
@@ -102,7 +93,7 @@ LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShap
                 table.refusals.push_back(d.refused);
             continue;
         }
-        LearnedRule rule = rule_of(d, source, base);
+        LearnedRule rule = rule_of(d, source, base, table.source_numbers, base_numbers);
         auto [it, fresh] = by_from.try_emplace(rule.from, table.rules.size());
         if (fresh) {
             table.rules.push_back(rule);
@@ -119,7 +110,7 @@ LearnedTable learn_table(const MatchResult& matches, const std::vector<NamedShap
 }
 
 void add_drop_rule(LearnedTable& table, const std::string& name, const std::string& reason) {
-    const std::string from = numbered_pattern(name);
+    const std::string from = table.source_numbers.pattern(name);
     for (LearnedRule& r : table.rules)
         if (r.from == from) {
             ++r.tensors;
@@ -185,6 +176,11 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
             case RowLayout::Vocab: rule["split"] = "vocab"; break;
             case RowLayout::Qkv: rule["split"] = "qkv"; break;
             case RowLayout::GateUp: rule["split"] = "gate_up"; break;
+            case RowLayout::PlainQkv: break;  // refused by decide: never a rule
+            case RowLayout::QkvPerHead:
+                rule["split"] = "qkv_per_head";
+                rule["groups"] = r.heads_key;
+                break;
             case RowLayout::RopePermute:
                 rule["transform"] = "rope_permute";
                 rule["heads"] = r.heads_key;
@@ -193,6 +189,7 @@ nlohmann::ordered_json learned_table_json(const LearnedTable& table, const Table
         if (r.split_experts) rule["transform"] = "split_experts";
         if (r.transposed) rule["transform"] = "transpose";
         if (!r.tp.empty() && r.tp != "replicated") rule["tp"] = r.tp;
+        if (!r.stack_experts.empty()) rule["stack_experts"] = r.stack_experts;
         if (r.layer_offset != 0) rule["layer_offset"] = "num_hidden_layers";
         rules.push_back(std::move(rule));
     }
@@ -232,6 +229,7 @@ nlohmann::ordered_json learned_table_evidence_json(const LearnedTable& table) {
         rule["layout"] = r.tied_head ? "tied head" : layout_name(r.layout);
         if (r.split_experts) rule["split_experts"] = true;
         if (r.transposed) rule["transpose"] = true;
+        if (!r.stack_experts.empty()) rule["stack_experts"] = r.stack_experts;
         if (r.layer_offset != 0) rule["layer_offset"] = r.layer_offset;
         if (!r.tp.empty()) rule["tp"] = r.tp;
         rule["tensors"] = r.tensors;

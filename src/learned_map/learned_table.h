@@ -5,12 +5,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "learned_map/layer_numbers.h"
 #include "learned_map/tensor_matching.h"
 
 namespace vmerge {
 
 // `name` with its first all-digit part written {i} (the layer) and its second {e} (the expert);
-// further numbers stay as they are.
+// further numbers stay as they are (every number read as a layer or expert number; map reads a
+// side's names through LayerNumbers, layer_numbers.h).
 std::string numbered_pattern(const std::string& name);
 
 // One rule of the learned table, with the evidence of every tensor it took.
@@ -18,13 +20,16 @@ struct LearnedRule {
     std::string from;
     std::vector<std::string> to;  // empty for a drop rule
     RowLayout layout = RowLayout::Same;
-    std::string heads_key;        // RopePermute: the config.json key of the head count
+    std::string heads_key;        // RopePermute, QkvPerHead: the config.json key of the head count
     bool tied_head = false;
     // torchtitan's grouped experts [E, ...]: matched expert by expert (checkpoint_expert_views),
     // stated as one rule with transform split_experts.
     bool split_experts = false;
     // The grouped tensor whole, its last two axes swapped (transform "transpose").
     bool transposed = false;
+    // Per-expert tensors stacked into the base's [E, ...] tensor (stacked_experts.h): the
+    // stack_experts expression of the expert count; "" : none.
+    std::string stack_experts;
     // The HF layer number minus the checkpoint's (torchtitan's MTP layers: num_hidden_layers),
     // stated as layer_offset "num_hidden_layers"; 0: the same numbers.
     int64_t layer_offset = 0;
@@ -45,6 +50,7 @@ struct LearnedTable {
     std::vector<LearnedRule> rules;
     std::vector<std::string> refusals;
     std::vector<std::string> unmapped_base;  // base tensors nothing maps to
+    LayerNumbers source_numbers;             // how the checkpoint's names number layers
 };
 
 // Generalises the matches into rules: one per checkpoint name pattern; two tensors of one

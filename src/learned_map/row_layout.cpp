@@ -12,7 +12,7 @@ int64_t source_row_of(const LayoutGuess& guess, const ModelShape& heads, const s
             return row;
         case RowLayout::RopePermute: {
             // HF row h·d + j·d/2 + p holds checkpoint row h·d + 2p + j (head h of d rows).
-            const int64_t d = part_rows[0] / guess.rope_heads, half = d / 2;
+            const int64_t d = part_rows[0] / guess.head_count, half = d / 2;
             const int64_t h = row / d, within = row % d, j = within / half, p = within % half;
             return h * d + 2 * p + j;
         }
@@ -26,6 +26,14 @@ int64_t source_row_of(const LayoutGuess& guess, const ModelShape& heads, const s
         }
         case RowLayout::GateUp:
             return part == 0 ? row : part_rows[0] + row;
+        case RowLayout::PlainQkv:
+            return (part > 0 ? part_rows[0] : 0) + (part > 1 ? part_rows[1] : 0) + row;
+        case RowLayout::QkvPerHead: {
+            // HF row t·n·d + h·d + j (t: 0 q, 1 k, 2 v; head h of n, d rows) is row h·3d + t·d + j.
+            const int64_t n = guess.head_count, d = part_rows[0] / (3 * n);
+            const int64_t t = row / (n * d), h = row % (n * d) / d, j = row % d;
+            return h * 3 * d + t * d + j;
+        }
     }
     return row;
 }
@@ -47,6 +55,30 @@ int64_t sample_count(int64_t row_length) {
     return std::clamp<int64_t>(kElements / std::max<int64_t>(row_length, 1), 8, 64);
 }
 
+std::vector<RowSpan> compared_spans(const Shape& shape) {
+    const Shape row_shape(shape.empty() ? shape.begin() : shape.begin() + 1, shape.end());
+    const int64_t length = row_length(shape);
+    if (row_shape.empty() || length <= kRowElements) return {{Shape(row_shape.size(), 0), row_shape}};
+    const int64_t last = row_shape.back(), width = std::min(last, kRowElements);
+    std::vector<RowSpan> spans;
+    for (int64_t line : sample_rows(length / last, std::max<int64_t>(1, kRowElements / width))) {
+        RowSpan span{Shape(row_shape.size(), 0), Shape(row_shape.size(), 1)};
+        span.extent.back() = width;
+        for (size_t axis = row_shape.size() - 1; axis-- > 0;) {  // the line's index on each other axis
+            span.start[axis] = line % row_shape[axis];
+            line /= row_shape[axis];
+        }
+        spans.push_back(std::move(span));
+    }
+    return spans;
+}
+
+int64_t row_offset(const Shape& shape, const RowSpan& span) {
+    int64_t offset = 0;
+    for (size_t axis = 0; axis < span.start.size(); ++axis) offset = offset * shape[axis + 1] + span.start[axis];
+    return offset;
+}
+
 int64_t tensor_rows(const Shape& shape) { return shape.empty() ? 1 : shape[0]; }
 
 int64_t row_length(const Shape& shape) {
@@ -62,6 +94,8 @@ const char* layout_name(RowLayout layout) {
         case RowLayout::RopePermute: return "rope_permute";
         case RowLayout::Qkv: return "fused qkv grouped per query group";
         case RowLayout::GateUp: return "fused [gate; up]";
+        case RowLayout::QkvPerHead: return "fused qkv grouped per head";
+        case RowLayout::PlainQkv: return "fused [Q; K; V], not grouped";
     }
     return "?";
 }

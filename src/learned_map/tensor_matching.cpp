@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "learned_map/layer_numbers.h"
 
 namespace vmerge {
 namespace {
@@ -54,7 +55,11 @@ void add_fused_guesses(const NamedShape& s, const std::vector<NamedShape>& base,
         for (size_t q : with_rows(nq * d))
             for (size_t k : with_rows(ng * d))
                 for (size_t v : with_rows(ng * d))
-                    if (q != k && q != v && k != v) guesses.push_back({RowLayout::Qkv, {q, k, v}, 0, ""});
+                    if (q != k && q != v && k != v) {
+                        guesses.push_back({RowLayout::Qkv, {q, k, v}, 0, ""});
+                        // One query group: [Q; K; V] is the grouped layout itself.
+                        if (ng > 1) guesses.push_back({RowLayout::PlainQkv, {q, k, v}, 0, ""});
+                    }
     if (rows > 0 && rows % 2 == 0)
         for (size_t gate : with_rows(rows / 2))
             for (size_t up : with_rows(rows / 2))
@@ -71,6 +76,14 @@ void add_rope_guesses(const NamedShape& s, size_t b, const ModelShape& heads, st
             continue;  // the same permutation as num_attention_heads'
         guesses.push_back({RowLayout::RopePermute, {b}, n, key});
     }
+}
+
+// A vision tower's qkv grouped per head ([q_h; k_h; v_h]) holding the base's fused [Q; K; V]
+// `b` of its shape: one guess per head count of another tower (one head: the same rows).
+void add_per_head_qkv_guesses(const NamedShape& s, size_t b, const ModelShape& heads, std::vector<LayoutGuess>& guesses) {
+    const int64_t rows = tensor_rows(s.shape);
+    for (const auto& [n, key] : heads.tower_heads)
+        if (n > 1 && rows % (3 * n) == 0) guesses.push_back({RowLayout::QkvPerHead, {b}, n, key});
 }
 
 // The decision for one checkpoint tensor from its measured fits.
@@ -106,6 +119,13 @@ SourceDecision decide(size_t source, std::vector<Fit> fits, const std::vector<Na
         d.refused = name + " matches " + names(best) + " (distance " + distance_text(best.distance) + ") and " +
                     names(*d.runner_up) + " (distance " + distance_text(d.runner_up->distance) +
                     ") alike: the base holds tensors its values cannot tell apart";
+        return d;
+    }
+    if (best.guess.layout == RowLayout::PlainQkv) {
+        d.refused = name + " holds " + base[best.guess.parts[0]].name + ", " + base[best.guess.parts[1]].name + " and " +
+                    base[best.guess.parts[2]].name + " one after another, [Q; K; V] (distance " +
+                    distance_text(best.distance) + "), not grouped per query group as split \"qkv\" reads them: "
+                    "no table rule states that layout";
         return d;
     }
     d.match = best;
@@ -261,19 +281,13 @@ std::vector<std::vector<std::string>> candidate_groups(const std::vector<std::st
 
 }  // namespace
 
-std::vector<std::string> name_numbers(const std::string& name) {
-    std::vector<std::string> numbers;
-    size_t start = 0;
-    while (start <= name.size()) {
-        size_t end = name.find('.', start);
-        if (end == std::string::npos) end = name.size();
-        const std::string part = name.substr(start, end - start);
-        if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
-            numbers.push_back(part);
-        start = end + 1;
-    }
-    return numbers;
+std::vector<std::string> names_of(const std::vector<NamedShape>& tensors) {
+    std::vector<std::string> names;
+    for (const NamedShape& t : tensors) names.push_back(t.name);
+    return names;
 }
+
+std::vector<std::string> name_numbers(const std::string& name) { return LayerNumbers().numbers(name); }
 
 std::vector<LayoutGuess> layout_guesses(const NamedShape& s, const std::vector<NamedShape>& base,
                                         const std::vector<size_t>& same_numbers, const ModelShape& heads,
@@ -284,6 +298,7 @@ std::vector<LayoutGuess> layout_guesses(const NamedShape& s, const std::vector<N
         if (bs == s.shape) {
             guesses.push_back({RowLayout::Same, {b}, 0, ""});
             if (source_kind == TableSource::Torchtitan && bs.size() == 2) add_rope_guesses(s, b, heads, guesses);
+            if (source_kind == TableSource::Megatron && bs.size() <= 2) add_per_head_qkv_guesses(s, b, heads, guesses);
         } else if (source_kind == TableSource::Megatron && bs.size() == 2 && same_trailing(bs, s.shape) &&
                    bs[0] == heads.vocab && s.shape[0] > bs[0]) {
             guesses.push_back({RowLayout::Vocab, {b}, 0, ""});
@@ -329,9 +344,11 @@ std::vector<SourceDecision> decide_tensors(const std::vector<NamedShape>& source
                                            const std::vector<NamedShape>& base, RowValues& base_rows,
                                            const ModelShape& heads, TableSource source_kind, int rank, int ranks) {
     // Group both sides by their layer/expert numbers: a layer's tensors only meet its own.
+    // A number that is part of a name (a Sequential's module index) is no layer: layer_numbers.h.
+    const LayerNumbers base_numbers(names_of(base)), source_numbers(names_of(source));
     std::map<std::vector<std::string>, std::vector<size_t>> base_groups, source_groups;
-    for (size_t b = 0; b < base.size(); ++b) base_groups[name_numbers(base[b].name)].push_back(b);
-    for (size_t s = 0; s < source.size(); ++s) source_groups[name_numbers(source[s].name)].push_back(s);
+    for (size_t b = 0; b < base.size(); ++b) base_groups[base_numbers.numbers(base[b].name)].push_back(b);
+    for (size_t s = 0; s < source.size(); ++s) source_groups[source_numbers.numbers(source[s].name)].push_back(s);
     std::vector<SourceDecision> decisions;
     CachedRows cached_source(source_rows), cached_base(base_rows);
     size_t group = 0;
@@ -403,7 +420,7 @@ nlohmann::json decisions_json(const std::vector<SourceDecision>& decisions) {
     auto fit_json = [](const std::optional<Fit>& f) -> nlohmann::json {
         if (!f) return nullptr;
         return {{"layout", static_cast<int>(f->guess.layout)}, {"parts", f->guess.parts},
-                {"rope_heads", f->guess.rope_heads}, {"heads_key", f->guess.heads_key}, {"distance", f->distance},
+                {"head_count", f->guess.head_count}, {"heads_key", f->guess.heads_key}, {"distance", f->distance},
                 {"cosine", f->cosine}, {"zero_part", f->zero_part ? nlohmann::json(*f->zero_part) : nlohmann::json()},
                 {"zero_source", f->zero_source}};
     };
@@ -421,7 +438,7 @@ std::vector<SourceDecision> decisions_from_json(const nlohmann::json& doc) {
         Fit f;
         f.guess.layout = static_cast<RowLayout>(j.at("layout").get<int>());
         f.guess.parts = j.at("parts").get<std::vector<size_t>>();
-        f.guess.rope_heads = j.at("rope_heads").get<int64_t>();
+        f.guess.head_count = j.at("head_count").get<int64_t>();
         f.guess.heads_key = j.at("heads_key").get<std::string>();
         // JSON has no NaN (values that are not numbers give it): written as null, read back as NaN.
         const auto number = [](const nlohmann::json& v) {

@@ -24,8 +24,9 @@ struct NamedShape {
     bool transposed = false;
 };
 
-// The values of one side's tensors, a row at a time (a row: the elements past the first axis;
-// a 1-D tensor's rows are its elements). The command reads them from the files; tests hold them.
+// The values of one side's tensors, a row at a time (a row: the elements past the first axis,
+// those compared_spans names, in its order; a 1-D tensor's rows are its elements). The command
+// reads only those from the files; tests hold them.
 class RowValues {
 public:
     virtual ~RowValues() = default;
@@ -72,9 +73,14 @@ inline constexpr double kMatchDistance = 0.5;
 // cannot tell the two apart and map refuses (two identical base tensors: equal distances).
 inline constexpr double kAmbiguityRatio = 3.0;
 
-// The layer/expert numbers of a name: its dot-separated all-digit parts, in order
-// ("decoder.layers.3.mlp.experts.local_experts.5.linear_fc1.weight" -> {3, 5}).
+// The numbers of a name: its dot-separated all-digit parts, in order
+// ("decoder.layers.3.mlp.experts.local_experts.5.linear_fc1.weight" -> {3, 5}), every one read
+// as a layer or expert number; map reads a side's names through LayerNumbers (layer_numbers.h),
+// which keeps a Sequential's module indices in the name.
 std::vector<std::string> name_numbers(const std::string& name);
+
+// The names of `tensors`, in order.
+std::vector<std::string> names_of(const std::vector<NamedShape>& tensors);
 
 // Every layout a table of `source_kind` can state that fits the shapes of checkpoint tensor
 // `s` and base tensors of the same layer/expert numbers (`same_numbers`): pure, from the

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "mapping/fp4_passthrough.h"
 #include "mapping/fp8_quantization.h"
 #include "mapping/quantization_selection.h"
 
@@ -48,7 +49,8 @@ std::vector<OutputTensor> fp4_tensors(OutputTensor& t, const std::string& module
     packed.copies = std::move(t.copies);
     packed.zero_fill = t.zero_fill;
     packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
-    packed.source_scales = t.source_scales;  // and a block-FP8 source is dequantized first
+    packed.source_scales = t.source_scales;  // and a quantized source is dequantized first
+    packed.packed_codes_shape = t.packed_codes_shape;
     packed.quantize_from = t.dtype;
 
     OutputTensor scale;
@@ -82,6 +84,8 @@ QuantizationPlan plan_fp4_quantization(TensorMapping& mapping, const QuantizeSpe
     plan.ignored_modules.push_back("lm_head");
     const IgnoredModules ignored(spec.ignore);
     Fp4Selection selection = select_groups(mapping, ignored, group);
+    const Fp4PassThrough pass = fp4_pass_through_modules(mapping, spec.scheme);
+    size_t passed = 0;
     ExpertSchemes experts;
     std::vector<OutputTensor> out;
     std::map<std::string, std::vector<size_t>> global_groups;  // fused group (or module) -> packed tensors
@@ -109,6 +113,14 @@ QuantizationPlan plan_fp4_quantization(TensorMapping& mapping, const QuantizeSpe
         if (t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F32)
             throw Error(t.name + " is written as " + std::string(torch_name(t.dtype)) + "; --quantize=" +
                         quant_scheme_name(spec.scheme) + " quantizes bfloat16, float16 or float32 weights (--dtype)");
+        if (pass.modules.count(module)) {  // a source already in this scheme: as stored
+            ++passed;
+            for (OutputTensor& part : fp4_passed_through(mapping, t, module)) {
+                plan.bytes_after += part.nbytes();
+                out.push_back(std::move(part));
+            }
+            continue;
+        }
         std::vector<OutputTensor> parts = fp4_tensors(t, module, spec.scheme);
         const size_t base = out.size();
         parts[0].scale_tensor = base + 1;
@@ -130,6 +142,14 @@ QuantizationPlan plan_fp4_quantization(TensorMapping& mapping, const QuantizeSpe
                              "not a multiple of " + std::to_string(group) + " (compressed-tensors refuses such a " +
                              quant_scheme_name(spec.scheme) + " weight and vLLM cannot size its scales), e.g. " +
                              selection.indivisible_example);
+    if (passed)
+        plan.notes.push_back(std::to_string(passed) + " " + quant_scheme_name(spec.scheme) +
+                             " source weights written as stored (codes and scales bit for bit)");
+    if (pass.split)
+        plan.notes.push_back(std::to_string(pass.split) + " fused groups of " + quant_scheme_name(spec.scheme) +
+                             " source weights whose parts hold different global scales dequantized and quantized "
+                             "again with one shared global scale (vLLM loads a fused weight with one), e.g. " +
+                             pass.split_example);
     if (selection.widened)
         plan.notes.push_back(std::to_string(selection.widened) + " Linear modules left unquantized with the rest of their "
                              "fused group (vLLM loads q/k/v and gate/up as one layer, one scheme for all), e.g. " +

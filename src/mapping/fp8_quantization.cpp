@@ -28,7 +28,8 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
     weight.copies = std::move(t.copies);
     weight.zero_fill = t.zero_fill;
     weight.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
-    weight.source_scales = t.source_scales;  // and a block-FP8 source is dequantized first
+    weight.source_scales = t.source_scales;  // and a quantized source is dequantized first
+    weight.packed_codes_shape = t.packed_codes_shape;
     weight.quantize_from = t.dtype;
     // A block scale needs its whole 128-row stripe: ranks and blocks start on stripes.
     weight.row_align = block ? kBlock : 1;
@@ -62,6 +63,7 @@ std::optional<std::pair<OutputTensor, OutputTensor>> passed_through(const Tensor
                                                                    const std::string& module, const QuantizeSpec& spec) {
     if (!t.source_scales || t.lora_delta) return std::nullopt;
     const SourceScales& source = mapping.source_scales.at(*t.source_scales);
+    if (source.codes != SourceCodes::Fp8E4M3) return std::nullopt;  // 4-bit codes: dequantized first
     const bool block = spec.scheme == QuantScheme::Fp8Block;
     const bool blocks_of_128 = source.block_rows == kBlock && source.block_cols == kBlock;
     bool same = false;

@@ -43,7 +43,7 @@ std::vector<std::string> apply_output_rules(TensorMapping& mapping, const HfConf
     size_t cast = 0, kept_fp32 = 0;
     for (auto& t : mapping.tensors) {
         // An extracted adapter keeps the dtype it was trained in, as PEFT saves it.
-        if (t.adapter || !is_floating(t.source_dtype)) continue;
+        if (t.adapter || (!is_floating(t.source_dtype) && !t.source_scales)) continue;
         if (choice == DTypeChoice::Auto && t.keep_float32) {
             t.dtype = DType::F32;
             ++kept_fp32;

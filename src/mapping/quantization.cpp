@@ -65,6 +65,26 @@ std::string quantization_description(const QuantizeSpec& spec) {
     }
 }
 
+QuantizationParameters quantization_parameters(const QuantizeSpec& spec) {
+    QuantizationParameters p;
+    switch (spec.scheme) {
+        case QuantScheme::Fp8Block:
+            p = {"float8_e4m3fn", 8, "block", 0, {128, 128}, "float32",
+                 spec.scale_format == Fp8ScaleFormat::Ue8m0 ? "ue8m0" : "float"};
+            break;
+        case QuantScheme::Fp8CtBlock: p = {"float8_e4m3fn", 8, "block", 0, {128, 128}, "", ""}; break;
+        case QuantScheme::Fp8Dynamic: p = {"float8_e4m3fn", 8, "channel", 0, {}, "", ""}; break;
+        case QuantScheme::Nvfp4: p = {"float4_e2m1", 4, "tensor_group", kNvfp4Group, {}, "float8_e4m3fn", ""}; break;
+        case QuantScheme::Mxfp4: p = {"float4_e2m1", 4, "group", kMxfp4Group, {}, "ue8m0", ""}; break;
+        default:
+            p = {"int" + std::to_string(spec.bits), spec.bits, spec.group_size ? "group" : "channel", spec.group_size,
+                 {}, "", ""};
+            p.symmetric = spec.symmetric;
+    }
+    p.global_scale = spec.scheme == QuantScheme::Nvfp4;
+    return p;
+}
+
 std::string unsupported_by_vllm(const QuantizeSpec& spec) {
     if (spec.bits != 4 && spec.bits != 8)
         return "--bits " + std::to_string(spec.bits) + ": vLLM's WNA16 kernels take 4 or 8 bits";
@@ -137,7 +157,8 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         packed.copies = std::move(t.copies);
         packed.zero_fill = t.zero_fill;
         packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
-    packed.source_scales = t.source_scales;  // and a block-FP8 source is dequantized first
+    packed.source_scales = t.source_scales;  // and a quantized source is dequantized first
+    packed.packed_codes_shape = t.packed_codes_shape;
         packed.quantize_from = t.dtype;
         // Zero points are packed along rows, so a rank or block boundary must not split a word.
         packed.row_align = spec.symmetric ? 1 : per_word;

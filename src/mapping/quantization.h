@@ -57,6 +57,25 @@ std::string unsupported_by_vllm(const QuantizeSpec& spec);
 // "4 bits (groups of 128, symmetric)", "FP8 e4m3, 128x128 blocks (fp8)", for reports.
 std::string quantization_description(const QuantizeSpec& spec);
 
+// What a scheme writes, as its parameters (inspect's report): the element type, how many inputs
+// (or which block) share a scale, the scale's type, and whether a global scale is written.
+struct QuantizationParameters {
+    std::string element;        // "int4", "int8", "float8_e4m3fn", "float4_e2m1"
+    int bits = 0;               // of the element
+    std::string strategy;       // compressed-tensors' name: "group", "channel", "block", "tensor_group"
+    int64_t group_size = 0;     // inputs per scale along a row ("group", "tensor_group"); 0 otherwise
+    std::vector<int64_t> block; // [rows, columns] per scale ("block"); empty otherwise
+    // "float32", "float8_e4m3fn", "ue8m0" (a uint8 power-of-two exponent); empty where the scale
+    // is stored in the weight dtype (int, FP8_DYNAMIC, FP8_BLOCK), which the caller knows.
+    std::string scale_dtype;
+    // Block FP8 only: "float" (amax / 448 as computed) or "ue8m0" (rounded up to a power of two,
+    // still float32 tensors); empty for the other schemes.
+    std::string scale_format;
+    bool symmetric = true;      // false: int with zero points (--asymmetric)
+    bool global_scale = false;  // NVFP4: one float32 global scale per weight
+};
+QuantizationParameters quantization_parameters(const QuantizeSpec& spec);
+
 struct QuantizationPlan {
     std::vector<std::string> ignored_modules;  // Linear modules left unquantized (config `ignore`)
     std::vector<std::string> notes;

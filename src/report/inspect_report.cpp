@@ -22,6 +22,21 @@ void add_tensors_and_plan(InspectReport& report, const std::vector<OutputTensor>
     }
 }
 
+InspectReport::Quantization inspect_quantization(const QuantizeSpec& spec, const QuantizationPlan& plan,
+                                                 const std::vector<OutputTensor>& tensors) {
+    QuantizationParameters parameters = quantization_parameters(spec);
+    if (parameters.scale_dtype.empty()) {  // int, FP8_DYNAMIC, FP8_BLOCK: in the weight dtype
+        const auto scale = std::find_if(tensors.begin(), tensors.end(), [](const OutputTensor& t) {
+            return t.role == OutputTensor::Role::QuantScale;
+        });
+        std::string_view name = scale == tensors.end() ? "the weight dtype" : torch_name(scale->dtype);
+        if (name.starts_with("torch.")) name.remove_prefix(6);
+        parameters.scale_dtype = std::string(name);
+    }
+    return {quant_scheme_name(spec.scheme), quantization_description(spec), parameters, plan.bytes_before,
+            plan.bytes_after, plan.ignored_modules, plan.shape_warnings};
+}
+
 double exchange_planning_seconds(const ScanExchangeFigures& x) {
     return x.encode_seconds + x.decode_seconds + x.map_seconds + x.plan_seconds;
 }
@@ -58,7 +73,44 @@ nlohmann::ordered_json routed_planning_json(const RoutedPlanningFigures& x) {
             {"sender_seconds_max", x.sender_seconds_max}, {"sweep_seconds", x.sweep_seconds}, {"modelled_ranks", modelled}};
 }
 
+// A scheme's parameters: null for what the scheme does not have (no group, no block, no scale
+// format), so every scheme states the same keys.
+nlohmann::ordered_json quantization_json(const InspectReport::Quantization& q) {
+    const QuantizationParameters& p = q.parameters;
+    const auto or_null = [](const std::string& text) { return text.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(text); };
+    return {{"scheme", q.scheme},
+            {"description", q.description},
+            {"element", p.element},
+            {"bits", p.bits},
+            {"strategy", p.strategy},
+            {"group_size", p.group_size ? nlohmann::ordered_json(p.group_size) : nlohmann::ordered_json()},
+            {"block_size", p.block.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(p.block)},
+            {"symmetric", p.symmetric},
+            {"scale_dtype", p.scale_dtype},
+            {"scale_format", or_null(p.scale_format)},
+            {"global_scale", p.global_scale ? nlohmann::ordered_json("float32") : nlohmann::ordered_json()},
+            {"bytes_before", q.bytes_before},
+            {"bytes_after", q.bytes_after},
+            {"ignored", q.ignored},
+            {"shape_warnings", q.shape_warnings}};
+}
+
 }  // namespace
+
+std::string quantization_parameters_text(const QuantizationParameters& p) {
+    std::string text = p.element + ", ";
+    if (!p.block.empty())
+        text += "a scale per " + std::to_string(p.block[0]) + "x" + std::to_string(p.block[1]) + " block";
+    else if (p.group_size)
+        text += "a scale per " + std::to_string(p.group_size) + " inputs";
+    else
+        text += "a scale per output channel";
+    text += " (" + p.strategy + "), " + p.scale_dtype + " scales";
+    if (!p.scale_format.empty()) text += ", scale format " + p.scale_format;
+    if (!p.symmetric) text += ", zero points";
+    if (p.global_scale) text += ", a float32 global scale per weight";
+    return text;
+}
 
 nlohmann::ordered_json inspect_json(const InspectReport& r) {
     nlohmann::ordered_json j = r.facts;
@@ -89,10 +141,7 @@ nlohmann::ordered_json inspect_json(const InspectReport& r) {
     j["max_memory_per_rank"] = r.max_memory;
     j["page_cache"] = {{"policy", r.page_cache}, {"reason", r.page_cache_reason}};
     if (const auto& q = r.quantization)
-        j["quantization"] = {{"scheme", q->scheme},          {"bits", q->bits},
-                             {"group_size", q->group_size},  {"symmetric", q->symmetric},
-                             {"bytes_before", q->bytes_before}, {"bytes_after", q->bytes_after},
-                             {"ignored", q->ignored},        {"shape_warnings", q->shape_warnings}};
+        j["quantization"] = quantization_json(*q);
     if (const auto& l = r.lora)
         j["lora"] = {{"mode", l->merge ? "merge" : "extract"}, {"modules", l->modules}, {"ranks", l->ranks},
                      {"alpha", l->alpha}, {"alpha_source", l->alpha_source}};
@@ -170,10 +219,11 @@ void print_model_lines(const InspectReport& r, std::ostream& out) {
     out << "tensors      " << r.tensors.size() << ", " << human_bytes(r.total_bytes) << "\n";
     for (const auto& f : r.files)
         out << "output       " << f.name << "  " << human_bytes(f.bytes) << ", " << f.tensors << " tensors\n";
-    if (const auto& q = r.quantization)
-        out << "quantized    " << (q->description.empty() ? std::to_string(q->bits) + " bits" : q->description) << ": "
-            << human_bytes(q->bytes_before) << " -> "
+    if (const auto& q = r.quantization) {
+        out << "quantized    " << q->description << ": " << human_bytes(q->bytes_before) << " -> "
             << human_bytes(q->bytes_after) << " (" << q->ignored.size() << " Linear modules left unquantized)\n";
+        out << "quant scheme " << quantization_parameters_text(q->parameters) << "\n";
+    }
     if (const auto& l = r.lora) {
         out << "lora         " << l->modules << " adapted modules, r";
         for (size_t i = 0; i < l->ranks.size(); ++i) out << (i ? "/" : " ") << l->ranks[i];

@@ -12,6 +12,7 @@
 #include "formats/simulated/routed_planning_figures.h"
 #include "formats/simulated/scan_exchange_model.h"
 #include "core/tensor_mapping.h"
+#include "mapping/quantization.h"
 #include "plan/output_layout.h"
 #include "plan/rank_work.h"
 
@@ -67,9 +68,9 @@ struct InspectReport {
     struct Quantization {
         std::string scheme;       // quant_scheme_name: int | fp8 | fp8-block | fp8-dynamic | nvfp4 | mxfp4
         std::string description;  // quantization_description
-        int bits = 0;
-        int64_t group_size = 0;
-        bool symmetric = true;
+        // The scheme's own parameters (quantization_parameters), its scale_dtype filled in with
+        // the weight dtype where the scale is stored in it.
+        QuantizationParameters parameters;
         uint64_t bytes_before = 0, bytes_after = 0;
         std::vector<std::string> ignored;
         std::vector<std::string> shape_warnings;  // block FP8 and FP8_BLOCK: the vLLM shape rules broken
@@ -110,6 +111,13 @@ PlanBalance plan_balance(const InspectReport& report);
 double exchange_planning_seconds(const ScanExchangeFigures& x);
 
 nlohmann::ordered_json inspect_json(const InspectReport& report);
+// The report's quantization: the scheme, its parameters (a scale stored in the weight dtype named
+// by the dtype of the planned scale tensors), the sizes and the modules left unquantized.
+InspectReport::Quantization inspect_quantization(const QuantizeSpec& spec, const QuantizationPlan& plan,
+                                                 const std::vector<OutputTensor>& tensors);
+// "float4_e2m1, a scale per 16 inputs (tensor_group), float8_e4m3fn scales, a float32 global scale
+// per weight": the text line of a scheme's parameters.
+std::string quantization_parameters_text(const QuantizationParameters& parameters);
 void print_inspect_text(const InspectReport& report, std::ostream& out);
 
 }  // namespace vmerge

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "torch/dtensor_placement.h"
+#include "torch/torchao_float8.h"
 #include "core/bounded_number.h"
 #include "core/error.h"
 
@@ -67,7 +68,10 @@ StorageRef resolve_storage(const Value& pid, const ZipArchive& archive, const In
     if (items[0]->kind != Kind::String || items[0]->text != "storage")
         fail(where, "persistent id is not a storage: " + pickle::describe(*items[0]));
     const Value& type = *items[1];
-    if (type.kind != Kind::Global || type.module != "torch")
+    // torch.save names an untyped storage torch.storage.UntypedStorage when it pickles it from a
+    // tensor subclass's state (torchao's Float8Tensor qdata), torch.UntypedStorage otherwise.
+    const bool untyped_by_module = type.kind == Kind::Global && type.module == "torch.storage" && type.name == "UntypedStorage";
+    if (type.kind != Kind::Global || (type.module != "torch" && !untyped_by_module))
         fail(where, "unknown storage type " + pickle::describe(type));
     if (items[2]->kind != Kind::String) fail(where, "storage key is not a string");
     if (type.name == "UntypedStorage") {
@@ -300,8 +304,10 @@ bool interpret_tensor(const Value& value, const ZipArchive& archive, const Input
         const Value& func = *args->items[0];
         const Value& cls = *args->items[1];
         if (pickle::is_global(func, "torch._utils", "_rebuild_wrapper_subclass")) {
-            if (!is_torch_distributed_class(&cls, "DTensor"))
-                fail(where, "unsupported tensor subclass " + pickle::describe(cls));
+            // torchao float8 training's marker around the stored high-precision weight.
+            if (const Value* master = float8_cast_master_tensor(cls, *args->items[3], where))
+                return interpret_tensor(*master, archive, file, out, where + " (_tensor)");
+            if (!is_torch_distributed_class(&cls, "DTensor")) unsupported_tensor_subclass(cls, where);
             interpret_dtensor(*args->items[2], *args->items[3], archive, file, out, where);
             return true;
         }
@@ -312,6 +318,7 @@ bool interpret_tensor(const Value& value, const ZipArchive& archive, const Input
         call.args = args->items[2];
         return interpret_tensor(call, archive, file, out, where);
     }
+    refuse_transformer_engine_tensor(value, where);
     return false;
 }
 
@@ -329,6 +336,7 @@ ScannedFile scan_torch_archive(const InputFile& file, uint64_t base, uint64_t le
     const Value* top = root.get();
     // A bare tensor (a DCP item), a state dict, or a container of model chunks: verl's
     // Megatron model.pt is a list of state dicts, Megatron-LM's file has model / model0..N.
+    if (scan_torchao_float8_item(*top, archive, file, where, scanned)) return scanned;
     TensorRef single;
     if (interpret_tensor(*top, archive, file, single, where)) {
         scanned.tensors.push_back({"", std::move(single), 0});

@@ -81,12 +81,17 @@ def add_cases(good_fsdp, good_megatron, out):
          "_scale_inv: row 0, column 0 is nan; a block-FP8 scale must be finite and not negative (the file is damaged)",
          "a NaN weight_scale_inv: refused when its weight is read")
 
-    gpt_oss = {"model.layers.0.mlp.experts.gate_up_proj_blocks": ("U8", [2, 256, 4, 16], b"\0" * (2 * 256 * 64)),
-               "model.layers.0.mlp.experts.gate_up_proj_scales": ("U8", [2, 256, 4], b"\x7f" * (2 * 256 * 4))}
-    actor = hf_folder(out, "mxfp4_source_refused", gpt_oss, {"quant_method": "mxfp4"})
-    case("mxfp4_source_refused", actor,
-         ["model.layers.0.mlp.experts.gate_up_proj_blocks: a uint8 tensor", "has quant_method 'mxfp4'"],
-         "GPT-OSS MXFP4 experts (not read yet): refused naming the tensor and the scheme")
+    gpt_oss = {"model.layers.0.mlp.experts.gate_up_proj_blocks": ("U8", [2, 256, 4, 16], b"\0" * (2 * 256 * 64))}
+    actor = hf_folder(out, "mxfp4_scales_missing", gpt_oss, {"quant_method": "mxfp4"})
+    case("mxfp4_scales_missing", actor,
+         "model.layers.0.mlp.experts.gate_up_proj_blocks: GPT-OSS MXFP4 blocks without their "
+         "model.layers.0.mlp.experts.gate_up_proj_scales",
+         "GPT-OSS MXFP4 experts whose scales are missing: refused naming the tensor")
+    unread = {"model.layers.0.mlp.experts.gate_up_proj_blocks": ("U8", [2, 256, 4, 16], b"\0" * (2 * 256 * 64))}
+    actor = hf_folder(out, "unread_scheme_refused", unread, {"quant_method": "awq"})
+    case("unread_scheme_refused", actor,
+         ["model.layers.0.mlp.experts.gate_up_proj_blocks: a uint8 tensor", "has quant_method 'awq'"],
+         "a quantization method vmerge does not read: refused naming the tensor and the scheme")
 
     actor = hf_folder(out, "fp8_block_merges", fp8_model(scale=0.5), BLOCK_FP8)
     case("fp8_block_merges", actor, [], "the same block-FP8 folder with sound scales: dequantized and written",

@@ -17,8 +17,10 @@ foreign=(
     # sbatch / srun / Slurm
     nodes ntasks ntasks_per_node cpus_per_task mem_per_cpu mem time job_name output open_mode
     parsable mpi kill_on_bad_exit pty partition account dependency
-    # Megatron-LM (its --save folder)
-    save
+    # Megatron-LM (its --save folder; its FP8 training flags, docs/quantization.md)
+    save fp8_format fp8_param_gather
+    # torchtitan (--model.converters float8, docs/quantization.md)
+    model
     # DeepSpeed's zero_to_fp32.py (docs/performance.md's peer runs)
     safe_serialization
     # lfs (Lustre)
@@ -30,6 +32,8 @@ foreign=(
     # project helper scripts: tests/corpus/make_bad_inputs.py, run_corpus.py, scripts/bench/make_bench_checkpoint.py,
     # scripts/install-deps.sh
     fsdp megatron size_gb world small tests module
+    # scripts/bench/make_bench_grouped_experts.py (docs/performance.md, docs/architecture-tables.md)
+    experts layers dim
     # scripts/bench/bench_s3.py, bench_s3_output.py
     vmerge np ways checkpoints
     # tests/tools/check_fp8.py (docs/quantization.md)

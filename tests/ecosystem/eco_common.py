@@ -184,3 +184,16 @@ def init_gloo():
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     return dist.get_rank(), dist.get_world_size()
+
+
+def run_variant(variants, argv):
+    """A generator's main under torchrun: argv is CASE_DIR VARIANT; runs variants[VARIANT](case_dir,
+    variant, rank, world) on every gloo rank, then waits for all of them before leaving."""
+    import torch.distributed as dist
+    case_dir, variant = argv[1], argv[2]
+    if variant not in variants:
+        raise SystemExit(f"unknown variant {variant!r}; one of {sorted(variants)}")
+    rank, world = init_gloo()
+    variants[variant](case_dir, variant, rank, world)
+    dist.barrier()
+    dist.destroy_process_group()

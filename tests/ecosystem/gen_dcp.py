@@ -510,15 +510,5 @@ VARIANTS = {"accelerate_fsdp2": run_accelerate, "accelerate_zstd": run_accelerat
             "torchtitan_deepseek_v3": run_torchtitan, "torchtitan_gpt_oss": run_torchtitan}
 
 
-def main():
-    case_dir, variant = sys.argv[1], sys.argv[2]
-    if variant not in VARIANTS:
-        raise SystemExit(f"unknown variant {variant!r}; one of {sorted(VARIANTS)}")
-    rank, world = E.init_gloo()
-    VARIANTS[variant](case_dir, variant, rank, world)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    E.run_variant(VARIANTS, sys.argv)

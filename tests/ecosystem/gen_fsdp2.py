@@ -16,6 +16,9 @@ VARIANT (N ranks):
   lora_only_fp8_base  lora_only on a block-FP8 base (every Linear a multiple of 128): the base
                  folder written by transformers' own Fp8Quantize (gen_quantized_sources.py), the
                  live model what transformers' from_pretrained dequantizes from it on the CPU
+  lora_only_nvfp4_base  the same on an NVFP4A16 base compressed by compressed-tensors' own CPU
+                 quantizer (fp4_oracle.expected_tensors), the live model what transformers'
+                 from_pretrained with CompressedTensorsConfig(dequantize=True) builds from it
   lora_value_head  a value model: Qwen2ForTokenClassification (num_labels 1) with LoRA on q/k/v/o
                  and modules_to_save=["score"] (PEFT's ModulesToSaveWrapper: score.original_module
                  and score.modules_to_save.default, the trained copy changed so the two differ)
@@ -44,6 +47,7 @@ VARIANTS = {
     "lora": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
     "lora_only": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
     "lora_only_fp8_base": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
+    "lora_only_nvfp4_base": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
     "lora_value_head": ("qwen2", False, "bfloat16", "bfloat16", None, ("fsdp",)),
 }
 # The value model's head: one label, the Auto class transformers loads it with.
@@ -154,6 +158,40 @@ def load_fp8_base(folder, dtype):
     return model
 
 
+def save_fp4_base(model, cfg, folder, kind):
+    """The base as a compressed-tensors NVFP4A16 / MXFP4A16 folder, compressed by its own quantizer."""
+    from compressed_tensors.quantization import QuantizationConfig
+    from safetensors.torch import save_file
+    import fp4_oracle
+    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    compressed = fp4_oracle.expected_tensors(weights, kind)
+    quantized = {k[: -len("_packed")] for k in compressed if k.endswith(".weight_packed")}
+    state = {k: v for k, v in weights.items() if k not in quantized}
+    state.update({k: v.contiguous().clone() for k, v in compressed.items()})
+    base_cfg = copy.deepcopy(cfg)
+    qc = QuantizationConfig(config_groups={"group_0": fp4_oracle.scheme(kind)}, format=f"{kind}-pack-quantized",
+                            quantization_status="compressed", ignore=["lm_head"])
+    base_cfg.quantization_config = qc.model_dump(exclude_none=False)
+    E.save_hf_files(base_cfg, folder)
+    save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+
+
+def load_fp4_base(folder, dtype):
+    """What transformers builds from the 4-bit base on a CPU, dequantized by compressed-tensors, as a
+    plain model of `dtype` (the decompressed weights copied into a fresh model, so PEFT sees no quantizer)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=E.torch_dtype(dtype),
+                                                  quantization_config=CompressedTensorsConfig(dequantize=True)).eval()
+    cfg = AutoConfig.from_pretrained(folder)
+    del cfg.quantization_config
+    cfg.dtype = dtype
+    model = AutoModelForCausalLM.from_config(cfg, dtype=E.torch_dtype(dtype)).eval()
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=True)
+    assert not missing and not unexpected
+    assert all(p.dtype == E.torch_dtype(dtype) for p in model.parameters())
+    return model
+
+
 def write_verl_files(actor, model, rank, world, cfg, peft_model=None, lora_only=False):
     sd = model.state_dict()
     if lora_only:
@@ -177,7 +215,7 @@ def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
     family, tie, pdtype, cdtype, shape, names = VARIANTS[variant]
     rank, world = E.init_gloo()
-    sizes = E.SIZES_128 if variant in ("w2_bf16_128", "lora_only_fp8_base") else None
+    sizes = E.SIZES_128 if variant in ("w2_bf16_128", "lora_only_fp8_base", "lora_only_nvfp4_base") else None
     value_head = variant in VALUE_HEAD_VARIANTS
     cfg = E.tiny_config(family, tie=tie, dtype=cdtype, sizes=sizes, value_head=value_head)
     model = E.build_model(E.tiny_config(family, tie=tie, dtype=pdtype, sizes=sizes, value_head=value_head),
@@ -193,9 +231,13 @@ def main():
             E.save_hf_files(cfg, base)
         if variant == "lora_only_fp8_base":
             save_fp8_base(model, cfg, base)
+        if variant == "lora_only_nvfp4_base":
+            save_fp4_base(model, cfg, base, "nvfp4")
     dist.barrier()
     if variant == "lora_only_fp8_base":  # trained on the base as transformers loads it
         model = load_fp8_base(base, cdtype)
+    if variant == "lora_only_nvfp4_base":
+        model = load_fp4_base(base, cdtype)
     peft_model = add_lora(model, value_head) if lora else None
     live = peft_model if lora else model
     # Where the merge casts, the oracle logits are the live model's cast with torch's .to().

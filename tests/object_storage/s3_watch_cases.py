@@ -21,6 +21,7 @@ boto3 step by step, as a trainer saving to a bucket would: a complete step 1 (th
     s3_watch_cases.py --vmerge BIN --mpiexec MPIEXEC --source SRC --work DIR
 """
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -142,6 +143,7 @@ def bucket_target(run, client, work, disk):
               + ("" if r.returncode == 0 and not difference else f" ({difference}): {out[-800:]}"))
 
     client.put_object(Bucket=BUCKET, Key="keep/user-notes.txt", Body=b"not vmerge's")
+    tampered_manifest(run, client, root, target)
     r = run.vmerge(1, "watch", "--root", root, "--target_root", target, "--once", "--keep_last", "1")
     out = r.stdout + r.stderr
     gone = [s for s in ("global_step_1", "global_step_2") if not objects_under(client, f"{MERGED}/{s}")]
@@ -159,6 +161,25 @@ def bucket_target(run, client, work, disk):
               and client.list_objects_v2(Bucket=BUCKET, Prefix=card).get("KeyCount", 0) == 1, "a merged step with an object a user added: the watcher names it, leaves it"
               + ("" if r.returncode == 1 and "is not in the earlier" in out else ": " + out[-800:]))
     client.delete_object(Bucket=BUCKET, Key=card)
+
+
+def tampered_manifest(run, client, root, target):
+    """A manifest edited to list a name that climbs out of its step (a '..' name): removing the
+    step by it would delete another prefix's object, since HTTP clients resolve dot segments.
+    --keep_last refuses, names the manifest, and deletes nothing."""
+    manifest = f"{MERGED}/global_step_1/vmerge.manifest.json"
+    original = client.get_object(Bucket=BUCKET, Key=manifest)["Body"].read()
+    listed = json.loads(original)
+    listed["files"].append("../../keep/user-notes.txt")
+    client.put_object(Bucket=BUCKET, Key=manifest, Body=json.dumps(listed).encode())
+    before = objects_under(client, f"{MERGED}/global_step_1")
+    r = run.vmerge(1, "watch", "--root", root, "--target_root", target, "--once", "--keep_last", "1")
+    out = r.stdout + r.stderr
+    run.check(r.returncode != 0 and "../../keep/user-notes.txt" in out and "not a plain relative path" in out
+              and objects_under(client, "keep") and objects_under(client, f"{MERGED}/global_step_1") == before,
+              "a manifest listing '../../keep/user-notes.txt': --keep_last refuses naming it, deletes nothing"
+              + ("" if r.returncode != 0 else ": " + out[-800:]))
+    client.put_object(Bucket=BUCKET, Key=manifest, Body=original)
 
 
 def lock_cases(run, client):

@@ -5,6 +5,7 @@
 #include "core/text_pattern.h"
 #include "core/box_region.h"
 #include "core/error.h"
+#include "formats/dcp/dcp_float8_items.h"
 #include "formats/megatron/megatron_backend.h"
 
 namespace vmerge {
@@ -120,6 +121,7 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
                                    bool split_megatron_axes, SourceLedger* ledger) {
     TensorMapping out;
     MappingBuilder mapping(out);
+    Float8ScaleGrids float8;
     size_t scan = 0;
     for (const DcpTensor& t : meta.tensors) {
         const size_t first_scan = scan;
@@ -136,10 +138,18 @@ TensorMapping assemble_dcp_tensors(const DcpMetadata& meta, const std::vector<Sc
         // What stays of the shape once the layer/expert axes are split off.
         const Shape shape(t.size.begin() + static_cast<std::ptrdiff_t>(std::min(axes.size(), t.size.size())), t.size.end());
         for (size_t c = 0; c < t.chunks.size(); ++c) {
-            const TensorRef& ref = chunk_tensor(t, t.chunks[c], chunk_scans.at(first_scan + c), axes.size());
+            const ScannedFile& scanned = chunk_scans.at(first_scan + c);
+            if (const auto item = float8_chunk(t, t.chunks[c], scanned, split_megatron_axes)) {
+                // torchao float8 codes; their scales go to the weight's grid.
+                mapping.add_view(t.fqn, DType::F8_E4M3, shape, *item->codes, t.chunks[c].offsets);
+                float8.add_chunk(t, t.chunks[c], *item, out.sources);
+                continue;
+            }
+            const TensorRef& ref = chunk_tensor(t, t.chunks[c], scanned, axes.size());
             add_chunk_views(t, t.chunks[c], ref, axes, shape, mapping);
         }
     }
+    float8.attach(out, meta.dir + "/.metadata");
     for (const auto& t : out.tensors) {
         try {
             check_copies_tile_output(t, out.sources);

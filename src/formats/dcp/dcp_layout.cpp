@@ -20,6 +20,7 @@ namespace {
 TensorMapping strip_dcp_prefixes(TensorMapping mapping, const DcpMetadata& meta, SourceLedger& ledger) {
     TensorMapping out;
     out.sources = std::move(mapping.sources);
+    out.source_scales = std::move(mapping.source_scales);  // torchao float8 weights' grids, by index
     OutputNames names(meta.dir + "/.metadata");
     bool any_model = false;
     for (const auto& t : mapping.tensors) any_model = any_model || t.name.starts_with("model.");
@@ -58,6 +59,10 @@ public:
              MappedCheckpoint& m, SourceLedger& ledger) const override {
         const auto& meta = d.kept<DcpMetadata>();
         m.mapping = strip_dcp_prefixes(assemble_dcp_tensors(meta, scans, false, &ledger), meta, ledger);
+        if (!m.mapping.source_scales.empty())
+            m.notes.push_back(std::to_string(m.mapping.source_scales.size()) +
+                              " torchao Float8Tensor weights (float8_e4m3fn codes + scales) dequantized: float32(code) x "
+                              "scale, rounded once to the Float8Tensor's dtype, as torchao's dequantize()");
         // A torchtitan step read as plain DCP would keep torchtitan's names, which no HF loader reads.
         for (const auto& t : m.mapping.tensors)
             if (is_torchtitan_model_key(t.name))

@@ -351,7 +351,9 @@ Shards collect_tp_shards(const MegatronLegacyCheckpoint& ckpt, const std::vector
 }
 
 // The TP rule of `key`, with ReplicatedIfFull settled: replicated when one shard already has
-// the row count config.json implies, else concatenated on dim 0. A key no rule names is never
+// the shape config.json implies, else concatenated on the first dim where it falls short (rows
+// for a column-parallel shard, columns for a row-parallel one), dim 0 when config.json says
+// nothing. A key no rule names is never
 // written (unmapped): its shards are read once when they agree, else put side by side on
 // dim 0, so that the unmapped error (or --allow_unmapped's list) names it.
 TpRule settled_tp_rule(const std::string& key, const std::vector<Piece>& pieces, const ArchitectureInfo& arch) {
@@ -369,8 +371,11 @@ TpRule settled_tp_rule(const std::string& key, const std::vector<Piece>& pieces,
     const auto mtp_key = canonical_mtp_key(key, arch.layers, depth);
     if (auto match = match_rule(arch, mtp_key ? *mtp_key : key)) {
         auto it = arch.expected.required.find(match->hf_names[0]);
-        if (it != arch.expected.required.end() && !first.shape.empty() && first.shape[0] == it->second[0])
-            rule = TpRule::Replicated;
+        if (it != arch.expected.required.end() && !first.shape.empty() && first.shape.size() == it->second.size()) {
+            const Shape& want = it->second;
+            if (first.shape[0] == want[0]) rule = first.shape.size() > 1 && first.shape[1] != want[1] ? TpRule::Concat1
+                                                                                                   : TpRule::Replicated;
+        }
     }
     return rule;
 }

@@ -78,6 +78,10 @@ TensorMapping megatron_adapters_to_peft(const TensorMapping& canonical, const Ar
         const std::string base = std::string(m[1]) + ".weight";
         const auto match = match_rule(arch, base);
         if (!match) throw Error("'" + t.name + "': no " + arch.name + " name for its base weight '" + base + "'");
+        if (match->rule->stack_experts)
+            throw Error("'" + t.name + "': its base weight '" + base + "' is written fused with the other experts (" +
+                        match->hf_names[0] + ", stack_experts in " + arch.table_file + "), which a PEFT adapter cannot "
+                        "name per expert; exporting or folding adapters on fused experts is not supported");
         const bool is_a = m[3] == "linear_in";
         std::vector<OutputTensor> made;
         if (is_a) {

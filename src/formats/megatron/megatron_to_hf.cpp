@@ -8,6 +8,7 @@
 #include "architecture/config_check.h"
 #include "architecture/config_expression.h"
 #include "architecture/hf_tensor_order.h"
+#include "formats/megatron/expert_stacking.h"
 #include "formats/megatron/megatron_backend.h"
 
 namespace vmerge {
@@ -185,6 +186,12 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
     bool dropped_tied_head = false;
     size_t dropped_mtp = 0, dropped_by_table = 0;
     std::map<size_t, size_t> used;  // rule index -> tensors it took
+    ExpertStacks stacks;            // per-expert tensors of stack_experts rules, fused at the end
+    const auto emit = [&](OutputTensor& o, const std::string& from) {  // `o` is moved into the output last
+        produced.claim(o.name, from);
+        check_copies_tile_output(o, out.sources);
+        out.tensors.push_back(std::move(o));
+    };
     for (const OutputTensor& t : canonical.tensors) {
         if (arch.drop_mtp && t.name.starts_with("mtp.")) {
             ++dropped_mtp;
@@ -214,12 +221,13 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
         }
         std::vector<OutputTensor> made = split_to_hf(t, *match, arch, config, notes);
         if (ledger && match->rule->split == NameSplit::Vocab) drop_trimmed_shards(t, made, out.sources, *ledger);
-        for (auto& o : made) {
-            produced.claim(o.name, t.name);
-            check_copies_tile_output(o, out.sources);
-            out.tensors.push_back(std::move(o));
+        if (match->rule->stack_experts) {
+            for (auto& o : made) stacks.add(std::move(o), match->expert, t.name, *match->rule);
+            continue;
         }
+        for (auto& o : made) emit(o, t.name);
     }
+    for (auto& o : stacks.finish(config, out.sources)) emit(o, o.name);
     if (dropped_tied_head) notes.push_back("tied word embeddings: the pipeline's output_layer copy is not written");
     if (dropped_mtp)
         notes.push_back("--drop_mtp: " + std::to_string(dropped_mtp) + " multi-token prediction tensors not written");

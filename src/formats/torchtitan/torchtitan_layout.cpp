@@ -93,6 +93,13 @@ public:
         }
         const auto& meta = d.kept<DcpMetadata>();
         TensorMapping all = assemble_dcp_tensors(meta, scans, false, &ledger);
+        // torchtitan's float8 training stores high-precision weights (WeightWithDynamicFloat8CastTensor);
+        // float8 codes with scales come from torchao's quantize_, which torchtitan does not save.
+        if (!all.source_scales.empty())
+            throw Error(meta.dir + "/.metadata: '" + all.source_scales.front().scales.name.substr(
+                            0, all.source_scales.front().scales.name.rfind('.')) +
+                        "' is a torchao Float8Tensor (float8 codes and scales); vmerge reads those in plain DCP "
+                        "saves (--backend dcp), not through torchtitan's name tables");
         TensorMapping model;
         model.sources = std::move(all.sources);
         size_t training_state = 0;

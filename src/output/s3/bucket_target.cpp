@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/output_names.h"
 #include "io/s3_client.h"
 #include "io/s3_multipart.h"
 
@@ -29,7 +30,13 @@ std::set<std::string> read_bucket_manifest(const ObjectUrl& folder, uint64_t siz
     try {
         const auto j = nlohmann::json::parse(text);
         if (!j.is_object() || !j.contains("files") || !j["files"].is_array()) throw Error("no \"files\" list");
-        for (const auto& f : j["files"]) files.insert(f.get<std::string>());
+        // A name is removed later as folder/name: one that is not a plain relative path could
+        // reach another prefix's objects.
+        for (const auto& f : j["files"]) {
+            const std::string rel = f.get<std::string>();
+            check_output_name(rel, "its files list");
+            files.insert(rel);
+        }
     } catch (const std::exception& e) {
         throw Error(url.text() + ": not a vmerge manifest (" + e.what() + ")");
     }

@@ -98,6 +98,14 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
               "t.json: rule 0 (from 'a'): 'groups' (an expression over config.json giving the head count) goes with "
               "split qkv_per_head, and only there");
     EXPECT_NE(megatron_error(R"({"from": "a", "to": "b", "split": "qkv_per_head", "groups": "num_heads +"})"), "");
+    EXPECT_EQ(megatron_error(R"({"from": "l.{i}.experts.{e}.fc2", "to": "b.{i}.down", "tp": "dim1", "stack_experts": "num_experts"})"), "");
+    EXPECT_EQ(megatron_error(R"({"from": "l.{i}.fc2", "to": "b.{i}.down", "stack_experts": "num_experts"})"),
+              "t.json: rule 0 (from 'l.{i}.fc2'): stack_experts takes per-expert tensors ({e} in 'from') into one fused "
+              "tensor (a 'to' without {e})");
+    EXPECT_NE(megatron_error(R"({"from": "l.{e}.fc2", "to": "b.{e}.down", "stack_experts": "num_experts"})"), "");
+    EXPECT_NE(megatron_error(R"({"from": "l.{e}.fc2", "to": "b.down", "stack_experts": "num_experts +"})"), "");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a.{e}", "to": "b", "stack_experts": "n"})")),
+              "t.json: rule 0 (from 'a.{e}'): 'stack_experts' belongs to source 'megatron' tables");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "groups": "h"})")),
               "t.json: rule 0 (from 'a'): 'groups' belongs to source 'megatron' tables");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "transform": "rope_permute", "heads": "h"})"),

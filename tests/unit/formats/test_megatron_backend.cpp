@@ -161,5 +161,67 @@ TEST(MegatronToHf, QkvPerHeadWritesOneQkvTensor) {
                                   "rows are not q, k and v of 2 heads"));
 }
 
+
+// A tiny Qwen3-VL-MoE config.json (transformers 5): 2 layers of 3 experts, moe_intermediate_size 2.
+HfConfig qwen3_vl_moe_config() {
+    return parse_hf_config("/hf", R"({"architectures": ["Qwen3VLMoeForConditionalGeneration"],
+        "text_config": {"hidden_size": 4, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1,
+                        "vocab_size": 8, "intermediate_size": 6, "head_dim": 2, "num_experts": 3,
+                        "moe_intermediate_size": 2},
+        "vision_config": {"depth": 1, "hidden_size": 4, "intermediate_size": 6, "num_heads": 2, "patch_size": 2,
+                          "temporal_patch_size": 2, "spatial_merge_size": 2, "out_hidden_size": 4,
+                          "num_position_embeddings": 4, "deepstack_visual_indexes": [0]}})");
+}
+
+// Megatron's per-expert tensors as transformers 5's fused experts: expert e's linear_fc1 [2F, H]
+// (its [gate; up] rows) lands at index e of mlp.experts.gate_up_proj [E, 2F, H], each read through
+// a view of its source with a unit leading axis; an expert the checkpoint lacks is named.
+TEST(MegatronToHf, StackExpertsFusesEveryExpertAndNamesAMissingOne) {
+    const HfConfig config = qwen3_vl_moe_config();
+    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
+    EXPECT_TRUE(arch.table_file.ends_with("megatron_qwen3_vl_moe.json")) << arch.table_file;
+    auto experts_of = [](std::vector<int> which) {
+        TensorMapping m;
+        for (int e : which) {
+            const std::string key = "language_model.decoder.layers.0.mlp.experts." + std::to_string(e) + ".linear_fc1.weight";
+            TensorRef ref;
+            ref.dtype = DType::BF16;
+            ref.shape = {4, 4};
+            ref.stride = {4, 1};
+            ref.storage_offset = 16 * e;
+            m.sources.push_back(ref);
+            OutputTensor t = testing::tensor(key, DType::BF16, {4, 4});
+            t.copies.push_back({static_cast<uint32_t>(m.sources.size() - 1), {0, 0}, {0, 0}, {4, 4}});
+            m.tensors.push_back(std::move(t));
+        }
+        return m;
+    };
+    const ExpectedTensors expected = arch.expected;
+    ArchitectureInfo only_experts = arch;  // the rest of the model is not under test here
+    only_experts.expected = {};
+    only_experts.tensor_set_file.clear();
+    std::vector<std::string> notes;
+    const TensorMapping out = megatron_to_hf(experts_of({2, 0, 1}), only_experts, config, false, notes);
+    ASSERT_EQ(out.tensors.size(), 1u);
+    const OutputTensor& fused = out.tensors[0];
+    EXPECT_EQ(fused.name, "model.language_model.layers.0.mlp.experts.gate_up_proj");
+    EXPECT_EQ(fused.shape, (Shape{3, 4, 4}));
+    EXPECT_EQ(expected.required.at(fused.name), fused.shape);  // what config.json implies
+    ASSERT_EQ(fused.copies.size(), 3u);
+    for (const BoxCopy& c : fused.copies) {
+        const TensorRef& view = out.sources[c.source];
+        EXPECT_EQ(view.shape, (Shape{1, 4, 4}));
+        EXPECT_EQ(view.storage_offset, 16 * c.dst_start[0]);  // expert e's own tensor at index e
+        EXPECT_EQ(c.extent, (Shape{1, 4, 4}));
+    }
+    EXPECT_EQ(testing::error_of([&] { megatron_to_hf(experts_of({0, 2}), only_experts, config, false, notes); }),
+              "model.language_model.layers.0.mlp.experts.gate_up_proj: fused from 3 experts (text_config.num_experts ?? "
+              "text_config.num_local_experts ?? num_experts ?? num_local_experts in /hf/config.json), but the checkpoint "
+              "has no language_model.decoder.layers.0.mlp.experts.1.linear_fc1.weight");
+    EXPECT_TRUE(testing::contains(
+        testing::error_of([&] { megatron_to_hf(experts_of({0, 1, 2, 3}), only_experts, config, false, notes); }),
+        "but the checkpoint also has language_model.decoder.layers.0.mlp.experts.3.linear_fc1.weight"));
+}
+
 }  // namespace
 }  // namespace vmerge

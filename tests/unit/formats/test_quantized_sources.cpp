@@ -80,10 +80,41 @@ TEST(QuantizedSources, UnreadSchemeIsRefusedNamingTheTensorAndTheMethod) {
     add(m, "model.layers.0.mlp.experts.gate_up_proj_scales", DType::U8, {4, 256, 4});
     SourceQuantization q;
     q.config_path = "hf/config.json";
-    q.quant_method = "mxfp4";
+    q.quant_method = "awq";
     const std::string e = error_of(m, q);
     EXPECT_NE(e.find("gate_up_proj_blocks: a uint8 tensor"), std::string::npos) << e;
-    EXPECT_NE(e.find("quant_method 'mxfp4'"), std::string::npos) << e;
+    EXPECT_NE(e.find("quant_method 'awq'"), std::string::npos) << e;
+}
+
+TEST(QuantizedSources, GptOssBlocksBecomeTheTransposedExpertsWithTheirScalesConsumed) {
+    TensorMapping m;
+    add(m, "model.layers.0.mlp.experts.gate_up_proj_blocks", DType::U8, {4, 128, 2, 16});
+    add(m, "model.layers.0.mlp.experts.gate_up_proj_scales", DType::U8, {4, 128, 2});
+    add(m, "model.layers.0.mlp.experts.gate_up_proj_bias", DType::BF16, {4, 128});
+    SourceQuantization q;
+    q.config_path = "hf/config.json";
+    q.quant_method = "mxfp4";
+    const std::string note = attach_source_scales(m, q);
+    ASSERT_EQ(m.tensors.size(), 2u);
+    const OutputTensor& w = m.tensors[0];
+    EXPECT_EQ(w.name, "model.layers.0.mlp.experts.gate_up_proj");
+    EXPECT_EQ(w.shape, (Shape{4, 64, 128}));  // [E, in, out], as transformers writes it
+    EXPECT_EQ(w.assembled_shape(), (Shape{4, 128, 2, 16}));
+    EXPECT_EQ(w.assembled_row_bytes(), 128u * 32u);
+    EXPECT_EQ(w.row_elements(), 64 * 128);
+    const SourceScales& s = m.source_scales.at(*w.source_scales);
+    EXPECT_TRUE(s.experts_transposed);
+    EXPECT_EQ(s.codes, SourceCodes::Mxfp4);
+    EXPECT_NE(note.find("1 GPT-OSS MXFP4 expert tensors"), std::string::npos) << note;
+
+    TensorMapping wrong;
+    add(wrong, "model.layers.0.mlp.experts.down_proj_blocks", DType::U8, {4, 64, 2, 16});
+    add(wrong, "model.layers.0.mlp.experts.down_proj_scales", DType::U8, {4, 64, 4});
+    const std::string e = error_of(wrong, q);
+    EXPECT_NE(e.find("down_proj_scales: U8 [4, 64, 4], expected U8 [4, 64, 2]"), std::string::npos) << e;
+    TensorMapping orphan;
+    add(orphan, "model.layers.0.mlp.experts.down_proj_scales", DType::U8, {4, 64, 2});
+    EXPECT_NE(error_of(orphan, q).find("GPT-OSS MXFP4 scales whose blocks"), std::string::npos);
 }
 
 TEST(QuantizedSources, MissingOrMisshapedScalesAreErrors) {
@@ -141,6 +172,84 @@ TEST(QuantizedSources, AConfigWithoutQuantizedTensorsChangesNothing) {
     add(m, "model.layers.0.mlp.up_proj.weight", DType::BF16, {256, 128});
     EXPECT_EQ(attach_source_scales(m, block_fp8()), "");
     EXPECT_FALSE(m.tensors[0].source_scales.has_value());
+}
+
+SourceQuantization compressed_fp4(const std::string& scheme) {
+    SourceQuantization q;
+    q.config_path = "hf/config.json";
+    q.quant_method = "compressed-tensors";
+    q.compressed_fp4 = scheme;
+    q.fp4_group = scheme == "nvfp4" ? 16 : 32;
+    return q;
+}
+
+TEST(QuantizedSources, Mxfp4PackedCodesBecomeTheWeightWithTheirScaleConsumed) {
+    TensorMapping m;
+    add(m, "model.layers.0.mlp.down_proj.weight_packed", DType::U8, {8, 32});
+    add(m, "model.layers.0.mlp.down_proj.weight_scale", DType::U8, {8, 2});
+    add(m, "model.norm.weight", DType::BF16, {8});
+    const std::string note = attach_source_scales(m, compressed_fp4("mxfp4"));
+    ASSERT_EQ(m.tensors.size(), 2u);
+    const OutputTensor& w = m.tensors[0];
+    EXPECT_EQ(w.name, "model.layers.0.mlp.down_proj.weight");
+    EXPECT_EQ(w.shape, (Shape{8, 64}));
+    EXPECT_EQ(w.assembled_shape(), (Shape{8, 32}));
+    EXPECT_EQ(w.assembled_row_bytes(), 32u);
+    EXPECT_EQ(w.packed_codes_shape, (Shape{8, 32}));
+    EXPECT_EQ(w.dtype, DType::BF16);
+    const SourceScales& s = m.source_scales.at(*w.source_scales);
+    EXPECT_EQ(s.codes, SourceCodes::Mxfp4);
+    EXPECT_EQ(s.block_rows, 1);
+    EXPECT_EQ(s.block_cols, 32);
+    EXPECT_FALSE(s.global_scale.has_value());
+    EXPECT_NE(note.find("1 compressed-tensors MXFP4 weights"), std::string::npos) << note;
+}
+
+TEST(QuantizedSources, Fp4RefusalsNameTheTensor) {
+    const std::string packed = "model.layers.0.mlp.down_proj.weight_packed";
+    const std::string scale = "model.layers.0.mlp.down_proj.weight_scale";
+    {  // no scale
+        TensorMapping m;
+        add(m, packed, DType::U8, {8, 32});
+        const std::string e = error_of(m, compressed_fp4("mxfp4"));
+        EXPECT_NE(e.find(packed + ": MXFP4 codes without their " + scale), std::string::npos) << e;
+    }
+    {  // an NVFP4 scale grid of MXFP4's dtype
+        TensorMapping m;
+        add(m, packed, DType::U8, {8, 32});
+        add(m, scale, DType::U8, {8, 4});
+        const std::string e = error_of(m, compressed_fp4("nvfp4"));
+        EXPECT_NE(e.find(scale + ": U8 [8, 4], expected F8_E4M3 [8, 4]"), std::string::npos) << e;
+    }
+    {  // NVFP4 without its global scale
+        TensorMapping m;
+        add(m, packed, DType::U8, {8, 32});
+        add(m, scale, DType::F8_E4M3, {8, 4});
+        const std::string e = error_of(m, compressed_fp4("nvfp4"));
+        EXPECT_NE(e.find("without their model.layers.0.mlp.down_proj.weight_global_scale"), std::string::npos) << e;
+    }
+    {  // a scale without its codes
+        TensorMapping m;
+        add(m, scale, DType::U8, {8, 2});
+        const std::string e = error_of(m, compressed_fp4("mxfp4"));
+        EXPECT_NE(e.find(scale + ": a 4-bit float scale whose codes"), std::string::npos) << e;
+    }
+    {  // codes of a weight whose input size is not a whole number of groups
+        TensorMapping m;
+        add(m, packed, DType::U8, {8, 24});
+        add(m, scale, DType::U8, {8, 1});
+        const std::string e = error_of(m, compressed_fp4("mxfp4"));
+        EXPECT_NE(e.find(packed + ": 48 input columns, not a multiple of the MXFP4 group of 32"), std::string::npos) << e;
+    }
+    {  // packed codes under a config that states no 4-bit scheme
+        TensorMapping m;
+        add(m, packed, DType::U8, {8, 32});
+        add(m, scale, DType::U8, {8, 2});
+        SourceQuantization q = compressed_fp4("mxfp4");
+        q.compressed_fp4.clear();
+        const std::string e = error_of(m, q);
+        EXPECT_NE(e.find(packed + ": a uint8 tensor"), std::string::npos) << e;
+    }
 }
 
 }  // namespace

@@ -32,6 +32,22 @@ TEST(ObjectUrl, SplitsBucketAndKey) {
     EXPECT_THROW(parse_object_url("s3://b/a//c"), Error);
 }
 
+TEST(ObjectUrl, KeysWithDotSegmentsAreRefused) {
+    // curl removes dot segments from a URL's path, so "run/../other" would reach "other".
+    EXPECT_EQ(object_key_problem("run/global_step_5/model.safetensors"), "");
+    EXPECT_EQ(object_key_problem("run/..data/.hidden"), "");
+    EXPECT_EQ(object_key_problem(""), "");
+    EXPECT_EQ(object_key_problem("run/"), "");  // a prefix's own folder marker
+    EXPECT_NE(object_key_problem("run/../other"), "");
+    EXPECT_NE(object_key_problem("run/./x"), "");
+    EXPECT_NE(object_key_problem(".."), "");
+    EXPECT_NE(object_key_problem("run/."), "");
+    EXPECT_NE(object_key_problem("a//b"), "");
+    EXPECT_NE(object_key_problem("/a"), "");
+    EXPECT_THROW(parse_object_url("s3://b/run/../other"), Error);
+    EXPECT_THROW(parse_object_url("s3://b/./x"), Error);
+}
+
 TEST(ObjectUrl, EncodesAsSigV4Wants) {
     EXPECT_EQ(aws_uri_encode("run 1/model-00001.safetensors~", true), "run%201/model-00001.safetensors~");
     EXPECT_EQ(aws_uri_encode("a/b=c", false), "a%2Fb%3Dc");

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "architecture/architecture_table.h"
+#include "learned_map/layer_numbers.h"
 #include "learned_map/learned_table.h"
+#include "learned_map/stacked_experts.h"
 #include "learned_map/tensor_matching.h"
 
 namespace vmerge {
@@ -72,6 +74,17 @@ HeldTensor megatron_qkv(const std::string& name, const HeldTensor& q, const Held
     return t;
 }
 
+// A vision tower's qkv as Megatron stores it: per head h, [q_h; k_h; v_h], from HF's fused
+// [Q; K; V] of `heads` heads.
+HeldTensor per_head_qkv(const std::string& name, const HeldTensor& hf, int64_t heads) {
+    const int64_t d = hf.shape[0] / (3 * heads);
+    HeldTensor t{name, hf.shape, {}};
+    for (int64_t h = 0; h < heads; ++h)
+        for (int64_t part = 0; part < 3; ++part)
+            for (int64_t j = 0; j < d; ++j) t.rows.push_back(hf.rows[part * heads * d + h * d + j]);
+    return t;
+}
+
 HeldTensor stacked(const std::string& name, const HeldTensor& a, const HeldTensor& b) {
     HeldTensor t{name, {a.shape[0] + b.shape[0], a.shape[1]}, a.rows};
     t.rows.insert(t.rows.end(), b.rows.begin(), b.rows.end());
@@ -88,7 +101,7 @@ HeldTensor interleaved_rope(const std::string& name, const HeldTensor& hf, int64
     return t;
 }
 
-const ModelShape kHeads{4, 2, 4, 40};  // 4 query heads, 2 groups, head dim 4; hidden 16; vocab 40
+const ModelShape kHeads{4, 2, 4, 40, 0, {}};  // 4 query heads, 2 groups, head dim 4; hidden 16; vocab 40
 
 struct Model {
     std::vector<HeldTensor> base, checkpoint;
@@ -150,7 +163,7 @@ TEST(RowLayout, SamplesAreSpreadAndInclusive) {
 
 TEST(RowLayout, QkvRowsFollowTheQueryGroups) {
     // 4 heads in 2 groups of head dim 2: group rows [q0 q0 q1 q1 k0 k0 v0 v0 | q2 q2 q3 q3 k1 k1 v1 v1].
-    const ModelShape heads{4, 2, 2, 0};
+    const ModelShape heads{4, 2, 2, 0, 0, {}};
     const LayoutGuess g{RowLayout::Qkv, {0, 1, 2}, 0, ""};
     const std::vector<int64_t> rows{8, 4, 4};
     EXPECT_EQ(source_row_of(g, heads, rows, 0, 3), 3);
@@ -165,6 +178,58 @@ TEST(NamePatterns, LayerThenExpert) {
               "decoder.layers.{i}.mlp.experts.local_experts.{e}.linear_fc1.weight");
     EXPECT_EQ(numbered_pattern("norm.weight"), "norm.weight");
     EXPECT_EQ(name_numbers("layers.12.linear_fc1.weight"), (std::vector<std::string>{"12"}));
+}
+
+TEST(RowLayout, LongRowsAreComparedOnSpreadLines) {
+    // Rows of up to kRowElements elements are compared whole (every existing case's rows).
+    const auto whole = compared_spans({8, 256, 256});
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_EQ(whole[0].extent, (Shape{256, 256}));
+    EXPECT_EQ(compared_spans({16})[0].extent, Shape{});
+    // GPT-OSS-120B's gate_up experts compared whole, [E, 2880, 5760] rows of 16.6M elements:
+    // 11 lines of 5760, spread over the 2880, first and last included.
+    const auto lines = compared_spans({128, 2880, 5760});
+    ASSERT_EQ(lines.size(), 11u);
+    int64_t elements = 0;
+    for (const auto& span : lines) elements += numel(span.extent);
+    EXPECT_LE(elements, kRowElements);
+    EXPECT_EQ(lines.front().start, (Shape{0, 0}));
+    EXPECT_EQ(lines.back().start, (Shape{2879, 0}));
+    EXPECT_EQ(lines.back().extent, (Shape{1, 5760}));
+    EXPECT_EQ(row_offset({128, 2880, 5760}, lines.back()), 2879 * 5760);
+    // A last axis longer than the cap: one line, its first kRowElements elements.
+    const auto wide = compared_spans({4, 3, 100000});
+    ASSERT_EQ(wide.size(), 1u);
+    EXPECT_EQ(wide[0].extent, (Shape{1, kRowElements}));
+    // Four axes: the line's index runs over both middle axes.
+    const auto deep = compared_spans({2, 4, 100, 1000});
+    EXPECT_EQ(deep.back().start, (Shape{3, 99, 0}));
+    EXPECT_EQ(row_offset({2, 4, 100, 1000}, deep.back()), (3 * 100 + 99) * 1000);
+}
+
+TEST(RowLayout, QkvPerHeadRowsFollowTheHeads) {
+    // 2 heads of head dim 2: checkpoint rows [q0 q0 k0 k0 v0 v0 | q1 q1 k1 k1 v1 v1], HF [Q; K; V].
+    const LayoutGuess g{RowLayout::QkvPerHead, {0}, 2, "vision_config.num_heads"};
+    const std::vector<int64_t> rows{12};
+    EXPECT_EQ(source_row_of(g, kHeads, rows, 0, 0), 0);
+    EXPECT_EQ(source_row_of(g, kHeads, rows, 0, 2), 6);
+    EXPECT_EQ(source_row_of(g, kHeads, rows, 0, 4), 2);
+    EXPECT_EQ(source_row_of(g, kHeads, rows, 0, 9), 5);
+    EXPECT_EQ(source_row_of(g, kHeads, rows, 0, 11), 11);
+}
+
+TEST(NamePatterns, SequentialIndicesStayInTheName) {
+    const LayerNumbers numbers({"visual.merger.mlp.0.weight", "visual.merger.mlp.0.bias", "visual.merger.mlp.2.weight",
+                                "visual.blocks.0.attn.qkv.weight", "visual.blocks.1.attn.qkv.weight",
+                                "model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.experts.0.w",
+                                "model.layers.1.mlp.experts.1.w", "head.5.weight"});
+    EXPECT_EQ(numbers.pattern("visual.merger.mlp.2.weight"), "visual.merger.mlp.2.weight");
+    EXPECT_TRUE(numbers.numbers("visual.merger.mlp.2.weight").empty());
+    EXPECT_EQ(numbers.pattern("visual.blocks.1.attn.qkv.weight"), "visual.blocks.{i}.attn.qkv.weight");
+    // Layer 1 alone has experts: the layers' numbers are those of every name after model.layers.
+    EXPECT_EQ(numbers.pattern("model.layers.1.mlp.experts.1.w"), "model.layers.{i}.mlp.experts.{e}.w");
+    EXPECT_EQ(numbers.numbers("model.layers.1.mlp.experts.1.w"), (std::vector<std::string>{"1", "1"}));
+    EXPECT_EQ(numbers.pattern("head.5.weight"), "head.5.weight");  // a list of one starts at 0
 }
 
 TEST(LearnedMap, MegatronFusedLayoutsAreRecognised) {
@@ -481,6 +546,163 @@ TEST(LearnedMap, ExpertViewsBecomeOneSplitExpertsRule) {
     const auto doc = learned_table_json(t, {"learned", TableSource::Torchtitan, "Qwen3MoeForCausalLM", "", ""});
     EXPECT_EQ(doc["rules"][0]["transform"], "split_experts");
     EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
+}
+
+// transformers 5's stacked experts [E, ...] as map compares them: one base tensor per expert's
+// slice (stacked_view_name), each [rows, cols] of `stacked`'s trailing axes.
+std::vector<HeldTensor> stacked_views(const std::string& stacked, int64_t experts, Shape slice, unsigned seed,
+                                      std::vector<std::string>& views) {
+    std::vector<HeldTensor> out;
+    for (int64_t e = 0; e < experts; ++e) {
+        out.push_back(random_tensor(stacked_view_name(stacked, e), slice, seed + static_cast<unsigned>(e)));
+        views.push_back(out.back().name);
+    }
+    return out;
+}
+
+TEST(StackedExperts, OnlyThreeAxesLedByTheExpertCountAreStacked) {
+    EXPECT_TRUE(is_stacked_experts({4, 8, 6}, 4));
+    EXPECT_FALSE(is_stacked_experts({4, 6}, 4));     // a router [E, H] stays whole
+    EXPECT_FALSE(is_stacked_experts({5, 8, 6}, 4));  // another leading axis
+    EXPECT_FALSE(is_stacked_experts({4, 8, 6}, 0));  // config.json names no experts
+    EXPECT_EQ(stacked_view_name("model.layers.1.mlp.experts.down_proj", 3), "model.layers.1.mlp.experts.down_proj.3");
+}
+
+TEST(StackedExperts, PerExpertTensorsBecomeOneStackExpertsRule) {
+    // Qwen3-VL-MoE: the base's gate_up_proj [E, 2F, H] and down_proj [E, H, F]; Megatron's
+    // per-expert linear_fc1 [2F, H] ([gate; up], as the slice holds it) and linear_fc2 [H, F].
+    const int64_t experts = 3;
+    Model m;
+    std::vector<std::string> views;
+    for (int layer = 0; layer < 2; ++layer) {
+        const std::string hf = "model.language_model.layers." + std::to_string(layer) + ".mlp.experts.";
+        const std::string mc = "language_model.decoder.layers." + std::to_string(layer) + ".mlp.experts.";
+        const auto gate_up = stacked_views(hf + "gate_up_proj", experts, {8, 6}, 10 * layer + 1, views);
+        const auto down = stacked_views(hf + "down_proj", experts, {6, 4}, 10 * layer + 5, views);
+        for (int64_t e = 0; e < experts; ++e) {
+            m.base.push_back(gate_up[e]);
+            m.base.push_back(down[e]);
+            const std::string expert = mc + std::to_string(e) + ".";
+            m.checkpoint.push_back(tuned(gate_up[e], expert + "linear_fc1.weight", 100 + 10 * layer + e));
+            m.checkpoint.push_back(tuned(down[e], expert + "linear_fc2.weight", 200 + 10 * layer + e));
+        }
+    }
+    LearnedTable t = learn(m, TableSource::Megatron);
+    join_stacked_views(t, shapes(m.base), views);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    ASSERT_EQ(t.rules.size(), 2u) << learned_table_report(t);
+    const LearnedRule* fc1 = rule_from(t, "language_model.decoder.layers.{i}.mlp.experts.{e}.linear_fc1.weight");
+    ASSERT_NE(fc1, nullptr);
+    EXPECT_EQ(fc1->to, std::vector<std::string>{"model.language_model.layers.{i}.mlp.experts.gate_up_proj"});
+    EXPECT_EQ(fc1->layout, RowLayout::Same);  // [gate; up] as the slice holds it: no split
+    EXPECT_EQ(fc1->stack_experts, kStackedExpertCount);
+    EXPECT_EQ(fc1->tensors, 6u);
+    EXPECT_TRUE(t.unmapped_base.empty());
+    const auto doc = learned_table_json(t, {"learned", TableSource::Megatron, "Qwen3VLMoeForConditionalGeneration", "", ""});
+    EXPECT_EQ(doc["rules"][1]["to"], "model.language_model.layers.{i}.mlp.experts.down_proj");
+    EXPECT_EQ(doc["rules"][1]["stack_experts"], kStackedExpertCount);
+    const ArchitectureTable parsed = parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump()));
+    ASSERT_TRUE(parsed.rules[0].stack_experts.has_value());
+    EXPECT_EQ(parsed.rules[0].stack_experts->text(), kStackedExpertCount);
+}
+
+TEST(StackedExperts, SlicesTheValuesCannotTellApartAreRefused) {
+    // Two stacked tensors of one shape whose expert-0 slices hold the same values.
+    Model m;
+    std::vector<std::string> views;
+    const std::string hf = "model.layers.0.mlp.experts.";
+    for (const auto& t : stacked_views(hf + "gate_up_proj", 2, {8, 6}, 1, views)) m.base.push_back(t);
+    for (const auto& t : stacked_views(hf + "gate_up_proj_copy", 2, {8, 6}, 1, views)) m.base.push_back(t);
+    m.checkpoint.push_back(tuned(m.base[0], "decoder.layers.0.mlp.experts.0.linear_fc1.weight", 5));
+    LearnedTable t = learn(m, TableSource::Megatron);
+    join_stacked_views(t, shapes(m.base), views);
+    ASSERT_EQ(t.refusals.size(), 1u) << learned_table_report(t);
+    EXPECT_NE(t.refusals[0].find("gate_up_proj.0"), std::string::npos) << t.refusals[0];
+    EXPECT_NE(t.refusals[0].find("gate_up_proj_copy.0"), std::string::npos) << t.refusals[0];
+}
+
+TEST(StackedExperts, ASliceTakenAsHalfOfAFusedTensorIsRefused) {
+    // A base that stacks gate and up apart ([E, F, H] each): each expert's fc1 is [gate; up] of two
+    // slices, which stack_experts (one whole tensor per expert) cannot state.
+    Model m;
+    std::vector<std::string> views;
+    const auto gate = stacked_views("model.layers.0.mlp.experts.gate_proj", 2, {4, 6}, 1, views);
+    const auto up = stacked_views("model.layers.0.mlp.experts.up_proj", 2, {4, 6}, 3, views);
+    for (int e = 0; e < 2; ++e) {
+        m.base.push_back(gate[e]);
+        m.base.push_back(up[e]);
+        m.checkpoint.push_back(
+            tuned(stacked("", gate[e], up[e]), "decoder.layers.0.mlp.experts." + std::to_string(e) + ".linear_fc1.weight", 7 + e));
+    }
+    LearnedTable t = learn(m, TableSource::Megatron);
+    join_stacked_views(t, shapes(m.base), views);
+    ASSERT_EQ(t.refusals.size(), 1u) << learned_table_report(t);
+    EXPECT_NE(t.refusals[0].find("stack_experts stacks whole per-expert tensors only"), std::string::npos) << t.refusals[0];
+    EXPECT_TRUE(t.rules.empty());
+}
+
+// A fork that fuses q, k and v one after another ([Q; K; V], 2 query groups) instead of per
+// query group: recognised, and refused, since no table rule states that layout.
+TEST(LearnedMap, UngroupedFusedQkvIsRecognisedAndRefused) {
+    Model m;
+    m.base.push_back(random_tensor("model.layers.0.self_attn.q_proj.weight", {16, 16}, 1));
+    m.base.push_back(random_tensor("model.layers.0.self_attn.k_proj.weight", {8, 16}, 2));
+    m.base.push_back(random_tensor("model.layers.0.self_attn.v_proj.weight", {8, 16}, 3));
+    m.checkpoint.push_back(tuned(stacked("", stacked("", m.base[0], m.base[1]), m.base[2]), "layers.0.attn.qkv.weight", 4));
+    const LearnedTable t = learn(m, TableSource::Megatron);
+    ASSERT_EQ(t.refusals.size(), 1u) << learned_table_report(t);
+    EXPECT_NE(t.refusals[0].find("layers.0.attn.qkv.weight holds model.layers.0.self_attn.q_proj.weight, "
+                                 "model.layers.0.self_attn.k_proj.weight and model.layers.0.self_attn.v_proj.weight "
+                                 "one after another, [Q; K; V]"),
+              std::string::npos)
+        << t.refusals[0];
+    // With one query group [Q; K; V] is Megatron's grouped layout: a split "qkv" rule.
+    Model mqa;
+    mqa.base = {m.base[0], random_tensor("model.layers.0.self_attn.k_proj.weight", {4, 16}, 5),
+                random_tensor("model.layers.0.self_attn.v_proj.weight", {4, 16}, 6)};
+    mqa.checkpoint.push_back(
+        tuned(stacked("", stacked("", mqa.base[0], mqa.base[1]), mqa.base[2]), "layers.0.attn.qkv.weight", 7));
+    const LearnedTable one_group = learn(mqa, TableSource::Megatron, false, ModelShape{4, 1, 4, 40, 0, {}});
+    ASSERT_TRUE(one_group.refusals.empty()) << learned_table_report(one_group);
+    EXPECT_EQ(rule_from(one_group, "layers.{i}.attn.qkv.weight")->layout, RowLayout::Qkv);
+}
+
+// mbridge's Qwen2.5-VL vision tower: the qkv grouped per head, the merger's Sequential
+// (mlp.0, GELU, mlp.2) renamed projection.encoder.linear_fc1 / linear_fc2.
+TEST(LearnedMap, VisionTowerPerHeadQkvAndSequentialMerger) {
+    Model m;
+    unsigned seed = 1;
+    for (int block = 0; block < 2; ++block) {
+        const std::string hf = "visual.blocks." + std::to_string(block) + ".attn.qkv.";
+        const std::string mc = "vision_model.decoder.layers." + std::to_string(block) + ".self_attention.linear_qkv.";
+        m.base.push_back(random_tensor(hf + "weight", {48, 16}, seed++));
+        m.checkpoint.push_back(tuned(per_head_qkv(mc + "weight", m.base.back(), 4), mc + "weight", seed++));
+        m.base.push_back(random_tensor(hf + "bias", {48}, seed++));
+        m.checkpoint.push_back(tuned(per_head_qkv(mc + "bias", m.base.back(), 4), mc + "bias", seed++));
+    }
+    m.base.push_back(random_tensor("visual.merger.mlp.0.weight", {32, 16}, seed++));
+    m.checkpoint.push_back(tuned(m.base.back(), "vision_model.projection.encoder.linear_fc1.weight", seed++));
+    m.base.push_back(random_tensor("visual.merger.mlp.2.weight", {16, 32}, seed++));
+    m.checkpoint.push_back(tuned(m.base.back(), "vision_model.projection.encoder.linear_fc2.weight", seed++));
+    ModelShape shape = kHeads;
+    shape.tower_heads = {{4, "vision_config.num_heads"}};
+    const LearnedTable t = learn(m, TableSource::Megatron, false, shape);
+    ASSERT_TRUE(t.refusals.empty()) << learned_table_report(t);
+    EXPECT_TRUE(t.unmapped_base.empty()) << learned_table_report(t);
+    const LearnedRule* qkv = rule_from(t, "vision_model.decoder.layers.{i}.self_attention.linear_qkv.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->layout, RowLayout::QkvPerHead);
+    EXPECT_EQ(qkv->to, std::vector<std::string>{"visual.blocks.{i}.attn.qkv.weight"});
+    EXPECT_EQ(rule_from(t, "vision_model.decoder.layers.{i}.self_attention.linear_qkv.bias")->layout, RowLayout::QkvPerHead);
+    EXPECT_EQ(rule_from(t, "vision_model.projection.encoder.linear_fc2.weight")->to,
+              std::vector<std::string>{"visual.merger.mlp.2.weight"});
+    const auto doc = learned_table_json(t, {"learned", TableSource::Megatron, "Qwen2_5_VLForConditionalGeneration", "", ""});
+    EXPECT_EQ(doc["rules"][0]["split"], "qkv_per_head");
+    EXPECT_EQ(doc["rules"][0]["groups"], "vision_config.num_heads");
+    EXPECT_NO_THROW(parse_architecture_table("learned.json", nlohmann::json::parse(doc.dump())));
+    // Without the tower's head count no layout holds the per-head rows: not matched, never guessed.
+    const LearnedTable blind = learn(m, TableSource::Megatron);
+    EXPECT_FALSE(rule_from(blind, "vision_model.decoder.layers.{i}.self_attention.linear_qkv.weight")->drop.empty());
 }
 
 }  // namespace

@@ -65,6 +65,80 @@ TEST(InspectReport, TextAndJsonStateTheSameFacts) {
     EXPECT_EQ(t.find("quantized"), std::string::npos);
 }
 
+// inspect --quantize states each scheme's own parameters in JSON and text alike, not the int
+// scheme's --bits/--group_size defaults (docs/quantization.md).
+// A spec of one scheme with the defaults (designated initialisers would name every member).
+QuantizeSpec spec_of(QuantScheme scheme) {
+    QuantizeSpec spec;
+    spec.scheme = scheme;
+    return spec;
+}
+
+TEST(InspectReport, QuantizationStatesEachSchemesParameters) {
+    OutputTensor scale;
+    scale.role = OutputTensor::Role::QuantScale;
+    scale.dtype = DType::BF16;
+    const std::vector<OutputTensor> tensors{scale};
+    struct Case {
+        QuantizeSpec spec;
+        const char* element;
+        int bits;
+        const char* strategy;
+        nlohmann::ordered_json group_size, block_size;
+        const char* scale_dtype;
+        nlohmann::ordered_json scale_format, global_scale;
+        const char* text;
+    };
+    QuantizeSpec int8;
+    int8.bits = 8;
+    int8.group_size = 32;
+    int8.symmetric = false;
+    QuantizeSpec ue8m0 = spec_of(QuantScheme::Fp8Block);
+    ue8m0.scale_format = Fp8ScaleFormat::Ue8m0;
+    const nlohmann::ordered_json null, block = {128, 128};
+    const std::vector<Case> cases{
+        {spec_of(QuantScheme::Fp8Block), "float8_e4m3fn", 8, "block", null, block, "float32", "float", null,
+         "float8_e4m3fn, a scale per 128x128 block (block), float32 scales, scale format float"},
+        {ue8m0, "float8_e4m3fn", 8, "block", null, block, "float32", "ue8m0", null,
+         "float8_e4m3fn, a scale per 128x128 block (block), float32 scales, scale format ue8m0"},
+        {spec_of(QuantScheme::Fp8CtBlock), "float8_e4m3fn", 8, "block", null, block, "bfloat16", null, null,
+         "float8_e4m3fn, a scale per 128x128 block (block), bfloat16 scales"},
+        {spec_of(QuantScheme::Fp8Dynamic), "float8_e4m3fn", 8, "channel", null, null, "bfloat16", null, null,
+         "float8_e4m3fn, a scale per output channel (channel), bfloat16 scales"},
+        {spec_of(QuantScheme::Nvfp4), "float4_e2m1", 4, "tensor_group", 16, null, "float8_e4m3fn", null,
+         "float32", "float4_e2m1, a scale per 16 inputs (tensor_group), float8_e4m3fn scales, a float32 global scale per weight"},
+        {spec_of(QuantScheme::Mxfp4), "float4_e2m1", 4, "group", 32, null, "ue8m0", null, null,
+         "float4_e2m1, a scale per 32 inputs (group), ue8m0 scales"},
+        {int8, "int8", 8, "group", 32, null, "bfloat16", null, null,
+         "int8, a scale per 32 inputs (group), bfloat16 scales, zero points"},
+    };
+    for (const Case& c : cases) {
+        InspectReport r = sample_inspect();
+        r.quantization = inspect_quantization(c.spec, QuantizationPlan{{"lm_head"}, {}, {}, 100, 40}, tensors);
+        const auto q = inspect_json(r)["quantization"];
+        const std::string scheme = quant_scheme_name(c.spec.scheme);
+        EXPECT_EQ(q["scheme"], scheme);
+        EXPECT_EQ(q["element"], c.element) << scheme;
+        EXPECT_EQ(q["bits"], c.bits) << scheme;
+        EXPECT_EQ(q["strategy"], c.strategy) << scheme;
+        EXPECT_EQ(q["group_size"], c.group_size) << scheme;
+        EXPECT_EQ(q["block_size"], c.block_size) << scheme;
+        EXPECT_EQ(q["scale_dtype"], c.scale_dtype) << scheme;
+        EXPECT_EQ(q["scale_format"], c.scale_format) << scheme;
+        EXPECT_EQ(q["global_scale"], c.global_scale) << scheme;
+        EXPECT_EQ(q["symmetric"], c.spec.scheme != QuantScheme::Int || c.spec.symmetric) << scheme;
+        EXPECT_EQ(q["bytes_after"], 40u);
+        std::ostringstream text;
+        print_inspect_text(r, text);
+        EXPECT_NE(text.str().find("quant scheme " + std::string(c.text) + "\n"), std::string::npos) << text.str();
+        EXPECT_NE(text.str().find("quantized    " + quantization_description(c.spec) + ": 100 B -> 40 B"),
+                  std::string::npos) << text.str();
+    }
+    // Nothing quantized: no scale tensor to name the weight dtype by.
+    EXPECT_EQ(inspect_quantization(spec_of(QuantScheme::Fp8Dynamic), {}, {}).parameters.scale_dtype,
+              "the weight dtype");
+}
+
 TEST(InspectReport, LongPlansShowTheFirstAndLastRanks) {
     InspectReport r = sample_inspect();
     r.ranks = 40;
