@@ -140,6 +140,11 @@ struct TensorMapping {
     std::vector<OutputTensor> tensors;  // in output (state dict) order
     std::vector<LoraDelta> lora_deltas;
     std::vector<SourceScales> source_scales;
+    // Module paths of a PEFT-wrapped state dict that a saved-name rule renamed (apply_saved_names,
+    // formats/table_mapping.h), by their new path: the run-time path the checkpoint had, which is
+    // what PEFT itself knows the module by (its save_pretrained names, target_modules,
+    // rank_pattern). Read by apply_lora for the exported adapter.
+    std::map<std::string, std::string> peft_run_time_modules;
 };
 
 // The small tensors read whole beside `t`'s own rows: its LoRA factors and its source scales.

@@ -4,6 +4,7 @@
 #include "architecture/config_check.h"
 #include "core/error.h"
 #include "formats/backend.h"
+#include "formats/peft_wrapping.h"
 #include "architecture/architecture_table.h"
 #include "architecture/hf_architecture.h"
 #include "formats/table_mapping.h"
@@ -40,12 +41,13 @@ void drop_non_weight_buffers(TensorMapping& mapping, SourceLedger& ledger, std::
 
 // Tensors the HF architecture keeps in float32 (its source 'hf' table's keep_fp32, e.g.
 // DeepSeek-V3's e_score_correction_bias, which transformers loads in float32 whatever the
-// model dtype): marked for the output rules.
+// model dtype): marked for the output rules. A PEFT-wrapped name by the model tensor's.
 static void mark_float32_tensors(MappedCheckpoint& m, const HfConfig& config, const MapOptions& options) {
     if (config.architectures.empty()) return;
     const ArchitectureTable* table = find_architecture_table(options.loaded_tables(), "hf", config.architectures[0]);
     if (!table) return;
-    for (OutputTensor& t : m.mapping.tensors) t.keep_float32 = t.keep_float32 || table_keeps_fp32(*table, t.name);
+    for (OutputTensor& t : m.mapping.tensors)
+        t.keep_float32 = t.keep_float32 || table_keeps_fp32(*table, peft_wrapping(t.name).model_name());
 }
 
 // An architecture whose release keeps embedding / output head copies in its MTP layers (its 'hf'

@@ -8,6 +8,7 @@
 #include "architecture/config_check.h"
 #include "core/error.h"
 #include "formats/megatron/megatron_backend.h"
+#include "formats/peft_wrapping.h"
 #include "architecture/hf_architecture.h"
 #include "architecture/hf_tensor_order.h"
 
@@ -226,13 +227,36 @@ TableApplication apply_architecture_table(const TensorMapping& model, const Arch
     return result;
 }
 
+namespace {
+
+// `t` (its model name matched by a rename-only rule) under the name the rule gives, inside the
+// PEFT wrapping it had; the module's run-time path is recorded for the adapter's names.
+void rename_as_saved(OutputTensor& t, const PeftWrapping& peft, const std::string& renamed, const TableRule& rule,
+                     const ArchitectureTable& table, TensorMapping& mapping) {
+    const std::optional<std::string> name = peft.rewrapped(renamed);
+    if (!name)
+        throw Error(table.file + ": rule " + std::to_string(rule.index) + " (from '" + rule.from + "') renames " +
+                    peft.model_name() + " to " + renamed + ", changing its parameter name, which the PEFT wrapping of " +
+                    t.name + " cannot follow");
+    const std::string parameter = peft.parameter();
+    if (peft.peft() && renamed.ends_with(parameter)) {
+        const std::string module = renamed.substr(0, renamed.size() - parameter.size());
+        if (module != peft.module()) mapping.peft_run_time_modules.emplace(module, peft.module());
+    }
+    t.name = *name;
+}
+
+}  // namespace
+
 void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
                        SourceLedger& ledger, std::vector<std::string>& notes) {
     std::vector<OutputTensor> kept;
     OutputNames names(table.file);
     size_t renamed_count = 0;
     for (OutputTensor& t : mapping.tensors) {
-        const auto match = t.adapter ? std::nullopt : match_table_rule(table, t.name);
+        // A PEFT-wrapped name is matched by the name of the model tensor it stands for.
+        const PeftWrapping peft = peft_wrapping(t.name);
+        const auto match = t.adapter ? std::nullopt : match_table_rule(table, peft.model_name());
         if (!match) {
             if (!t.adapter) names.claim(t.name, t.name);
             kept.push_back(std::move(t));
@@ -246,15 +270,17 @@ void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, c
         }
         if (rule.transform == TableTransform::None) {  // every field kept: a LoRA delta follows its weight
             const std::string from = t.name;
-            t.name = fill_table_pattern(rule.to, output_layer(*match, table, config), match->expert, match->rest);
+            rename_as_saved(t, peft, fill_table_pattern(rule.to, output_layer(*match, table, config), match->expert, match->rest),
+                            rule, table, mapping);
             names.claim(t.name, from);
             kept.push_back(std::move(t));
             continue;
         }
-        if (t.lora_delta || t.source_scales || t.role != OutputTensor::Role::Plain || t.zero_fill)
+        if (t.lora_delta || t.source_scales || t.role != OutputTensor::Role::Plain || t.zero_fill || peft.wrapped())
             throw Error(table.file + ": rule " + std::to_string(rule.index) + " (from '" + rule.from + "'): " + t.name +
-                        " carries a LoRA delta or is quantized or padded, and cannot be regrouped");
+                        " carries a LoRA adapter or delta or is quantized or padded, and cannot be regrouped");
         for (OutputTensor& o : apply_rule(t, *match, table, config, mapping.sources)) {
+            o.name = peft.prefix + o.name;  // an unwrapped tensor of a PEFT state dict keeps PEFT's prefix
             o.keep_float32 = t.keep_float32;
             names.claim(o.name, t.name);
             check_copies_tile_output(o, mapping.sources);

@@ -54,7 +54,12 @@ std::vector<OutputTensor> split_experts_gate_up(const OutputTensor& grouped, con
 // model.language_model.* -> model.*, transformers 5's fused experts -> one tensor per expert).
 // A tensor no rule matches keeps its name, an adapter tensor is left alone, a renamed one keeps
 // its LoRA delta; regrouping one that has a delta is an Error. Two tensors that end with one
-// name are an Error naming both.
+// name are an Error naming both. A PEFT-wrapped state dict (formats/peft_wrapping.h) is renamed
+// inside its wrapping: base_model.model.model.language_model.layers.0.q_proj.lora_A.default.weight
+// -> base_model.model.model.layers.0.q_proj.lora_A.default.weight, like its base_layer weight, so
+// apply_lora pairs them under the saved names; each renamed module's run-time path is kept in
+// mapping.peft_run_time_modules (PEFT's own names, for the exported adapter). Regrouping a
+// wrapped tensor (an adapted fused expert) is an Error.
 void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, const HfConfig& config,
                        SourceLedger& ledger, std::vector<std::string>& notes);
 

@@ -11,6 +11,14 @@
 namespace vmerge {
 namespace {
 
+// The path PEFT knows `module` by: where a saved-name rule renamed it inside the PEFT wrapping
+// (a VL model's model.language_model.* -> model.*), the run-time path the checkpoint had, which
+// PEFT's own save_pretrained, target_modules and rank_pattern use; else the path itself.
+std::string peft_module_path(const TensorMapping& mapping, const std::string& module) {
+    const auto it = mapping.peft_run_time_modules.find(module);
+    return it == mapping.peft_run_time_modules.end() ? module : it->second;
+}
+
 // Merge: one LoraDelta per adapted weight, scaled by its alpha over r (or sqrt(r)).
 std::vector<LoraDelta> lora_deltas(const PeftInventory& inv, const TensorMapping& mapping, const LoraHyperparameters& h,
                                    std::map<std::string, size_t>& delta_of) {
@@ -22,7 +30,7 @@ std::vector<LoraDelta> lora_deltas(const PeftInventory& inv, const TensorMapping
         d.b = mapping.tensors[*pair.b];
         d.transposed = pair.embedding;
         const double r = static_cast<double>(d.a.shape[0]);
-        d.scale = module_alpha(h, module) / (h.use_rslora ? std::sqrt(r) : r);
+        d.scale = module_alpha(h, peft_module_path(mapping, module)) / (h.use_rslora ? std::sqrt(r) : r);
         delta_of[module + ".weight"] = deltas.size();
         deltas.push_back(std::move(d));
     }
@@ -41,7 +49,8 @@ OutputTensor trained_copy(const PeftInventory& inv, const TensorMapping& mapping
 }
 
 // The mapping with PEFT names removed: base tensors under their HF names (each adapted weight
-// pointing at its delta, Merge), then the adapter's tensors under PEFT names (Extract).
+// pointing at its delta, Merge), then the adapter's tensors under PEFT names (Extract), their
+// module paths those PEFT knows (peft_module_path).
 std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const TensorMapping& mapping, LoraMode mode,
                                                const std::map<std::string, size_t>& delta_of, const std::string& where) {
     using K = PeftName::Kind;
@@ -63,7 +72,8 @@ std::vector<OutputTensor> rewrite_peft_tensors(const PeftInventory& inv, const T
             static const std::map<K, const char*> suffix{{K::LoraA, ".lora_A.weight"}, {K::LoraB, ".lora_B.weight"},
                                                          {K::EmbeddingA, ".lora_embedding_A"},
                                                          {K::EmbeddingB, ".lora_embedding_B"}};
-            t.name = p.kind == K::Trained ? kPeftPrefix + p.name : kPeftPrefix + p.module + suffix.at(p.kind);
+            const std::string module = peft_module_path(mapping, p.module);
+            t.name = kPeftPrefix + module + (p.kind == K::Trained ? p.name.substr(p.module.size()) : suffix.at(p.kind));
             t.adapter = true;
             adapter.push_back(std::move(t));
         }
@@ -88,12 +98,15 @@ std::string adapter_task_type(const PeftInventory& inv, const LoraOptions& optio
 // (output/peft_adapter_config.h writes it).
 ExtractedAdapter extracted_adapter(const TensorMapping& mapping, const PeftInventory& inv, const LoraOptions& options,
                                    const LoraHyperparameters& h, const nlohmann::json& rank_pattern, int64_t config_r) {
-    std::vector<std::string> base_modules;
+    std::vector<std::string> base_modules, adapted_modules;
     for (const auto& t : mapping.tensors)
-        if (!t.adapter && t.name.ends_with(".weight")) base_modules.push_back(t.name.substr(0, t.name.size() - 7));
+        if (!t.adapter && t.name.ends_with(".weight"))
+            base_modules.push_back(peft_module_path(mapping, t.name.substr(0, t.name.size() - 7)));
+    for (const auto& module : inv.module_order) adapted_modules.push_back(peft_module_path(mapping, module));
     ExtractedAdapter a;
-    a.target_modules = peft_target_modules(inv.module_order, base_modules);
-    a.modules_to_save.assign(inv.saved_modules.begin(), inv.saved_modules.end());
+    a.target_modules = peft_target_modules(adapted_modules, base_modules);
+    for (const auto& module : inv.saved_modules) a.modules_to_save.push_back(peft_module_path(mapping, module));
+    std::sort(a.modules_to_save.begin(), a.modules_to_save.end());
     a.alpha = h.alpha;
     a.r = config_r;
     a.rank_pattern = rank_pattern;
@@ -165,7 +178,8 @@ LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const 
     const int64_t config_r = h.r.value_or(largest_r);
     for (const auto& module : inv.module_order) {
         const int64_t r = mapping.tensors[*inv.pairs.at(module).a].shape[0];
-        if (module_rank(h, module).value_or(config_r) != r) rank_pattern[module] = r;
+        const std::string path = peft_module_path(mapping, module);
+        if (module_rank(h, path).value_or(config_r) != r) rank_pattern[path] = r;
     }
 
     std::map<std::string, size_t> delta_of;  // weight name -> delta index (Merge)

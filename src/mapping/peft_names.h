@@ -7,14 +7,12 @@
 #include <vector>
 
 #include "core/tensor_mapping.h"
+#include "formats/peft_wrapping.h"  // kPeftPrefix
 
 namespace vmerge {
 
 // The names of a PEFT-wrapped state dict (PeftModel.state_dict()): taken apart, grouped into
 // adapter pairs, and checked (lora_adapter.h merges or extracts what they name).
-
-// The prefix PeftModel puts before the wrapped model's names.
-inline constexpr const char* kPeftPrefix = "base_model.model.";
 
 // A state-dict name of a PeftModel, taken apart.
 struct PeftName {
