@@ -78,13 +78,27 @@ def check_tensors_exact(folder, oracle_file, dtype, what="the oracle", partial=F
     print(f"  safetensors: {count} tensors bit-equal to {what}", flush=True)
 
 
-def adapted_weights(adapter_file):
-    """The HF names of the weights an adapter changes (PEFT's export names its lora_A per module)."""
+def saved_names(oracle):
+    """oracle/saved_names.json: each run-time name of the model -> the name its save_pretrained
+    writes (a VL model's model.language_model.* -> model.*; the generator pairs them by value);
+    {} for a case without one (the names are the same)."""
+    path = os.path.join(oracle, "saved_names.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def adapted_weights(adapter_file, renames=None):
+    """The names of the weights an adapter changes (PEFT's export names its lora_A per module,
+    under the model's run-time names), as `renames` (saved_names) maps them where it does."""
+    renames = renames or {}
     out = set()
     for key in load_file(adapter_file):
         for marker in (".lora_A.weight", ".lora_embedding_A"):
             if key.endswith(marker):
-                out.add(key.removeprefix("base_model.model.").removesuffix(marker) + ".weight")
+                name = key.removeprefix("base_model.model.").removesuffix(marker) + ".weight"
+                out.add(renames.get(name, name))
     return out
 
 
@@ -201,7 +215,23 @@ def check_adapter(folder, oracle, dtype, auto_class="causal_lm", what=None):
     if has_saved:
         check_adapter_config(adapter_dir, saved_dir)
     model = PeftModel.from_pretrained(load_hf_model(folder, dtype, auto_class), adapter_dir).eval()
+    if has_saved:
+        check_adapter_loaded(model, want, adapter_dir)
     compare_logits(model, os.path.join(oracle, "logits.safetensors"), True, "PeftModel")
+
+
+def check_adapter_loaded(model, want, adapter_dir):
+    """Every tensor of the adapter is in a module PEFT built from adapter_config.json: the loaded
+    model's own adapter state dict has exactly PEFT's saved tensors (an adapter whose
+    target_modules miss a module loads with a warning only, and text-only logits would not show
+    a missed vision module)."""
+    from peft import get_peft_model_state_dict
+    loaded = get_peft_model_state_dict(model)
+    compare_key_sets(loaded, want, f"PeftModel.from_pretrained(base, {adapter_dir})")
+    for key, ref in want.items():
+        if not torch.equal(loaded[key].float(), ref.float()):
+            fail(f"PeftModel.from_pretrained(base, {adapter_dir}): {key} differs from the file")
+    print(f"  PeftModel: all {len(want)} adapter tensors loaded into the modules PEFT built", flush=True)
 
 
 # ---- quantized outputs (docs/quantization.md) and HDF5 archives (docs/hdf5.md) ----

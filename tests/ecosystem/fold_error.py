@@ -45,7 +45,7 @@ def correctly_rounded(exact, dtype):
 
 
 def exact_folds(case_dir, dtype=None):
-    """Every adapted weight's W + s·B·A in float64 (Embedding: W + s·(B·A)ᵀ), by HF name."""
+    """Every adapted weight's W + s·B·A in float64 (Embedding: W + s·(B·A)ᵀ), by saved HF name."""
     oracle = os.path.join(case_dir, "oracle")
     with open(os.path.join(oracle, "peft_saved", "adapter_config.json")) as f:
         config = json.load(f)
@@ -58,6 +58,9 @@ def exact_folds(case_dir, dtype=None):
     factors = os.path.join(oracle, "fold_factors.safetensors")
     adapter = C.load_file(factors if os.path.exists(factors)
                           else os.path.join(oracle, "peft_saved", "adapter_model.safetensors"))
+    # The adapter names modules by the model's run-time names, the base and the output by the
+    # saved ones (saved_names.json, where they differ).
+    renames = C.saved_names(oracle)
     out = {}
     for name in sorted(C.adapted_weights(os.path.join(oracle, "peft_saved", "adapter_model.safetensors"))):
         module = "base_model.model." + name.removesuffix(".weight")
@@ -65,7 +68,8 @@ def exact_folds(case_dir, dtype=None):
             delta = adapter[module + ".lora_B.weight"].double() @ adapter[module + ".lora_A.weight"].double()
         else:
             delta = (adapter[module + ".lora_embedding_B"].double() @ adapter[module + ".lora_embedding_A"].double()).T
-        out[name] = (base[name].double() + scale * delta, dtype or base[name].dtype)
+        saved = renames.get(name, name)
+        out[saved] = (base[saved].double() + scale * delta, dtype or base[saved].dtype)
     return out
 
 

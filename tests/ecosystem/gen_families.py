@@ -23,6 +23,12 @@ VARIANT: one tiny model per family, its config the real hub config's keys and ra
   <family>_missing_block, <family>_missing_expert
                    planted faults the merge must refuse, naming what is missing: vision block 1
                    taken out of every rank file; config.json claiming one expert more than saved
+  qwen2_5_vl_lora  the Qwen2.5-VL model wrapped by PEFT LoRA (r 4, alpha 8, random B) on the
+                   language model's q/k/v/o and gate/up/down and on vision block 0's qkv, saved
+                   as verl saves a PeftModel (its sharded state dict under transformers' and
+                   PEFT's run-time names); oracles: the base's save_pretrained, PEFT's own
+                   save_pretrained adapter (run-time names) and merge_and_unload()'s
+                   save_pretrained (saved names), and oracle/saved_names.json
 
 The checkpoint holds the RUNTIME state dict (what verl saves: model.state_dict() of the
 FSDP-wrapped model), whose names and expert layouts transformers 5 changes on the way to disk;
@@ -250,8 +256,82 @@ def save_checkpoint(case_dir, model, cfg, rank, world, dcp):
     return "ckpt/global_step_1/actor", "fsdp", None
 
 
+# PEFT LoRA on a VL model: the language model's attention and MLP projections and one vision
+# Linear (the vision MLP has gate/up/down_proj too, so the targets are a regex on full paths).
+VL_LORA_TARGETS = (r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+                   r"|model\.visual\.blocks\.0\.attn\.qkv")
+
+
+def add_vl_lora(model):
+    """PEFT LoRA with random B (PEFT starts B at zero, which would make the adapter a no-op)."""
+    from peft import LoraConfig, get_peft_model
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=VL_LORA_TARGETS,
+                                                  task_type="CAUSAL_LM", lora_dropout=0.0))
+    torch.manual_seed(99)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.2)
+    return peft_model.eval()
+
+
+def saved_name_map(model, saved):
+    """Each run-time state-dict name of `model` -> the name its save_pretrained wrote the same
+    tensor under (`saved`), paired by value: every tensor of the random model is distinct."""
+    out = {}
+    for key, value in model.state_dict().items():
+        same = [k for k, v in saved.items() if v.shape == value.shape and v.dtype == value.dtype and torch.equal(v, value)]
+        assert len(same) == 1, f"{key}: saved as {same}"
+        out[key] = same[0]
+    return out
+
+
+def lora_main(case_dir, family, rank, world):
+    """A PeftModel of the family saved by verl's FSDP2 files, with PEFT's oracles."""
+    make_config, auto_class = VARIANTS[family]
+    cfg = make_config()
+    cfg.dtype = "bfloat16"
+    cfg.architectures = [E.auto_model_class(auto_class)._model_mapping[type(cfg)].__name__]
+    model = E.build_model(cfg, auto_class=auto_class)
+    base_oracle = save_pretrained_tensors(model, auto_class) if rank == 0 else None
+    if rank == 0:   # the fold oracle and the base oracle carry saved names, PEFT's adapter run-time ones
+        os.makedirs(os.path.join(case_dir, "oracle"), exist_ok=True)
+        with open(os.path.join(case_dir, "oracle", "saved_names.json"), "w") as f:
+            json.dump(saved_name_map(model, base_oracle), f, indent=2, sort_keys=True)
+    peft_model = add_vl_lora(model)
+    logits = E.live_logits(peft_model)
+    if rank == 0:
+        gen_fsdp2.lora_oracle(case_dir, peft_model, lambda folded: save_pretrained_tensors(folded, auto_class))
+    dist.barrier()
+    before = {k: v.clone() for k, v in peft_model.state_dict().items()}
+    gen_fsdp2.shard(peft_model, wrapped_modules(model), gen_fsdp2.make_mesh(world, None, ("fsdp",)))
+    actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
+    if rank == 0:
+        os.makedirs(actor, exist_ok=True)
+    dist.barrier()
+    gen_fsdp2.write_verl_files(actor, peft_model, rank, world, cfg, peft_model)
+    full = E.full_tensors(peft_model.state_dict())   # collective: every rank gathers
+    if rank == 0:
+        assert set(full) == set(before), sorted(set(full) ^ set(before))[:8]
+        for k, v in full.items():   # the producer itself: gathering gives back what was sharded
+            assert torch.equal(v, before[k]), k
+        E.write_oracle(case_dir, base_oracle, logits)
+        E.write_case(case_dir, producer=f"PEFT LoRA on transformers {cfg.architectures[0]}, torch {torch.__version__} "
+                     f"fully_shard ({family}_lora, {world} ranks), verl file layout; oracles: save_pretrained, "
+                     "PEFT's save_pretrained and merge_and_unload",
+                     checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
+                     output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True,
+                     hf_auto_class=auto_class, adapter=True)
+
+
 def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
+    if variant.endswith("_lora"):
+        rank, world = E.init_gloo()
+        lora_main(case_dir, variant.removesuffix("_lora"), rank, world)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     family, dcp, user_table, fault = split_variant(variant)
     make_config, auto_class = VARIANTS[family]
     rank, world = E.init_gloo()

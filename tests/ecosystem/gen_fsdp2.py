@@ -103,9 +103,11 @@ def add_lora(model, value_head=False):
     return peft_model.eval()
 
 
-def lora_oracle(case_dir, peft_model):
+def lora_oracle(case_dir, peft_model, folded_tensors=None):
     """The adapter as PEFT exports it, and the fold PEFT's merge_and_unload makes, with the
-    logits of both (from the live PEFT model and from the merged module)."""
+    logits of both (from the live PEFT model and from the merged module). `folded_tensors`: the
+    merged module's tensors as the output must name them (default its state_dict(); a model whose
+    save_pretrained renames, gen_families.save_pretrained_tensors)."""
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
     folder = os.path.join(case_dir, "oracle")
@@ -116,8 +118,8 @@ def lora_oracle(case_dir, peft_model):
     # the adapter check compares vmerge's files with these, names, bits and config fields.
     peft_model.save_pretrained(os.path.join(folder, "peft_saved"))
     folded = copy.deepcopy(peft_model).merge_and_unload()
-    save_file({k: v.detach().contiguous() for k, v in folded.state_dict().items()},
-              os.path.join(folder, "folded.safetensors"))
+    tensors = folded_tensors(folded) if folded_tensors else folded.state_dict()
+    save_file({k: v.detach().contiguous() for k, v in tensors.items()}, os.path.join(folder, "folded.safetensors"))
     save_file({"input_ids": torch.tensor(E.FIXED_INPUT), "logits": E.live_logits(folded).contiguous()},
               os.path.join(folder, "folded_logits.safetensors"))
 

@@ -126,7 +126,7 @@ def check_merge(args, case, np_, mode):
                               what="zero_to_fp32 --exclude_frozen_parameters")
     elif mode == "fold":
         C.check_tensors_close(target, os.path.join(oracle, "folded.safetensors"), dtype,
-                              C.adapted_weights(os.path.join(oracle, "adapter.safetensors")),
+                              C.adapted_weights(os.path.join(oracle, "adapter.safetensors"), C.saved_names(oracle)),
                               what=case.get("fold_oracle", "PEFT's merge_and_unload"))
         if os.path.isdir(os.path.join(oracle, "peft_saved")):
             fold_error.check_fold_error(args.case, target)
