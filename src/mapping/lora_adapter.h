@@ -46,7 +46,9 @@ struct LoraResult {
 // methods, several adapters), and rewrites the mapping: base tensors under their HF names,
 // then either the adapter as `adapter` tensors with PEFT names (Extract) or a LoraDelta on
 // every adapted weight and the trained modules_to_save copies in place of the originals
-// (Merge). `where` names the checkpoint in errors. Without LoRA names nothing changes.
+// (Merge). `where` names the checkpoint in errors. Without LoRA names nothing changes. Module
+// paths a saved-name rule renamed (TensorMapping::peft_run_time_modules) appear in the adapter
+// and its config under their run-time paths, as PEFT's own save_pretrained writes them.
 LoraResult apply_lora(TensorMapping& mapping, const LoraOptions& options, const std::string& where);
 
 }  // namespace vmerge
