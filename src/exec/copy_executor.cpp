@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include "exec/dtype_cast.h"
 #include "core/error.h"
@@ -34,9 +35,9 @@ constexpr uint64_t kMaxBlockSourceBytes = 8ull << 20;
 constexpr uint64_t kReadPiece = 1ull << 20;  // bytes read and CRC'd at once
 }  // namespace
 
-// Hands assembled blocks to the sink on a second thread, which also casts them, so reading the
-// next block overlaps casting and writing this one. One block is in flight at a time; its
-// buffer comes back for reuse.
+// Hands assembled blocks to the sink on a second thread, which also casts (or quantizes) them,
+// so reading the next block overlaps casting and writing this one. One block is in flight at a
+// time; its buffer comes back for reuse.
 class PipelinedSink {
 public:
     explicit PipelinedSink(const RowSink& sink) : sink_(sink), thread_([this] { work(); }) {}
@@ -59,14 +60,15 @@ public:
                                       std::optional<std::pair<DType, DType>> cast = std::nullopt,
                                       std::optional<uint64_t> xxh64 = std::nullopt) {
         if (cast && cast->first == cast->second) cast.reset();
-        const auto start = Clock::now();
-        std::unique_lock lock(mutex_);
-        changed_.wait(lock, [this] { return !job_ || error_; });
-        waited_ += seconds_since(start);
-        rethrow_locked();
-        job_ = Job{tensor, row, end, std::move(data), cast, cast ? std::nullopt : xxh64};
-        changed_.notify_all();
-        return std::move(returned_);
+        return queue(Job{tensor, row, end, std::move(data), cast, cast ? std::nullopt : xxh64, {}});
+    }
+
+    // Work the writer thread does with a block instead of a cast: it makes the blocks the sink
+    // gets from `data` (a quantized weight's codes and scales) and hands them to the sink it is
+    // given, so that work overlaps the reading of the next block too. Returns as submit does.
+    using BlockWork = std::function<void(std::vector<unsigned char>& data, const RowSink& sink)>;
+    std::vector<unsigned char> submit_work(std::vector<unsigned char> data, BlockWork work) {
+        return queue(Job{0, 0, 0, std::move(data), std::nullopt, std::nullopt, std::move(work)});
     }
 
     struct Seconds {
@@ -90,7 +92,19 @@ private:
         std::vector<unsigned char> data;
         std::optional<std::pair<DType, DType>> cast;
         std::optional<uint64_t> xxh64;
+        BlockWork work;  // set: run instead of the cast and the one sink call
     };
+
+    std::vector<unsigned char> queue(Job job) {
+        const auto start = Clock::now();
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [this] { return !job_ || error_; });
+        waited_ += seconds_since(start);
+        rethrow_locked();
+        job_ = std::move(job);
+        changed_.notify_all();
+        return std::move(returned_);
+    }
 
     void rethrow_locked() {
         if (error_) {
@@ -99,6 +113,26 @@ private:
             job_.reset();
             std::rethrow_exception(e);
         }
+    }
+
+    // The plain block: cast (when asked) and handed to the sink. Returns {cast, write} seconds.
+    std::pair<double, double> cast_and_sink(Job& job) {
+        const unsigned char* data = job.data.data();
+        size_t size = job.data.size();
+        double cast_seconds = 0;
+        if (job.cast) {
+            const auto start = Clock::now();
+            const auto [from, to] = *job.cast;
+            const size_t count = size / element_size(from);
+            converted_.resize(count * element_size(to));
+            cast_elements(job.data.data(), from, converted_.data(), to, count);
+            data = converted_.data();
+            size = converted_.size();
+            cast_seconds = seconds_since(start);
+        }
+        const auto start = Clock::now();
+        sink_(RowBlock{job.tensor, job.row, job.end, data, size, job.xxh64});
+        return {cast_seconds, seconds_since(start)};
     }
 
     void work() {
@@ -111,21 +145,21 @@ private:
             std::exception_ptr failure;
             double cast_seconds = 0, write_seconds = 0;
             try {
-                const unsigned char* data = job.data.data();
-                size_t size = job.data.size();
-                if (job.cast) {
+                if (job.work) {
+                    // The sink's time is the write time; the rest of the work counts as the cast.
+                    double sunk = 0;
+                    const RowSink timed_sink = [this, &sunk](const RowBlock& block) {
+                        const auto start = Clock::now();
+                        sink_(block);
+                        sunk += seconds_since(start);
+                    };
                     const auto start = Clock::now();
-                    const auto [from, to] = *job.cast;
-                    const size_t count = size / element_size(from);
-                    converted_.resize(count * element_size(to));
-                    cast_elements(job.data.data(), from, converted_.data(), to, count);
-                    data = converted_.data();
-                    size = converted_.size();
-                    cast_seconds = seconds_since(start);
+                    job.work(job.data, timed_sink);
+                    cast_seconds = seconds_since(start) - sunk;
+                    write_seconds = sunk;
+                } else {
+                    std::tie(cast_seconds, write_seconds) = cast_and_sink(job);
                 }
-                const auto start = Clock::now();
-                sink_(RowBlock{job.tensor, job.row, job.end, data, size, job.xxh64});
-                write_seconds = seconds_since(start);
             } catch (...) {
                 failure = std::current_exception();
             }
@@ -182,7 +216,12 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
     // Half the budget for blocks: the one being assembled plus the one being cast and
     // written; the other half bounds the span read for a non-contiguous source.
     uint64_t per_row = 2 * s.src_row;
-    if (quantized) per_row = s.src_row + static_cast<uint64_t>(cols) * (4 + 4) + 2 * s.out_row;
+    // A quantized block: the one being assembled (and its fp32 values, when a LoRA fold or a
+    // source's scales are applied on the reading thread), the one the writer thread quantizes
+    // (as assembled or as fp32) with its fp32 values, its codes and its scales (never more bytes
+    // than the codes).
+    const uint64_t floats_row = static_cast<uint64_t>(cols) * 4;
+    if (quantized) per_row = s.src_row + std::max(s.src_row, floats_row) + floats_row + 2 * s.out_row;
     else if (lora) per_row = s.src_row + static_cast<uint64_t>(t.row_elements()) * (4 + 4 + 4) + s.out_row;
     else if (cast) per_row = 2 * s.src_row + s.out_row;
     s.align = std::max<int64_t>(1, t.row_align);
@@ -330,10 +369,61 @@ void quantize_block(const QuantizeSpec& spec, const OutputTensor& t, const Outpu
     }
 }
 
+// One quantized weight block as the writer thread takes it: its rows, how its values are
+// stored (the source dtype as assembled, or F32 after a fold or a source's dequantization), and
+// where its error statistics add up.
+struct QuantizedBlock {
+    const QuantizeSpec* spec;
+    const TensorMapping* mapping;
+    size_t tensor;
+    int64_t row, end, align;
+    DType stored;
+    float global_scale;  // NVFP4's; 1 otherwise
+    int threads;
+    QuantError* error;
+};
+
+// On the writer thread: the values of `b` (in `data`) rounded to the model dtype, quantized, and
+// the codes, scales, NVFP4 global scale (with the first rows) and packed zero points handed to
+// the sink in that order. An fp32 block is rounded in place (no second fp32 copy).
+void quantize_and_sink(const QuantizedBlock& b, std::vector<unsigned char>& data, QuantizerBuffers& buffers,
+                       const RowSink& sink) {
+    const OutputTensor& t = b.mapping->tensors.at(b.tensor);
+    const OutputTensor& scale = b.mapping->tensors.at(t.scale_tensor);
+    const size_t rows = static_cast<size_t>(b.end - b.row);
+    const size_t count = rows * static_cast<size_t>(t.source_shape[1]);
+    if (b.stored != DType::F32) buffers.floats.resize(count);
+    float* x = b.stored == DType::F32 ? reinterpret_cast<float*>(data.data()) : buffers.floats.data();
+    round_through(data.data(), b.stored, t.quantize_from, x, count);
+    quantize_block(*b.spec, t, scale, x, b.row, rows, b.threads, b.global_scale, buffers.codes, buffers.scales,
+                   buffers.zero_points, *b.error);
+    sink(RowBlock{b.tensor, b.row, b.end, buffers.codes.data(), buffers.codes.size(), std::nullopt});
+    const auto [scale_begin, scale_end] = scale_rows(t, b.row, b.end);
+    sink(RowBlock{t.scale_tensor, scale_begin, scale_end, buffers.scales.data(), buffers.scales.size(), std::nullopt});
+    if (t.global_scale_tensor && b.row == 0) {  // one float, written with the weight's first rows
+        unsigned char bytes[sizeof(float)];
+        std::memcpy(bytes, &b.global_scale, sizeof(float));
+        sink(RowBlock{*t.global_scale_tensor, 0, 1, bytes, sizeof(float), std::nullopt});
+    }
+    if (!t.zero_point_tensor) return;
+    const OutputTensor& zero = b.mapping->tensors.at(*t.zero_point_tensor);
+    const int64_t packed_begin = b.row / b.align, packed_end = (b.end + b.align - 1) / b.align;
+    buffers.zeros.resize(static_cast<size_t>(packed_end - packed_begin) * row_bytes(zero));
+    pack_zero_points(buffers.zero_points.data(), static_cast<int64_t>(rows), scale.shape[1], b.spec->bits,
+                     reinterpret_cast<uint32_t*>(buffers.zeros.data()));
+    sink(RowBlock{*t.zero_point_tensor, packed_begin, packed_end, buffers.zeros.data(), buffers.zeros.size(),
+                  std::nullopt});
+}
+
 }  // namespace
 
 void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink, const SkipBlock& skip,
                        const TaskDone& task_done) {
+    // Every quantized kind is in the statistics (reported even when resumed whole) before the
+    // writer thread adds to them: the map's shape does not change while that thread runs.
+    for (const WriteTask& task : tasks)
+        if (const OutputTensor& t = mapping_.tensors.at(task.tensor); t.role == OutputTensor::Role::QuantPacked)
+            stats_.quantization_error[quantized_kind(t.name)];
     PipelinedSink writer(sink);
     if (!tasks.empty()) prefetch(first_block(tasks.front()));
     for (const WriteTask& task : tasks) {
@@ -342,7 +432,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
         if (quantized && !quantize_) throw Error("internal: " + t.name + " is planned as quantized without a spec");
         const LoraFactors* lora = t.lora_delta ? &lora_factors(*t.lora_delta) : nullptr;
         const BlockSizing sizing = sizing_of(t, max_memory_);
-        if (quantized) stats_.quantization_error[quantized_kind(t.name)];  // reported even when resumed whole
+        QuantError* error = quantized ? &stats_.quantization_error.at(quantized_kind(t.name)) : nullptr;
         for (int64_t row = task.row_begin; row < task.row_end; row += sizing.block_rows) {
             const int64_t end = std::min(task.row_end, row + sizing.block_rows);
             const size_t rows = static_cast<size_t>(end - row);
@@ -362,7 +452,7 @@ void CopyExecutor::run(const std::vector<WriteTask>& tasks, const RowSink& sink,
                     global_scale(task.tensor);
                     if (lora) lora = &lora_factors(*t.lora_delta);  // the pass read the group's other factors
                 }
-                write_quantized_block(writer, task.tensor, row, end, lora, sizing.align, next);
+                write_quantized_block(writer, task.tensor, row, end, lora, sizing.align, *error, next);
             } else {
                 write_block(writer, task.tensor, row, end, lora, next);
             }
@@ -444,44 +534,44 @@ void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int
     }
 }
 
-// Rows [row, end) of a quantized weight: packed values or FP8 codes, scales and (asymmetric)
-// packed zero points, each handed to the writer.
+// Rows [row, end) of a quantized weight: assembled here (dequantized and LoRA folded in fp32
+// where it has to be, which needs this thread's factors and scale grids), then rounded to the
+// model dtype, quantized and written on the writer thread (quantize_and_sink), overlapping the
+// reading of the next block.
 void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end,
-                                         const LoraFactors* lora, int64_t align, const std::optional<BlockRows>& next) {
+                                         const LoraFactors* lora, int64_t align, QuantError& error,
+                                         const std::optional<BlockRows>& next) {
     const OutputTensor& t = mapping_.tensors.at(tensor);
     const size_t rows = static_cast<size_t>(end - row);
     block_.resize(rows * t.assembled_row_bytes());
     if (t.zero_fill) std::fill(block_.begin(), block_.end(), 0);
     assemble(t, row, end, block_.data());
     if (next) prefetch(*next);
-    const auto start = Clock::now();
-    const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
-    const int64_t groups = scale.shape[1];
-    quantizer_input(t, t.quantize_from, row, end, lora);
     const float global = t.global_scale_tensor ? global_scales_.at(t.global_scale_group.front()) : 1.0f;
-    quantize_block(*quantize_, t, scale, floats_.data(), row, rows, threads_, global, out_, scales_, zero_points_,
-                   stats_.quantization_error[quantized_kind(t.name)]);
-    stats_.cast_seconds += seconds_since(start);
-    out_ = writer.submit(tensor, row, end, std::move(out_));
-    const size_t scale_bytes = scales_.size();
-    const auto [scale_begin, scale_end] = scale_rows(t, row, end);
-    scales_ = writer.submit(t.scale_tensor, scale_begin, scale_end, std::move(scales_));
-    stats_.bytes_written += rows * row_bytes(t) + scale_bytes;
-    if (t.global_scale_tensor && row == 0) {  // one float, written with the weight's first rows
-        std::vector<unsigned char> bytes(sizeof(float));
-        std::memcpy(bytes.data(), &global, sizeof(float));
-        writer.submit(*t.global_scale_tensor, 0, 1, std::move(bytes));
-        stats_.bytes_written += sizeof(float);
+    QuantizedBlock job{quantize_, &mapping_, tensor, row, end, align, t.source_dtype, global, threads_, &error};
+    std::vector<unsigned char>* input = &block_;
+    if (lora || t.source_scales) {
+        const auto start = Clock::now();
+        const size_t count = rows * static_cast<size_t>(t.source_shape[1]);
+        folded_.resize(count * sizeof(float));
+        float* values = reinterpret_cast<float*>(folded_.data());
+        assembled_to_floats(t, row, end, block_.data(), values);
+        if (lora) fold_lora(values, t, row, end, *lora);
+        stats_.cast_seconds += seconds_since(start);
+        job.stored = DType::F32;
+        input = &folded_;
     }
-    if (!t.zero_point_tensor) return;
-    const OutputTensor& zero = mapping_.tensors.at(*t.zero_point_tensor);
-    const int64_t packed_rows = (end + align - 1) / align - row / align;
-    zeros_.resize(static_cast<size_t>(packed_rows) * row_bytes(zero));
-    pack_zero_points(zero_points_.data(), static_cast<int64_t>(rows), groups, quantize_->bits,
-                     reinterpret_cast<uint32_t*>(zeros_.data()));
-    const size_t zero_bytes = zeros_.size();
-    zeros_ = writer.submit(*t.zero_point_tensor, row / align, (end + align - 1) / align, std::move(zeros_));
-    stats_.bytes_written += zero_bytes;
+    *input = writer.submit_work(std::move(*input), [job, &buffers = writer_quantizer_](std::vector<unsigned char>& data,
+                                                                         const RowSink& sink) {
+        quantize_and_sink(job, data, buffers, sink);
+    });
+    const OutputTensor& scale = mapping_.tensors.at(t.scale_tensor);
+    const auto [scale_begin, scale_end] = scale_rows(t, row, end);
+    stats_.bytes_written += rows * row_bytes(t) + static_cast<uint64_t>(scale_end - scale_begin) * row_bytes(scale);
+    if (t.global_scale_tensor && row == 0) stats_.bytes_written += sizeof(float);
+    if (t.zero_point_tensor)
+        stats_.bytes_written += static_cast<uint64_t>((end + align - 1) / align - row / align) *
+                                row_bytes(mapping_.tensors.at(*t.zero_point_tensor));
 }
 
 float CopyExecutor::global_scale(size_t tensor) {

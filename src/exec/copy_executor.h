@@ -35,6 +35,14 @@ struct CopyStats {
 
 using RowSink = std::function<void(const RowBlock& block)>;
 
+// The writer thread's buffers for quantizing a block (copy_executor.cpp, quantize_and_sink):
+// kept between blocks, touched by that thread only.
+struct QuantizerBuffers {
+    std::vector<float> floats;  // the block's values rounded to the model dtype
+    std::vector<unsigned char> codes, scales, zeros;
+    std::vector<int32_t> zero_points;
+};
+
 // Executes write tasks: reads exactly the source bytes each row block needs (one pread per
 // contiguous run), assembles blocks of rows that fit in `max_memory`, casts, and hands them
 // to the sink on a second thread while the next block is read. The sink is called from
@@ -97,7 +105,7 @@ private:
                      const std::optional<BlockRows>& next);
     void quantizer_input(const OutputTensor& t, DType model_dtype, int64_t row, int64_t end, const LoraFactors* lora);
     void write_quantized_block(PipelinedSink& writer, size_t tensor, int64_t row, int64_t end, const LoraFactors* lora,
-                               int64_t align, const std::optional<BlockRows>& next);
+                               int64_t align, QuantError& error, const std::optional<BlockRows>& next);
     // NVFP4: the global scale of Packed tensor `tensor`, from the largest |w| of its whole
     // global_scale_group (read in bounded row blocks, once per group and rank, then kept).
     float global_scale(size_t tensor);
@@ -120,14 +128,13 @@ private:
     uint64_t max_memory_;
     const QuantizeSpec* quantize_;
     int threads_;
-    std::vector<float> floats_;
-    std::vector<unsigned char> cast_;
-    std::vector<int32_t> zero_points_;
+    std::vector<float> floats_;  // global_scale's quantizer input (reading thread)
     SourceOpener opener_ = open_source_file;
     std::map<std::string, std::unique_ptr<SourceReader>> files_;
     std::vector<unsigned char> block_;
     std::vector<unsigned char> out_;  // the block handed to the writer thread (its buffer comes back)
-    std::vector<unsigned char> scales_, zeros_;
+    std::vector<unsigned char> folded_;  // a quantized block's fp32 values after a fold or dequantization
+    QuantizerBuffers writer_quantizer_;
     std::vector<unsigned char> span_;
     std::vector<iovec> pieces_, scattered_;  // read_rows_into's places in the block
     std::map<size_t, float> global_scales_;  // by the first Packed tensor of a global_scale_group
