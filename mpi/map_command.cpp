@@ -368,14 +368,18 @@ std::string refused_line(const LearnedTable& table) {
            (table.refusals.size() == 1 ? " case" : " cases") + " (refused above)\n";
 }
 
-// The evidence, then the table written (or printed), or the refusal line and exit 1.
+// The evidence, then the table written (or printed), or the refusal line and exit 1. --quiet
+// keeps the evidence and the "wrote" line for a refusal only: they are then the error.
 int report_and_write(const TableProposal& proposal, const Options& o, std::ostream& out) {
-    out << learned_table_report(proposal.table);
     if (!proposal.doc) {
-        out << refused_line(proposal.table);
+        out << learned_table_report(proposal.table) << refused_line(proposal.table);
         return kExitFailure;
     }
-    write_table(*proposal.doc, o.map_out, out);
+    std::ostringstream discarded;
+    std::ostream& said = o.quiet ? discarded : out;
+    said << learned_table_report(proposal.table);
+    // A table printed (no --out) is the command's output, --quiet or not.
+    write_table(*proposal.doc, o.map_out, o.map_out.empty() ? out : said);
     return kExitSuccess;
 }
 

@@ -11,23 +11,14 @@
 
 #include "core/error.h"
 #include "exec/copy_executor.h"
+#include "exec/float_memory_source.h"
 #include "exec/source_reader.h"
 #include "mapping/quantization.h"
 
 namespace vmerge {
 namespace {
 
-class MemorySource final : public SourceReader {
-public:
-    explicit MemorySource(const std::vector<float>& values) : values_(values) {}
-    void read_exact(uint64_t offset, void* out, uint64_t length, const char*) const override {
-        if (offset + length > values_.size() * 4) throw Error("read outside the fake source");
-        std::memcpy(out, reinterpret_cast<const unsigned char*>(values_.data()) + offset, length);
-    }
-
-private:
-    const std::vector<float>& values_;
-};
+using MemorySource = testing::FloatMemorySource;
 
 size_t index_of(const TensorMapping& m, const std::string& name) {
     for (size_t i = 0; i < m.tensors.size(); ++i)

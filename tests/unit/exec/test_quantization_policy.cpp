@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "exec/copy_executor.h"
+#include "exec/float_memory_source.h"
 #include "exec/dtype_cast.h"
 #include "exec/finite_weights.h"
 #include "exec/fp8_quantize.h"
@@ -221,17 +222,7 @@ TEST(TinyScalePolicy, Fp8DynamicScaleThatUnderflowsFp16BecomesEps) {
 // (source 1), fp32 sources in memory.
 // ---------------------------------------------------------------------------------------------
 
-class MemorySource final : public SourceReader {
-public:
-    explicit MemorySource(const std::vector<float>& values) : values_(values) {}
-    void read_exact(uint64_t offset, void* out, uint64_t length, const char*) const override {
-        if (offset + length > values_.size() * 4) throw Error("read outside the fake source");
-        std::memcpy(out, reinterpret_cast<const unsigned char*>(values_.data()) + offset, length);
-    }
-
-private:
-    const std::vector<float>& values_;
-};
+using MemorySource = testing::FloatMemorySource;
 
 OutputTensor whole_f32(const std::string& name, uint32_t source, const Shape& shape) {
     OutputTensor t;

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "exec/copy_executor.h"
+#include "exec/float_memory_source.h"
 #include "exec/dtype_cast.h"
 #include "exec/fp8_quantize.h"
 #include "exec/source_reader.h"
@@ -25,17 +26,7 @@ namespace {
 constexpr int64_t kRows = 100, kCols = 1024;
 const std::string kWeight = "model.layers.0.mlp.down_proj.weight";
 
-class MemorySource final : public SourceReader {
-public:
-    explicit MemorySource(const std::vector<float>& values) : values_(values) {}
-    void read_exact(uint64_t offset, void* out, uint64_t length, const char*) const override {
-        if (offset + length > values_.size() * 4) throw Error("read outside the fake source");
-        std::memcpy(out, reinterpret_cast<const unsigned char*>(values_.data()) + offset, length);
-    }
-
-private:
-    const std::vector<float>& values_;
-};
+using MemorySource = testing::FloatMemorySource;
 
 // An fp32 master of a BF16 model's weight [kRows, kCols], planned for FP8_DYNAMIC.
 TensorMapping fp8_dynamic_mapping(const QuantizeSpec& spec) {
