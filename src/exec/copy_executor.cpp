@@ -519,6 +519,12 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     stats_.bytes_written += rows * row_bytes(t);
 }
 
+void CopyExecutor::floats_with_fold(const OutputTensor& t, int64_t row, int64_t end, const LoraFactors* lora,
+                                    float* out) {
+    assembled_to_floats(t, row, end, block_.data(), out);
+    if (lora) fold_lora(out, t, row, end, *lora);
+}
+
 // The source rows of a quantized weight as fp32, rounded to the model dtype first: what the
 // unquantized merge would write, as quantizing that model with compressed-tensors would see it.
 void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int64_t row, int64_t end,
@@ -526,8 +532,7 @@ void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int
     const size_t count = static_cast<size_t>(end - row) * static_cast<size_t>(t.source_shape[1]);
     floats_.resize(count);
     if (lora || t.source_scales) {
-        assembled_to_floats(t, row, end, block_.data(), floats_.data());
-        if (lora) fold_lora(floats_.data(), t, row, end, *lora);
+        floats_with_fold(t, row, end, lora, floats_.data());
         round_through(floats_.data(), DType::F32, model_dtype, floats_.data(), count);
     } else {
         round_through(block_.data(), t.source_dtype, model_dtype, floats_.data(), count);
@@ -554,9 +559,7 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
         const auto start = Clock::now();
         const size_t count = rows * static_cast<size_t>(t.source_shape[1]);
         folded_.resize(count * sizeof(float));
-        float* values = reinterpret_cast<float*>(folded_.data());
-        assembled_to_floats(t, row, end, block_.data(), values);
-        if (lora) fold_lora(values, t, row, end, *lora);
+        floats_with_fold(t, row, end, lora, reinterpret_cast<float*>(folded_.data()));
         stats_.cast_seconds += seconds_since(start);
         job.stored = DType::F32;
         input = &folded_;

@@ -93,6 +93,9 @@ private:
     void assembled_to_floats(const OutputTensor& t, int64_t row, int64_t end, const unsigned char* assembled, float* out);
     const std::vector<float>& source_scale_grid(size_t index);
     void fold_lora(float* merged, const OutputTensor& t, int64_t row, int64_t end, const LoraFactors& lora);
+    // block_ (rows [row, end) of `t` as assembled) as fp32, dequantized by its source scales and
+    // with the LoRA update folded in when it has one: the values a quantizer rounds and encodes.
+    void floats_with_fold(const OutputTensor& t, int64_t row, int64_t end, const LoraFactors* lora, float* out);
     bool already_written(size_t tensor, const OutputTensor& t, int64_t row, int64_t end, int64_t align,
                          const SkipBlock& skip) const;
     // Rows of a tensor: the block a prefetch asks for.
