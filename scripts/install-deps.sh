@@ -1,5 +1,5 @@
 #!/bin/bash
-# Installs the Debian 12 packages vmerge needs: `install-deps.sh` for building and running,
+# Installs the Debian 12 or 13 packages vmerge needs: `install-deps.sh` for building and running,
 # `install-deps.sh --tests` adds what the tests use (torch 1.13 for the fixture generator, Slurm
 # and munge for the job-template test, h5py and zstd for the HDF5 archive tests).
 set -euo pipefail
@@ -22,8 +22,16 @@ if [[ ${1:-} == --tests ]]; then
     packages+=(python3-h5py python3-zstandard zstd hdf5-tools)
     # tests/slurm: a private single-node Slurm (slurmctld, slurmd, sbatch/srun) with munge.
     packages+=(slurmctld slurmd slurm-client munge)
-    # tests/fuzz: libFuzzer targets built with Debian's clang.
-    packages+=(clang libclang-rt-14-dev)
+    # tests/fuzz: libFuzzer targets built with Debian's clang, whose runtime package carries the
+    # default clang's version: 14 in Debian 12, 19 in Debian 13.
+    case $(. /etc/os-release && echo "${VERSION_ID:-}") in
+        12) packages+=(clang libclang-rt-14-dev) ;;
+        *) packages+=(clang libclang-rt-19-dev) ;;
+    esac
+    # The ecosystem tests' virtual environments (tests/ecosystem/setup_venv.sh).
+    packages+=(python3-venv)
+    # ccache: scripts/run-tests.sh's builds share their objects (the pip build reuses the main one's).
+    packages+=(ccache)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -23,9 +23,21 @@ s3_venv=$!
 bash tests/ecosystem/setup_venv.sh python >build/python-venv.log 2>&1 &
 python_venv=$!
 phase "build"
+# ccache under every CMake build here (CMake reads the launcher from the environment): the
+# Python package test's `pip install .` compiles the same sources with the same flags in a copy
+# of the tree (tests/python/pip_install.sh), so with the paths taken relative to the tree
+# (CCACHE_BASEDIR, and no working directory in the hash) it reuses this build's objects instead
+# of compiling the project a second time. A later run on the same machine reuses all of them.
+if command -v ccache >/dev/null; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
+    export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+fi
 # Line tables only (-g1): backtraces keep their lines, the compile takes a quarter less. The unit
-# tests are compiled and run once, in the sanitized build below.
-bash scripts/build.sh -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DVMERGE_UNIT_TESTS=OFF
+# tests are compiled and run once, in the sanitized build below. libvmerge.so too (position
+# independent objects, as the package's), for the C and Python interface tests.
+export VMERGE_PIP_CXX_FLAGS="-O2 -g1 -DNDEBUG"
+bash scripts/build.sh -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$VMERGE_PIP_CXX_FLAGS" -DVMERGE_UNIT_TESTS=OFF \
+    -DVMERGE_SHARED_LIBRARY=ON
 phase "unit tests under ASan"
 # ASan only here: UBSan doubles this build's compile (checkpoint.cpp at -O1 -g1: 18.9 s of CPU
 # with both, 9.0 s with ASan alone), which CI's 45 minutes cannot spare; the fuzzers below run

@@ -43,6 +43,35 @@ void join_stacked_views(LearnedTable& table, const std::vector<NamedShape>& base
         kept.push_back(std::move(r));
     }
     table.rules = std::move(kept);
+    report_unmapped_once(table, views);
+}
+
+void report_unmapped_once(LearnedTable& table, const std::vector<std::string>& views) {
+    // A stacked tensor nothing maps to left one unmapped view per expert: named once instead, with
+    // how many of its slices were left.
+    const std::set<std::string> view_names(views.begin(), views.end());
+    std::vector<std::string> names;
+    std::vector<size_t> slices;  // per entry of `names`: the unmapped slices (0: not a stacked tensor)
+    for (const std::string& name : table.unmapped_base) {
+        if (!view_names.count(name)) {
+            names.push_back(name);
+            slices.push_back(0);
+            continue;
+        }
+        const std::string stacked = name.substr(0, name.rfind('.'));
+        const auto at = std::find(names.begin(), names.end(), stacked);
+        if (at == names.end()) {
+            names.push_back(stacked);
+            slices.push_back(1);
+        } else {
+            ++slices[at - names.begin()];
+        }
+    }
+    table.unmapped_base.clear();
+    for (size_t i = 0; i < names.size(); ++i)
+        table.unmapped_base.push_back(slices[i] == 0 ? names[i]
+                                                     : names[i] + " (stacked experts: " + std::to_string(slices[i]) +
+                                                           (slices[i] == 1 ? " slice)" : " slices)"));
 }
 
 }  // namespace vmerge

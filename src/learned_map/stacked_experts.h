@@ -34,6 +34,11 @@ std::string stacked_view_name(const std::string& stacked, int64_t expert);
 // stacked tensors: `to` without the view's ".{e}", stack_experts kStackedExpertCount. A rule
 // whose `from` has no expert number, or that splits one checkpoint tensor over several views,
 // cannot be stated (stack_experts takes one tensor per expert, whole): a refusal naming it.
+// Then `report_unmapped_once`.
 void join_stacked_views(LearnedTable& table, const std::vector<NamedShape>& base, const std::vector<std::string>& views);
+
+// The table's unmapped base tensors with the stacked views among them (`views`) named by their
+// stacked tensor, once, with the count of its slices left unmapped.
+void report_unmapped_once(LearnedTable& table, const std::vector<std::string>& views);
 
 }  // namespace vmerge

@@ -310,11 +310,7 @@ def lora_main(case_dir, family, rank, world):
         os.makedirs(actor, exist_ok=True)
     dist.barrier()
     gen_fsdp2.write_verl_files(actor, peft_model, rank, world, cfg, peft_model)
-    full = E.full_tensors(peft_model.state_dict())   # collective: every rank gathers
-    if rank == 0:
-        assert set(full) == set(before), sorted(set(full) ^ set(before))[:8]
-        for k, v in full.items():   # the producer itself: gathering gives back what was sharded
-            assert torch.equal(v, before[k]), k
+    if gathered_equals(peft_model, before, rank):
         E.write_oracle(case_dir, base_oracle, logits)
         E.write_case(case_dir, producer=f"PEFT LoRA on transformers {cfg.architectures[0]}, torch {torch.__version__} "
                      f"fully_shard ({family}_lora, {world} ranks), verl file layout; oracles: save_pretrained, "
@@ -322,6 +318,18 @@ def lora_main(case_dir, family, rank, world):
                      checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
                      output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True,
                      hf_auto_class=auto_class, adapter=True)
+
+
+def gathered_equals(model, before, rank):
+    """The producer itself as a check: the sharded model's state gathered back (a collective, every
+    rank takes part) equals, on rank 0, the state taken before sharding. True on rank 0."""
+    full = E.full_tensors(model.state_dict())
+    if rank != 0:
+        return False
+    assert set(full) == set(before), sorted(set(full) ^ set(before))[:8]
+    for k, v in full.items():
+        assert torch.equal(v, before[k]), k
+    return True
 
 
 def main():
@@ -360,11 +368,7 @@ def main():
         dist.barrier()
         plant_fault(fault, os.path.join(case_dir, checkpoint), rank, world)
 
-    full = E.full_tensors(model.state_dict())   # collective: every rank gathers
-    if rank == 0:
-        assert set(full) == set(before), sorted(set(full) ^ set(before))[:8]
-        for k, v in full.items():   # the producer itself: gathering gives back what was sharded
-            assert torch.equal(v, before[k]), k
+    if gathered_equals(model, before, rank):
         E.write_oracle(case_dir, oracle, logits)
         E.write_case(case_dir, producer=f"transformers {cfg.architectures[0]}, torch {torch.__version__} "
                      f"fully_shard ({variant}, {world} ranks), "

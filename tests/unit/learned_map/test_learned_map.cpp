@@ -641,6 +641,25 @@ TEST(StackedExperts, ASliceTakenAsHalfOfAFusedTensorIsRefused) {
     EXPECT_TRUE(t.rules.empty());
 }
 
+TEST(StackedExperts, AStackedTensorNothingMapsToIsReportedOnce) {
+    // The checkpoint holds layer 0's experts only: layer 1's stacked tensor is left whole.
+    Model m;
+    std::vector<std::string> views;
+    const auto layer0 = stacked_views("model.layers.0.mlp.experts.down_proj", 2, {6, 4}, 1, views);
+    const auto layer1 = stacked_views("model.layers.1.mlp.experts.down_proj", 2, {6, 4}, 3, views);
+    for (int e = 0; e < 2; ++e) {
+        m.base.push_back(layer0[e]);
+        m.base.push_back(layer1[e]);
+        m.checkpoint.push_back(tuned(layer0[e], "decoder.layers.0.mlp.experts." + std::to_string(e) + ".linear_fc2.weight", 9 + e));
+    }
+    m.base.push_back(random_tensor("model.norm.weight", {4}, 77));
+    LearnedTable t = learn(m, TableSource::Megatron);
+    join_stacked_views(t, shapes(m.base), views);
+    EXPECT_EQ(t.unmapped_base, (std::vector<std::string>{"model.layers.1.mlp.experts.down_proj (stacked experts: 2 slices)",
+                                                         "model.norm.weight"}))
+        << learned_table_report(t);
+}
+
 // A fork that fuses q, k and v one after another ([Q; K; V], 2 query groups) instead of per
 // query group: recognised, and refused, since no table rule states that layout.
 TEST(LearnedMap, UngroupedFusedQkvIsRecognisedAndRefused) {
