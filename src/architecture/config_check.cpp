@@ -1,5 +1,6 @@
 #include "architecture/config_check.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -27,7 +28,18 @@ int64_t vocab_rows(const HfConfig& config) {
 
 void check_against_config(const TensorMapping& mapping, const HfConfig& config, const ArchitectureInfo& arch) {
     if (arch.tensor_set_file.empty()) return;  // no tensor set (check_megatron_output notes it)
-    check_against_config(mapping, config, arch.name, arch.expected, arch.value_model);
+    try {
+        check_against_config(mapping, config, arch.name, arch.expected, arch.value_model);
+    } catch (const Error& e) {
+        // A trainer may build the model without the MTP layers config.json declares (mbridge's
+        // GLM-4.5 bridge does): the missing list alone does not say what to do about it.
+        const bool holds_mtp = std::any_of(mapping.tensors.begin(), mapping.tensors.end(),
+                                           [](const OutputTensor& t) { return t.name.ends_with(".enorm.weight"); });
+        if (arch.mtp_layers == 0 || holds_mtp) throw;
+        throw Error(std::string(e.what()) + "\n  config.json declares num_nextn_predict_layers " +
+                    std::to_string(arch.mtp_layers) + " but the checkpoint holds no multi-token prediction layer "
+                    "(mtp.layers.*): --drop_mtp writes the model without them (its config.json then says 0)");
+    }
 }
 
 void check_against_config(const TensorMapping& mapping, const HfConfig& config, const std::string& architecture,

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "architecture/architecture_table.h"
+#include "architecture/config_check.h"
 #include "architecture/hf_architecture.h"
 #include "architecture/hf_config.h"
 #include "formats/megatron/megatron_backend.h"
@@ -221,6 +222,58 @@ TEST(MegatronToHf, StackExpertsFusesEveryExpertAndNamesAMissingOne) {
     EXPECT_TRUE(testing::contains(
         testing::error_of([&] { megatron_to_hf(experts_of({0, 1, 2, 3}), only_experts, config, false, notes); }),
         "but the checkpoint also has language_model.decoder.layers.0.mlp.experts.3.linear_fc1.weight"));
+}
+
+// GLM-4.5 as mbridge's GLM4MoEBridge names it: q/k/v biases and q/k norms, the router's
+// expert_bias as e_score_correction_bias, shared experts, experts written one by one as
+// transformers 5's save_pretrained writes Glm4Moe's (tests/ecosystem/gen_megatron_glm4_moe.py).
+HfConfig glm4_moe_config() {
+    return parse_hf_config("/hf", R"({"architectures": ["Glm4MoeForCausalLM"], "hidden_size": 32,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "vocab_size": 64,
+        "intermediate_size": 48, "moe_intermediate_size": 8, "n_routed_experts": 4, "n_shared_experts": 1,
+        "first_k_dense_replace": 1, "attention_bias": true, "use_qk_norm": true, "num_nextn_predict_layers": 1})");
+}
+
+TEST(ArchitectureTable, Glm4MoeTakesMbridgesNames) {
+    const HfConfig config = glm4_moe_config();
+    const ArchitectureInfo arch = architecture_for(config, false, true, testing::shipped_tables());
+    EXPECT_TRUE(arch.table_file.ends_with("megatron_glm4_moe.json")) << arch.table_file;
+    const std::vector<std::pair<std::string, std::vector<std::string>>> names{
+        {"decoder.layers.1.mlp.router.expert_bias", {"model.layers.1.mlp.gate.e_score_correction_bias"}},
+        {"decoder.layers.1.mlp.router.weight", {"model.layers.1.mlp.gate.weight"}},
+        {"decoder.layers.1.self_attention.q_layernorm.weight", {"model.layers.1.self_attn.q_norm.weight"}},
+        {"decoder.layers.1.mlp.shared_experts.linear_fc2.weight", {"model.layers.1.mlp.shared_experts.down_proj.weight"}},
+        {"decoder.layers.1.mlp.experts.3.linear_fc1.weight",
+         {"model.layers.1.mlp.experts.3.gate_proj.weight", "model.layers.1.mlp.experts.3.up_proj.weight"}},
+        {"decoder.layers.0.self_attention.linear_qkv.bias",
+         {"model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.k_proj.bias",
+          "model.layers.0.self_attn.v_proj.bias"}},
+    };
+    for (const auto& [key, hf] : names) {
+        const auto match = match_rule(arch, key);
+        ASSERT_TRUE(match) << key;
+        EXPECT_EQ(match->hf_names, hf) << key;
+        for (const auto& name : hf) EXPECT_TRUE(arch.expected.required.count(name)) << name;
+    }
+    EXPECT_EQ(tp_rule_name(*megatron_tp_rule("decoder.layers.1.mlp.experts.3.linear_fc2.weight", arch)),
+              std::string(tp_rule_name(TpRule::Concat1)));
+    EXPECT_EQ(tp_rule_name(*megatron_tp_rule("decoder.layers.1.mlp.shared_experts.linear_fc1.weight", arch)),
+              std::string(tp_rule_name(TpRule::GluHalves)));
+}
+
+// config.json declares an MTP layer the checkpoint lacks (mbridge's GLM-4.5 bridge builds none):
+// the refusal says --drop_mtp; a checkpoint that holds its MTP layer gets the plain list.
+TEST(ArchitectureTable, MissingMtpLayersPointToDropMtp) {
+    const HfConfig config = glm4_moe_config();
+    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
+    TensorMapping none;
+    const std::string error = testing::error_of([&] { check_against_config(none, config, arch); });
+    EXPECT_TRUE(testing::contains(error, "missing: ")) << error;
+    EXPECT_TRUE(testing::contains(error, "declares num_nextn_predict_layers 1 but the checkpoint holds no "
+                                         "multi-token prediction layer (mtp.layers.*): --drop_mtp")) << error;
+    TensorMapping with_mtp;
+    with_mtp.tensors.push_back(testing::tensor("model.layers.2.enorm.weight", DType::BF16, {32}));
+    EXPECT_FALSE(testing::contains(testing::error_of([&] { check_against_config(with_mtp, config, arch); }), "--drop_mtp"));
 }
 
 }  // namespace
