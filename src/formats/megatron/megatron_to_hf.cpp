@@ -185,6 +185,7 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
     const bool tied = config.tie_word_embeddings && !arch.value_model;
     bool dropped_tied_head = false;
     size_t dropped_mtp = 0, dropped_by_table = 0;
+    bool mtp_without_rule = false, mtp_beyond_config = false;  // why unmapped MTP tensors are unmapped
     std::map<size_t, size_t> used;  // rule index -> tensors it took
     ExpertStacks stacks;            // per-expert tensors of stack_experts rules, fused at the end
     const auto emit = [&](OutputTensor& o, const std::string& from) {  // `o` is moved into the output last
@@ -204,6 +205,7 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
         auto match = mtp_key ? (depth < arch.mtp_layers ? match_rule(arch, *mtp_key) : std::nullopt)
                              : match_rule(arch, t.name);
         if (!match) {
+            (mtp_key && depth < arch.mtp_layers ? mtp_without_rule : mtp_beyond_config) |= mtp_key.has_value();
             unmapped.push_back(t.name);
             if (ledger) ledger->drop_output(t, out.sources, DropReason::Unmapped);
             continue;
@@ -234,10 +236,12 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
     if (dropped_by_table)
         notes.push_back(arch.table_file + ": " + std::to_string(dropped_by_table) + " tensors dropped by its rules");
     if (!unmapped.empty()) {
-        const bool mtp = std::any_of(unmapped.begin(), unmapped.end(), [](const std::string& n) { return n.starts_with("mtp."); });
-        const std::string hint = mtp ? " (multi-token prediction layers beyond config.json's num_nextn_predict_layers " +
-                                           std::to_string(arch.mtp_layers) + ": --drop_mtp leaves them out)"
-                                     : "";
+        std::string hint;
+        if (mtp_beyond_config)
+            hint = " (multi-token prediction layers beyond config.json's num_nextn_predict_layers " +
+                   std::to_string(arch.mtp_layers) + ": --drop_mtp leaves them out)";
+        else if (mtp_without_rule)
+            hint = " (multi-token prediction tensors " + arch.table_file + " has no rule for: --drop_mtp leaves them out)";
         if (!allow_unmapped)
             throw Error("no " + arch.name + " name for these checkpoint tensors (pass --allow_unmapped to drop them): " +
                         list_names(unmapped) + hint);

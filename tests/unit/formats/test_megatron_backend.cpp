@@ -276,5 +276,23 @@ TEST(ArchitectureTable, MissingMtpLayersPointToDropMtp) {
     EXPECT_FALSE(testing::contains(testing::error_of([&] { check_against_config(with_mtp, config, arch); }), "--drop_mtp"));
 }
 
+TEST(ArchitectureTable, UnmappedMtpTensorsSayWhy) {
+    // A depth config.json does not count, and one it counts that the table has no rule for.
+    const HfConfig config = glm4_moe_config();
+    ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
+    std::vector<std::string> notes;
+    TensorMapping beyond;
+    beyond.tensors.push_back(testing::tensor("mtp.layers.1.enorm.weight", DType::BF16, {32}));
+    const std::string beyond_error = testing::error_of([&] { megatron_to_hf(beyond, arch, config, false, notes); });
+    EXPECT_TRUE(testing::contains(beyond_error, "beyond config.json's num_nextn_predict_layers 1")) << beyond_error;
+    std::erase_if(arch.rules, [](const TableRule& r) { return r.from.find(".mtp.") != std::string::npos; });
+    TensorMapping counted;
+    counted.tensors.push_back(testing::tensor("mtp.layers.0.enorm.weight", DType::BF16, {32}));
+    const std::string rule_error = testing::error_of([&] { megatron_to_hf(counted, arch, config, false, notes); });
+    EXPECT_TRUE(testing::contains(rule_error, "(multi-token prediction tensors " + arch.table_file +
+                                                  " has no rule for: --drop_mtp leaves them out)"))
+        << rule_error;
+}
+
 }  // namespace
 }  // namespace vmerge
