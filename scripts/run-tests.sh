@@ -28,9 +28,11 @@ phase "build"
 # of the tree (tests/python/pip_install.sh), so with the paths taken relative to the tree
 # (CCACHE_BASEDIR, and no working directory in the hash) it reuses this build's objects instead
 # of compiling the project a second time. A later run on the same machine reuses all of them.
+# ccache hashes the compiler's name too: both builds name g++ (scikit-build-core picks g++,
+# CMake alone c++).
 if command -v ccache >/dev/null; then
     export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache
-    export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+    export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true CC=gcc CXX=g++
 fi
 # Line tables only (-g1): backtraces keep their lines, the compile takes a quarter less. The unit
 # tests are compiled and run once, in the sanitized build below. libvmerge.so too (position
