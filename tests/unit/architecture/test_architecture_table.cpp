@@ -49,7 +49,7 @@ TEST(ArchitectureTable, RulesMatchLayerNumbers) {
 TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(error_of(with_rules(R"({"from": "a.{i}", "to": "b.{i}", "transform": "rotate"})")),
               "t.json: rule 0 (from 'a.{i}'): unknown transform 'rotate' (expected none, rope_permute, split_experts, "
-              "split_experts_gate_up or transpose)");
+              "split_experts_gate_up, transpose, interleave_gate_up or transpose_interleave_gate_up)");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b.{i}"})")), "t.json: rule 0 (from 'a'): 'to' uses {i}, which 'from' does not bind");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "drop": "why"})")),
               "t.json: rule 0 (from 'a'): give exactly one of 'to' (its HF name) and 'drop' (why)");
@@ -117,11 +117,10 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(megatron_error(R"({"from": "l.{e}.fc1", "to": "b.{e}", "transform": "transpose"})"), fused_only);
     EXPECT_EQ(megatron_error(R"({"from": "l.{e}.fc1", "to": "b", "transform": "split_experts", "stack_experts": "n"})"),
               fused_only);
-    for (const char* t : {"transpose", "interleave_gate_up", "transpose_interleave_gate_up"})
-        EXPECT_EQ(megatron_error(R"({"from": "l.{e}.fc1", "to": "b", "stack_experts": "n", "transform": ")" + std::string(t) +
-                                 ""}"),
-                  "")
-            << t;
+    for (const std::string t : {"transpose", "interleave_gate_up", "transpose_interleave_gate_up"}) {
+        const std::string rule = R"({"from": "l.{e}.fc1", "to": "b", "stack_experts": "n", "transform": ")" + t + R"("})";
+        EXPECT_EQ(megatron_error(rule), "") << t;
+    }
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b.{e}"})"), "t.json: rule 0 (from 'a'): 'to' uses {e}, which 'from' does not bind");
     // A value model's head may share `from` with the causal LM's; two plain rules may not.
     EXPECT_EQ(megatron_error(R"({"from": "o", "to": "score", "value_head": true}, {"from": "o", "to": "lm_head"})"), "");
