@@ -90,8 +90,11 @@ TableTransform parse_transform(const std::string& text, const std::string& where
     if (text == "split_experts") return TableTransform::SplitExperts;
     if (text == "split_experts_gate_up") return TableTransform::SplitExpertsGateUp;
     if (text == "transpose") return TableTransform::Transpose;
+    if (text == "interleave_gate_up") return TableTransform::InterleaveGateUp;
+    if (text == "transpose_interleave_gate_up") return TableTransform::TransposeInterleaveGateUp;
     throw Error(where + ": unknown transform '" + text +
-                "' (expected none, rope_permute, split_experts, split_experts_gate_up or transpose)");
+                "' (expected none, rope_permute, split_experts, split_experts_gate_up, transpose, interleave_gate_up or "
+                "transpose_interleave_gate_up)");
 }
 
 NameSplit parse_split(const std::string& text, const std::string& where) {
@@ -142,11 +145,11 @@ std::string rule_targets(const nlohmann::json& j, NameSplit split, const std::st
 }
 
 // The Megatron-only keys of a rule; a torchtitan rule may not use them (nor a Megatron rule
-// the torchtitan transforms).
+// the torchtitan keys, but for the transforms of a fused expert tensor, see parse_rule).
 void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatron, const std::string& where) {
     for (const char* key : {"split", "tp", "value_head", "groups", "stack_experts"})
         if (!megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'megatron' tables");
-    for (const char* key : {"transform", "heads", "layer_offset"})
+    for (const char* key : {"heads", "layer_offset"})
         if (megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'torchtitan' tables");
     if (!megatron) return;
     rule.split = parse_split(string_field(j, "split", where, false), where);
@@ -216,6 +219,14 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
     if (rule.stack_experts && (!from_expert || rule.to.find("{e}") != std::string::npos || !rule.drop.empty()))
         throw Error(where + ": stack_experts takes per-expert tensors ({e} in 'from') into one fused tensor (a 'to' "
                     "without {e})");
+    // A Megatron rule transforms only what it stacks: the fused [E, ...] tensor, once all its
+    // experts are in (GPT-OSS's experts, stored transposed and with gate and up interleaved).
+    const bool fused_transform = rule.transform == TableTransform::Transpose ||
+                                 rule.transform == TableTransform::InterleaveGateUp ||
+                                 rule.transform == TableTransform::TransposeInterleaveGateUp;
+    if (megatron && rule.transform != TableTransform::None && (!fused_transform || !rule.stack_experts))
+        throw Error(where + ": a megatron rule's transform (transpose, interleave_gate_up or "
+                    "transpose_interleave_gate_up) applies to the tensor stack_experts fuses, and needs it");
     if (splits && (from_expert || rule.to.find("{e}") == std::string::npos))
         throw Error(where + ": " + table_transform_name(rule.transform) +
                     " takes a grouped tensor (no {e} in 'from') to per-expert names ({e} in 'to')");
@@ -287,6 +298,8 @@ const char* table_transform_name(TableTransform t) {
         case TableTransform::SplitExperts: return "split_experts";
         case TableTransform::SplitExpertsGateUp: return "split_experts_gate_up";
         case TableTransform::Transpose: return "transpose";
+        case TableTransform::InterleaveGateUp: return "interleave_gate_up";
+        case TableTransform::TransposeInterleaveGateUp: return "transpose_interleave_gate_up";
     }
     return "none";
 }

@@ -22,6 +22,13 @@ enum class TableTransform {
     // [E, out, in] whose Hugging Face form is [E, in, out] (GPT-OSS). Copies read a transposed
     // view of their source, so this one is a strided copy, not a regrouping of rows.
     Transpose,
+    // The last axis's [gate | up] halves interleaved, column 2j + k taking column k*F + j
+    // (GPT-OSS's gate_up_proj and its bias, as transformers stores them). Copies write one half's
+    // columns at stride 2 through the tensor's copies_view [.., F, 2].
+    InterleaveGateUp,
+    // Transpose, then InterleaveGateUp: a Megatron expert's fused fc1 [2F, H] ([gate; up] rows)
+    // stacked [E, 2F, H] as GPT-OSS's gate_up_proj [E, H, 2F].
+    TransposeInterleaveGateUp,
 };
 
 // How a Megatron tensor splits into HF tensors (source 'megatron' tables).

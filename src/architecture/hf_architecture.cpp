@@ -125,6 +125,7 @@ nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const s
         if (rule->split != NameSplit::None) j["split"] = name_split_name(rule->split);
         if (rule->groups) j["groups"] = rule->groups->text();
         if (rule->stack_experts) j["stack_experts"] = rule->stack_experts->text();
+        if (rule->transform != TableTransform::None) j["transform"] = table_transform_name(rule->transform);
         j["tp"] = tp_rule_name(rule->tp);
         if (rule->tied_head) j["tied_head"] = true;
         j["tensors"] = it->second;

@@ -57,6 +57,11 @@ struct OutputTensor {
     // this shape of bytes (compressed-tensors weight_packed: [rows, cols / 2] of a weight
     // [rows, cols]; GPT-OSS expert blocks: [E, N, K / 32, 16] of a weight written [E, K, N]).
     Shape packed_codes_shape;
+    // Not empty: the copies address the tensor as this shape, whose row-major elements are those
+    // of `shape` (the same bytes, one axis split in two). GPT-OSS's fused experts interleave gate
+    // and up along their last axis, [.., 2F] filled as [.., F, 2]: a box there is one half's
+    // columns at stride 2, which no box of [.., 2F] states.
+    Shape copies_view;
     // A quantized source tensor written as it is (block-FP8 pass-through): codes or scales, not
     // a tensor in the model dtype.
     bool quantized_as_stored = false;
@@ -70,7 +75,10 @@ struct OutputTensor {
     // The shape of the weight the rows hold, as floats: [out, in].
     const Shape& weight_shape() const { return source_shape.empty() ? shape : source_shape; }
     // The shape the copies fill (packed FP4 codes: half the columns, in bytes).
-    Shape assembled_shape() const { return packed_codes_shape.empty() ? weight_shape() : packed_codes_shape; }
+    Shape assembled_shape() const {
+        if (!packed_codes_shape.empty()) return packed_codes_shape;
+        return copies_view.empty() ? weight_shape() : copies_view;
+    }
     // The elements of one row of the weight (a 3-D expert tensor: one expert).
     int64_t row_elements() const {
         const Shape& s = weight_shape();

@@ -131,6 +131,57 @@ OutputTensor transposed(const OutputTensor& assembled, const std::string& name, 
     return out;
 }
 
+OutputTensor gate_up_interleaved(const OutputTensor& assembled, const std::string& name, std::vector<TensorRef>& sources) {
+    const size_t rank = assembled.shape.size();
+    if (rank == 0 || assembled.shape.back() % 2 != 0 || !assembled.copies_view.empty() ||
+        !assembled.packed_codes_shape.empty() || assembled.lora_delta)
+        throw Error(assembled.name + ": " + shape_to_string(assembled.shape) +
+                    " is not a plain tensor whose last axis holds [gate | up] halves to interleave");
+    const int64_t half = assembled.shape.back() / 2;
+    OutputTensor out = renamed(assembled, name);
+    out.zero_fill = assembled.zero_fill;
+    out.copies_view = assembled.shape;
+    out.copies_view.back() = half;
+    out.copies_view.push_back(2);  // [.., F, 2]: element (j, k) is column 2j + k
+    out.copies.clear();
+    for (const BoxCopy& c : assembled.copies) {
+        TensorRef view = sources[c.source];
+        if (view.shape.size() != rank)  // a flat buffer's copies index it as its own 1-D tensor
+            throw Error(assembled.name + ": stored as " + shape_to_string(view.shape) + ", not as " +
+                        std::to_string(rank) + "-axis pieces, so its halves cannot be interleaved");
+        view.shape.push_back(1);  // a unit axis for the half index k
+        view.stride.push_back(1);
+        view.dtensor.reset();
+        const auto source = static_cast<uint32_t>(sources.size());
+        sources.push_back(std::move(view));
+        // One copy per half the piece's columns touch (a whole fc1 holds both).
+        const int64_t first = c.dst_start.back(), end = first + c.extent.back();
+        for (int64_t k = 0; k < 2; ++k) {
+            const int64_t lo = std::max(first, k * half), hi = std::min(end, (k + 1) * half);
+            if (lo >= hi) continue;
+            Shape src = c.src_start, dst = c.dst_start, extent = c.extent;
+            src.back() += lo - first;
+            src.push_back(0);
+            dst.back() = lo - k * half;
+            dst.push_back(k);
+            extent.back() = hi - lo;
+            extent.push_back(1);
+            add_copy(out, source, std::move(src), std::move(dst), std::move(extent));
+        }
+    }
+    return out;
+}
+
+OutputTensor fused_expert_transformed(const OutputTensor& fused, TableTransform transform, std::vector<TensorRef>& sources) {
+    switch (transform) {
+        case TableTransform::Transpose: return transposed(fused, fused.name, sources);
+        case TableTransform::InterleaveGateUp: return gate_up_interleaved(fused, fused.name, sources);
+        case TableTransform::TransposeInterleaveGateUp:
+            return gate_up_interleaved(transposed(fused, fused.name, sources), fused.name, sources);
+        default: return fused;
+    }
+}
+
 std::vector<OutputTensor> split_experts_gate_up(const OutputTensor& grouped, const std::string& names,
                                                const std::string& layer, std::vector<TensorRef>& sources) {
     const std::vector<std::string> patterns = split_names(names);
@@ -172,6 +223,9 @@ std::vector<OutputTensor> apply_rule(const OutputTensor& t, const TableMatch& ma
         case TableTransform::SplitExpertsGateUp:
             return split_experts_gate_up(t, fill_table_pattern(rule.to, layer, "{e}", match.rest), layer, sources);
         case TableTransform::Transpose: return {transposed(t, name, sources)};
+        case TableTransform::InterleaveGateUp:
+        case TableTransform::TransposeInterleaveGateUp:
+            return {fused_expert_transformed(renamed(t, name), rule.transform, sources)};
     }
     return {};
 }

@@ -27,6 +27,17 @@ std::vector<OutputTensor> split_experts(const OutputTensor& grouped, const std::
 // its source (appended to `sources`). Error for a tensor of fewer than two axes.
 OutputTensor transposed(const OutputTensor& assembled, const std::string& name, std::vector<TensorRef>& sources);
 
+// `assembled` with the [gate | up] halves of its last axis interleaved, named `name`: column
+// 2j + k of the result is column k*F + j (F the half), as GPT-OSS's gate_up_proj [E, H, 2F] and
+// its bias hold them. The copies address the result as its copies_view [.., F, 2], each one
+// half's columns of one piece, read through a view of its source with a unit last axis. Error
+// for an odd last axis or a tensor already viewed.
+OutputTensor gate_up_interleaved(const OutputTensor& assembled, const std::string& name, std::vector<TensorRef>& sources);
+
+// A fused expert tensor under a transform of a Megatron stack_experts rule (transpose,
+// interleave_gate_up or both, in that order); other transforms leave it as it is.
+OutputTensor fused_expert_transformed(const OutputTensor& fused, TableTransform transform, std::vector<TensorRef>& sources);
+
 // What applying a table did: the output tensors in HF order, and per rule how many
 // checkpoint tensors it took (inspect --json's "architecture_table").
 struct TableApplication {

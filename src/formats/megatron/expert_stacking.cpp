@@ -6,6 +6,7 @@
 #include "architecture/config_expression.h"
 #include "core/box_region.h"
 #include "core/error.h"
+#include "formats/table_mapping.h"
 
 namespace vmerge {
 namespace {
@@ -85,7 +86,7 @@ std::vector<OutputTensor> ExpertStacks::finish(const HfConfig& config, std::vect
                             "expert tensor cannot take");
             stack_part(part, e, fused, sources);
         }
-        out.push_back(std::move(fused));
+        out.push_back(fused_expert_transformed(fused, stack.rule->transform, sources));
     }
     return out;
 }

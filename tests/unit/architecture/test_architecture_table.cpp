@@ -49,7 +49,7 @@ TEST(ArchitectureTable, RulesMatchLayerNumbers) {
 TEST(ArchitectureTable, SchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(error_of(with_rules(R"({"from": "a.{i}", "to": "b.{i}", "transform": "rotate"})")),
               "t.json: rule 0 (from 'a.{i}'): unknown transform 'rotate' (expected none, rope_permute, split_experts, "
-              "split_experts_gate_up or transpose)");
+              "split_experts_gate_up, transpose, interleave_gate_up or transpose_interleave_gate_up)");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b.{i}"})")), "t.json: rule 0 (from 'a'): 'to' uses {i}, which 'from' does not bind");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "drop": "why"})")),
               "t.json: rule 0 (from 'a'): give exactly one of 'to' (its HF name) and 'drop' (why)");
@@ -109,7 +109,18 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "groups": "h"})")),
               "t.json: rule 0 (from 'a'): 'groups' belongs to source 'megatron' tables");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "transform": "rope_permute", "heads": "h"})"),
-              "t.json: rule 0 (from 'a'): 'transform' belongs to source 'torchtitan' tables");
+              "t.json: rule 0 (from 'a'): 'heads' belongs to source 'torchtitan' tables");
+    // A megatron rule transforms only the tensor stack_experts fuses (GPT-OSS's experts).
+    const std::string fused_only = "t.json: rule 0 (from 'l.{e}.fc1'): a megatron rule's transform (transpose, "
+                                   "interleave_gate_up or transpose_interleave_gate_up) applies to the tensor "
+                                   "stack_experts fuses, and needs it";
+    EXPECT_EQ(megatron_error(R"({"from": "l.{e}.fc1", "to": "b.{e}", "transform": "transpose"})"), fused_only);
+    EXPECT_EQ(megatron_error(R"({"from": "l.{e}.fc1", "to": "b", "transform": "split_experts", "stack_experts": "n"})"),
+              fused_only);
+    for (const std::string t : {"transpose", "interleave_gate_up", "transpose_interleave_gate_up"}) {
+        const std::string rule = R"({"from": "l.{e}.fc1", "to": "b", "stack_experts": "n", "transform": ")" + t + R"("})";
+        EXPECT_EQ(megatron_error(rule), "") << t;
+    }
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b.{e}"})"), "t.json: rule 0 (from 'a'): 'to' uses {e}, which 'from' does not bind");
     // A value model's head may share `from` with the causal LM's; two plain rules may not.
     EXPECT_EQ(megatron_error(R"({"from": "o", "to": "score", "value_head": true}, {"from": "o", "to": "lm_head"})"), "");

@@ -158,6 +158,87 @@ TEST(CopyExecutor, TransposedExpertsLandTransposed) {
                           static_cast<float>((e * out_dim + o) * in_dim + i)) << e << "," << i << "," << o;
 }
 
+// GPT-OSS's experts as Megatron keeps them: expert e's fc1 [2F, H] holds [gate; up] rows, here
+// stacked [E, 2F, H] from two tensor-parallel pieces of each half ([gate_r; up_r] per rank), and
+// written as transformers stores gate_up_proj, [E, H, 2F] with column 2j the gate's row j and
+// column 2j + 1 the up's row j: transposed, then the halves interleaved through copies_view.
+TEST(CopyExecutor, InterleavedGateUpLandsAsGptOssStoresIt) {
+    const int64_t experts = 2, half = 4, hidden = 3, tp = 2;
+    TensorMapping mapping;
+    // One source per TP rank: [E, 2 * half / tp, H], rows [gate_r; up_r].
+    for (const std::string name : {"memory:tp0", "memory:tp1"})
+        mapping.sources.push_back(float_source(name, {experts, 2 * half / tp, hidden}));
+    OutputTensor stacked;
+    stacked.name = "gate_up_proj";
+    stacked.source_dtype = stacked.dtype = DType::F32;
+    stacked.shape = {experts, 2 * half, hidden};
+    const int64_t rows = half / tp;
+    for (uint32_t r = 0; r < tp; ++r)
+        for (int64_t k = 0; k < 2; ++k)  // gate, up
+            stacked.copies.push_back({r, {0, k * rows, 0}, {0, k * half + r * rows, 0}, {experts, rows, hidden}});
+    mapping.tensors.push_back(gate_up_interleaved(transposed(stacked, "t", mapping.sources), "gate_up_proj", mapping.sources));
+    const OutputTensor& out = mapping.tensors[0];
+    EXPECT_EQ(out.shape, (Shape{experts, hidden, 2 * half}));
+    EXPECT_EQ(out.copies_view, (Shape{experts, hidden, half, 2}));
+    check_copies_tile_output(out, mapping.sources);
+    // Source r's element (e, row, h) holds 1000 r + its flat index.
+    std::vector<std::vector<unsigned char>> bytes;
+    for (int64_t r = 0; r < tp; ++r) {
+        std::vector<float> v(static_cast<size_t>(experts * 2 * rows * hidden));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1000 * r + static_cast<int64_t>(i));
+        bytes.emplace_back(v.size() * sizeof(float));
+        std::memcpy(bytes.back().data(), v.data(), bytes.back().size());
+    }
+    int reads = 0;
+    CopyExecutor executor(mapping, hidden * 2 * half * 4 * 2);  // one expert a block
+    executor.read_sources_with([&](const std::string& file) -> std::unique_ptr<SourceReader> {
+        return std::make_unique<MemorySource>(bytes[file == "memory:tp0" ? 0 : 1], reads);
+    });
+    std::vector<float> written(static_cast<size_t>(experts * hidden * 2 * half), -1.0f);
+    executor.run({{0, 0, experts}}, [&](const RowBlock& b) {
+        std::memcpy(written.data() + b.row_begin * hidden * 2 * half, b.data, b.size);
+    });
+    for (int64_t e = 0; e < experts; ++e)
+        for (int64_t h = 0; h < hidden; ++h)
+            for (int64_t j = 0; j < half; ++j)
+                for (int64_t k = 0; k < 2; ++k) {
+                    // Row j of half k is on rank j / rows, at its row k * rows + j % rows.
+                    const int64_t r = j / rows, row = k * rows + j % rows;
+                    const float want = static_cast<float>(1000 * r + (e * 2 * rows + row) * hidden + h);
+                    EXPECT_EQ(written[static_cast<size_t>((e * hidden + h) * 2 * half + 2 * j + k)], want)
+                        << e << "," << h << "," << j << "," << k;
+                }
+}
+
+// A bias [E, 2F] of [gate | up] halves, one piece straddling both halves: interleaved alone.
+TEST(CopyExecutor, InterleavedGateUpBiasSplitsAPieceAtTheHalf) {
+    const int64_t experts = 3, half = 2;
+    TensorMapping mapping;
+    mapping.sources.push_back(float_source("memory:b", {experts, 2 * half}));
+    OutputTensor bias;
+    bias.name = "b";
+    bias.source_dtype = bias.dtype = DType::F32;
+    bias.shape = {experts, 2 * half};
+    bias.copies.push_back({0, {0, 0}, {0, 0}, {experts, 2 * half}});
+    mapping.tensors.push_back(gate_up_interleaved(bias, "gate_up_proj_bias", mapping.sources));
+    EXPECT_EQ(mapping.tensors[0].copies.size(), 2u);
+    const auto bytes = counting_floats(static_cast<size_t>(experts * 2 * half));
+    int reads = 0;
+    CopyExecutor executor(mapping, 1 << 20);
+    executor.read_sources_with([&](const std::string&) -> std::unique_ptr<SourceReader> {
+        return std::make_unique<MemorySource>(bytes, reads);
+    });
+    std::vector<float> written(static_cast<size_t>(experts * 2 * half), -1.0f);
+    executor.run({{0, 0, experts}}, [&](const RowBlock& b) {
+        std::memcpy(written.data() + b.row_begin * 2 * half, b.data, b.size);
+    });
+    const std::vector<float> want{0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11};
+    EXPECT_EQ(written, want);
+    OutputTensor odd = bias;
+    odd.shape = {experts, 3};
+    EXPECT_THROW(gate_up_interleaved(odd, "x", mapping.sources), Error);
+}
+
 TEST(CopyExecutor, TaskDoneFollowsTheTasksLastBlock) {
     TensorMapping mapping = whole_copy("memory:b", 8, 2);
     mapping.tensors[0].row_align = 2;

@@ -207,11 +207,12 @@ TEST(FsdpShardRouting, AShareWhoseMetadataExceedsItsBudgetFailsSayingHowManyRank
         model.mapped.mapping = map_fsdp({skeleton});
         return std::optional<MappedModel>(std::move(model));
     };
+    // A budget above what every rank holds (the output tensors, ~1 KiB) and below the share.
     const std::string error =
-        testing::error_of([&] { route_fsdp_merge(files, 2, mapper, uint64_t{1} << 30, 1000, comm, why_not); });
+        testing::error_of([&] { route_fsdp_merge(files, 2, mapper, uint64_t{1} << 30, 1500, comm, why_not); });
     EXPECT_TRUE(testing::contains(error, "step 'planning budget' failed: this rank's share of the merge holds 6 "
                                          "scanned entries")) << error;
-    EXPECT_TRUE(testing::contains(error, "over its --max-memory budget of 1000 B: about ")) << error;
+    EXPECT_TRUE(testing::contains(error, "over its --max-memory budget of 1.5 KiB: about ")) << error;
     const std::string start = "this rank's share of the merge holds 10 scanned entries, ";
     EXPECT_EQ(metadata_over_budget(10, {200, 2800}, 1000, 4),
               start + human_bytes(3000) + " of planning metadata (" + human_bytes(200) +
