@@ -153,6 +153,28 @@ PeftInventory inventory_peft_names(const TensorMapping& mapping, const std::stri
     return inv;
 }
 
+namespace {
+
+// A module with LoRA factors but no `weight`. PEFT's target_parameters wraps a bare parameter of
+// any name (transformers 5's fused experts gate_up_proj [E, 2F, H] and down_proj) in a
+// ParamWrapper whose factors hold one rank-r block per expert; that is no W + s·B·A of a 2-D
+// weight, so such an adapter is refused by what it wraps rather than as a missing weight.
+[[noreturn]] void refuse_adapter_without_weight(const PeftInventory& inv, const TensorMapping& mapping,
+                                                const std::string& module, const std::string& where) {
+    const std::string inside = module + ".";
+    for (const auto& [name, index] : inv.model_index)
+        if (name.starts_with(inside) && inv.parsed[index].kind == PeftName::Kind::Base)
+            throw Error(where + ": module '" + module + "' has a LoRA adapter on a parameter other than its weight "
+                        "(PEFT's target_parameters); it wraps '" + mapping.tensors[index].name +
+                        "'. vmerge reads LoRA on Linear and Embedding weights only: leave target_parameters out of "
+                        "the LoraConfig, or merge this adapter with PEFT");
+    const std::string weight = module + ".weight";
+    throw Error(where + ": module '" + module + "' has a LoRA adapter but no base weight '" + weight + "' (expected '" +
+                kPeftPrefix + module + ".base_layer.weight')");
+}
+
+}  // namespace
+
 // Every A/B pair complete and shaped as a rank-r update of its base weight; the distinct ranks.
 std::set<int64_t> check_lora_pairs(const PeftInventory& inv, const TensorMapping& mapping, const std::string& where) {
     std::set<int64_t> ranks;
@@ -164,9 +186,7 @@ std::set<int64_t> check_lora_pairs(const PeftInventory& inv, const TensorMapping
             throw Error(where + ": module '" + module + "' has " + (pair.a ? a_name : b_name) + " but no " +
                         (pair.a ? b_name : a_name));
         const std::string weight = module + ".weight";
-        if (!inv.model_index.count(weight))
-            throw Error(where + ": module '" + module + "' has a LoRA adapter but no base weight '" + weight +
-                        "' (expected '" + kPeftPrefix + module + ".base_layer.weight')");
+        if (!inv.model_index.count(weight)) refuse_adapter_without_weight(inv, mapping, module, where);
         const OutputTensor& w = mapping.tensors[inv.model_index.at(weight)];
         const OutputTensor& a = mapping.tensors[*pair.a];
         const OutputTensor& b = mapping.tensors[*pair.b];

@@ -29,6 +29,11 @@ VARIANT: one tiny model per family, its config the real hub config's keys and ra
                    PEFT's run-time names); oracles: the base's save_pretrained, PEFT's own
                    save_pretrained adapter (run-time names) and merge_and_unload()'s
                    save_pretrained (saved names), and oracle/saved_names.json
+  qwen3_moe_fused_lora
+                   the same for Qwen3-MoE (fused experts at run time, per expert on disk): LoRA
+                   on q/k/v/o and the router mlp.gate, experts frozen
+  qwen3_moe_fused_experts_lora
+                   the same plus PEFT's target_parameters on the fused experts: refused by name
 
 The checkpoint holds the RUNTIME state dict (what verl saves: model.state_dict() of the
 FSDP-wrapped model), whose names and expert layouts transformers 5 changes on the way to disk;
@@ -256,16 +261,30 @@ def save_checkpoint(case_dir, model, cfg, rank, world, dcp):
     return "ckpt/global_step_1/actor", "fsdp", None
 
 
-# PEFT LoRA on a VL model: the language model's attention and MLP projections and one vision
-# Linear (the vision MLP has gate/up/down_proj too, so the targets are a regex on full paths).
-VL_LORA_TARGETS = (r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
-                   r"|model\.visual\.blocks\.0\.attn\.qkv")
+# PEFT LoRA cases: variant -> (family, LoraConfig targets, the error vmerge must refuse it with).
+# Qwen2.5-VL: the language model's attention and MLP projections and one vision Linear (the vision
+# MLP has gate/up/down_proj too, so a regex on full paths). Qwen3-MoE: attention and the router
+# `mlp.gate` (a bare weight Parameter in transformers 5, which PEFT 0.21.2 wraps as a ParamWrapper
+# with Linear-shaped lora_A/lora_B), the fused experts frozen; `_experts`: PEFT's target_parameters
+# on the fused experts too, which vmerge refuses by name (per-expert blocks in one factor pair).
+MOE_ATTENTION_AND_ROUTER = r"model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.gate)"
+LORA_CASES = {
+    "qwen2_5_vl": ("qwen2_5_vl", dict(
+        target_modules=r"model\.language_model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+                       r"|model\.visual\.blocks\.0\.attn\.qkv"), None),
+    "qwen3_moe_fused": ("qwen3_moe_fused", dict(target_modules=MOE_ATTENTION_AND_ROUTER), None),
+    "qwen3_moe_fused_experts": ("qwen3_moe_fused", dict(
+        target_modules=MOE_ATTENTION_AND_ROUTER,
+        target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]),
+        "has a LoRA adapter on a parameter other than its weight (PEFT's target_parameters); it wraps "
+        "'base_model.model.model.layers.0.mlp.experts.base_layer.base_layer.down_proj'"),
+}
 
 
-def add_vl_lora(model):
+def add_lora(model, targets):
     """PEFT LoRA with random B (PEFT starts B at zero, which would make the adapter a no-op)."""
     from peft import LoraConfig, get_peft_model
-    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=VL_LORA_TARGETS,
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, **targets,
                                                   task_type="CAUSAL_LM", lora_dropout=0.0))
     torch.manual_seed(99)
     with torch.no_grad():
@@ -277,17 +296,22 @@ def add_vl_lora(model):
 
 def saved_name_map(model, saved):
     """Each run-time state-dict name of `model` -> the name its save_pretrained wrote the same
-    tensor under (`saved`), paired by value: every tensor of the random model is distinct."""
+    tensor under (`saved`), paired by value: every tensor of the random model is distinct. A fused
+    expert tensor (3-D: [experts, out, in]) is saved split per expert, so it pairs with no one
+    saved tensor and has no entry (no adapter in these cases targets one)."""
     out = {}
     for key, value in model.state_dict().items():
         same = [k for k, v in saved.items() if v.shape == value.shape and v.dtype == value.dtype and torch.equal(v, value)]
+        if not same and value.dim() == 3:
+            continue
         assert len(same) == 1, f"{key}: saved as {same}"
         out[key] = same[0]
     return out
 
 
-def lora_main(case_dir, family, rank, world):
+def lora_main(case_dir, lora_case, rank, world):
     """A PeftModel of the family saved by verl's FSDP2 files, with PEFT's oracles."""
+    family, targets, expected_error = LORA_CASES[lora_case]
     make_config, auto_class = VARIANTS[family]
     cfg = make_config()
     cfg.dtype = "bfloat16"
@@ -298,7 +322,7 @@ def lora_main(case_dir, family, rank, world):
         os.makedirs(os.path.join(case_dir, "oracle"), exist_ok=True)
         with open(os.path.join(case_dir, "oracle", "saved_names.json"), "w") as f:
             json.dump(saved_name_map(model, base_oracle), f, indent=2, sort_keys=True)
-    peft_model = add_vl_lora(model)
+    peft_model = add_lora(model, targets)
     logits = E.live_logits(peft_model)
     if rank == 0:
         gen_fsdp2.lora_oracle(case_dir, peft_model, lambda folded: save_pretrained_tensors(folded, auto_class))
@@ -313,11 +337,11 @@ def lora_main(case_dir, family, rank, world):
     if gathered_equals(peft_model, before, rank):
         E.write_oracle(case_dir, base_oracle, logits)
         E.write_case(case_dir, producer=f"PEFT LoRA on transformers {cfg.architectures[0]}, torch {torch.__version__} "
-                     f"fully_shard ({family}_lora, {world} ranks), verl file layout; oracles: save_pretrained, "
+                     f"fully_shard ({lora_case}_lora, {world} ranks), verl file layout; oracles: save_pretrained, "
                      "PEFT's save_pretrained and merge_and_unload",
                      checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "fsdp"],
                      output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True,
-                     hf_auto_class=auto_class, adapter=True)
+                     hf_auto_class=auto_class, adapter=True, expected_error=expected_error)
 
 
 def gathered_equals(model, before, rank):

@@ -228,6 +228,22 @@ TEST(LoraAdapter, RefusesWhatAPlainMergeWouldGetWrong) {
                  o, "no base weight 'model.layers.0.self_attn.q_proj.weight'");
 }
 
+// PEFT 0.21.2's target_parameters on transformers 5's fused experts (names as a real PeftModel
+// of Qwen3MoeForCausalLM holds them): one ParamWrapper per targeted parameter, stacked, so the
+// module has factors but no 2-D weight; the error names a parameter it wraps and says why.
+TEST(LoraAdapter, RefusesAnAdapterOnAParameterOtherThanTheWeightByName) {
+    const std::string e = kP + "model.layers.0.mlp.experts.";
+    expect_error(mapping_of({{e + "base_layer.base_layer.gate_up_proj", {4, 48, 64}},
+                             {e + "base_layer.base_layer.down_proj", {4, 64, 24}},
+                             {e + "base_layer.lora_A.default.weight", {16, 64}},
+                             {e + "base_layer.lora_B.default.weight", {48, 16}},
+                             {e + "lora_A.default.weight", {16, 24}},
+                             {e + "lora_B.default.weight", {64, 16}}}),
+                 with_alpha(LoraMode::Merge, 8),
+                 "module 'model.layers.0.mlp.experts' has a LoRA adapter on a parameter other than its weight "
+                 "(PEFT's target_parameters); it wraps '" + e + "base_layer.base_layer.down_proj'");
+}
+
 // A checkpoint that records alpha nowhere by design (Megatron-Bridge shards) says why, and a
 // file found beside it or --lora_alpha still wins.
 TEST(LoraAdapter, AlphaRecordedNowhereSaysWhyAndAsksForTheFlag) {
