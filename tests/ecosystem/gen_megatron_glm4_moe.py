@@ -173,26 +173,6 @@ def build_model(bridge, mtp):
     return model.to(torch.bfloat16).eval()
 
 
-def save_verl_legacy(model, actor, ep, drop_expert=None):
-    """verl's legacy Megatron files: actor/model/mp_rank_TT_PPP[_EEE]/model.pt, a list of one state
-    dict per virtual-pipeline chunk. `drop_expert` (global layer, expert): that expert's tensors
-    are left out (the planted fault)."""
-    from megatron.core import parallel_state as ps
-    tp, pp = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
-    name = f"mp_rank_{tp:02d}_{pp:03d}" + (f"_{ps.get_expert_model_parallel_rank():03d}" if ep > 1 else "")
-    if ep > 1 and ps.get_expert_data_parallel_rank() != 0:
-        return
-    state = model.state_dict_for_save_checkpoint()
-    if drop_expert is not None:
-        for local, layer in enumerate(model.decoder.layers):
-            if layer.layer_number - 1 == drop_expert[0]:
-                marker = f"decoder.layers.{local}.mlp.experts.local_experts.{drop_expert[1]}."
-                state = {k: v for k, v in state.items() if not k.startswith(marker)}
-    rank_dir = os.path.join(actor, "model", name)
-    os.makedirs(rank_dir)
-    torch.save([state], os.path.join(rank_dir, "model.pt"))
-
-
 def main():
     case_dir, variant = sys.argv[1], sys.argv[2]
     assert variant in VARIANTS, f"variant {variant!r} not in {sorted(VARIANTS)}"
@@ -222,7 +202,7 @@ def main():
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
     legacy = "_legacy" in variant
     if legacy:
-        save_verl_legacy(model, actor, ep, drop_expert=MISSING_EXPERT if missing_expert else None)
+        VL.save_verl_legacy(model, actor, ep, drop_expert=MISSING_EXPERT if missing_expert else None)
     else:
         VL.save_dist_ckpt(model, os.path.join(actor, "dist_ckpt"))
     if rank == 0:

@@ -197,23 +197,6 @@ def load_from_hf(model, hf, cfg, layer_offset, ranks):
         value.copy_(piece.to(value.dtype))
 
 
-def save_verl_legacy(model, actor, ep, drop_expert=None):
-    """verl's legacy files actor/model/mp_rank_TT_PPP[_EEE]/model.pt (a list of one state dict);
-    `drop_expert` (layer, local expert) is left out of pipeline stage 0's files (the fault)."""
-    from megatron.core import parallel_state as ps
-    tp, pp = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
-    if ep > 1 and ps.get_expert_data_parallel_rank() != 0:
-        return
-    name = f"mp_rank_{tp:02d}_{pp:03d}" + (f"_{ps.get_expert_model_parallel_rank():03d}" if ep > 1 else "")
-    state = model.state_dict_for_save_checkpoint()
-    if drop_expert is not None and pp == 0:
-        marker = f"decoder.layers.{drop_expert[0]}.mlp.experts.local_experts.{drop_expert[1]}."
-        state = {k: v for k, v in state.items() if not k.startswith(marker)}
-    rank_dir = os.path.join(actor, "model", name)
-    os.makedirs(rank_dir)
-    torch.save([state], os.path.join(rank_dir, "model.pt"))
-
-
 def stage_offsets(cfg, ep):
     from megatron.core import parallel_state as ps
     layers = cfg.num_hidden_layers // ps.get_pipeline_model_parallel_world_size()
@@ -288,7 +271,7 @@ def main():
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
     legacy = "_legacy" in variant
     if legacy:
-        save_verl_legacy(model, actor, ep, drop_expert=(0, 1) if missing_expert else None)
+        VL.save_verl_legacy(model, actor, ep, drop_expert=(0, 1) if missing_expert else None)
     else:
         VL.save_dist_ckpt(model, os.path.join(actor, "dist_ckpt"))
     dist.barrier()

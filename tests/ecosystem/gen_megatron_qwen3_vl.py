@@ -178,24 +178,6 @@ def build_model(bridge, cfg, hf_tensors, moe, mcore_vision=False):
     return model.to(torch.bfloat16).eval()
 
 
-def save_verl_legacy(model, actor, ep, drop_expert=None):
-    """verl's legacy Megatron files: actor/model/mp_rank_TT_PPP[_EEE]/model.pt, a list of one state
-    dict per virtual-pipeline chunk. `drop_expert` (layer, expert): that expert's tensors are left
-    out (the planted fault)."""
-    from megatron.core import parallel_state as ps
-    tp, pp = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
-    name = f"mp_rank_{tp:02d}_{pp:03d}" + (f"_{ps.get_expert_model_parallel_rank():03d}" if ep > 1 else "")
-    if ep > 1 and ps.get_expert_data_parallel_rank() != 0:
-        return
-    state = model.state_dict_for_save_checkpoint()
-    if drop_expert is not None and pp == 0:
-        marker = f"language_model.decoder.layers.{drop_expert[0]}.mlp.experts.local_experts.{drop_expert[1]}."
-        state = {k: v for k, v in state.items() if not k.startswith(marker)}
-    rank_dir = os.path.join(actor, "model", name)
-    os.makedirs(rank_dir)
-    torch.save([state], os.path.join(rank_dir, "model.pt"))
-
-
 def hf_config_for(variant, tp):
     moe = "_moe_" in variant
     cfg = G.qwen3_vl_moe_config() if moe else G.qwen3_vl_config()
@@ -234,7 +216,8 @@ def main():
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
     legacy = "_legacy" in variant
     if legacy:
-        save_verl_legacy(model, actor, ep, drop_expert=(0, 1) if missing_expert else None)
+        VL.save_verl_legacy(model, actor, ep, drop_expert=(0, 1) if missing_expert else None,
+                             gpt_model=model.language_model, prefix="language_model.")
     else:
         VL.save_dist_ckpt(model, os.path.join(actor, "dist_ckpt"))
     if rank == 0:

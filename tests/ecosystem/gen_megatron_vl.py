@@ -176,15 +176,26 @@ def save_dist_ckpt(model, ckpt_dir):
         dist_checkpointing.save(model.sharded_state_dict(), ckpt_dir)
 
 
-def save_verl_legacy(model, actor):
-    """verl's legacy Megatron files (<= v0.4): actor/model/mp_rank_TT_PPP/model.pt, a list of
-    one state dict per virtual-pipeline chunk (one here), each the model's
-    state_dict_for_save_checkpoint()."""
+def save_verl_legacy(model, actor, ep=1, drop_expert=None, gpt_model=None, prefix=""):
+    """verl's legacy Megatron files (<= v0.4): actor/model/mp_rank_TT_PPP[_EEE]/model.pt (the
+    expert-parallel rank with EP > 1, written by expert data-parallel rank 0), a list of one state
+    dict per virtual-pipeline chunk (one here), each the model's state_dict_for_save_checkpoint().
+    `drop_expert` (global layer, local expert): that expert's tensors are left out (a planted
+    fault); `gpt_model` (default `model`) holds the decoder, its keys under `prefix`."""
     from megatron.core import parallel_state as ps
     tp, pp = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
-    rank_dir = os.path.join(actor, "model", f"mp_rank_{tp:02d}_{pp:03d}")
+    if ep > 1 and ps.get_expert_data_parallel_rank() != 0:
+        return
+    name = f"mp_rank_{tp:02d}_{pp:03d}" + (f"_{ps.get_expert_model_parallel_rank():03d}" if ep > 1 else "")
+    state = model.state_dict_for_save_checkpoint()
+    if drop_expert is not None:
+        for local, layer in enumerate((gpt_model or model).decoder.layers):
+            if layer.layer_number - 1 == drop_expert[0]:
+                marker = f"{prefix}decoder.layers.{local}.mlp.experts.local_experts.{drop_expert[1]}."
+                state = {k: v for k, v in state.items() if not k.startswith(marker)}
+    rank_dir = os.path.join(actor, "model", name)
     os.makedirs(rank_dir)
-    torch.save([model.state_dict_for_save_checkpoint()], os.path.join(rank_dir, "model.pt"))
+    torch.save([state], os.path.join(rank_dir, "model.pt"))
 
 
 def claim_one_more_vision_block(hf_dir):
