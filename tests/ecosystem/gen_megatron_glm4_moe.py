@@ -223,12 +223,9 @@ def write_case_files(case_dir, cfg, actor, hf_tensors, logits, variant, legacy, 
         hf_tensors[f"model.layers.{mtp_layer}.embed_tokens.weight"] = hf_tensors["model.embed_tokens.weight"].clone()
         hf_tensors[f"model.layers.{mtp_layer}.shared_head.head.weight"] = hf_tensors["lm_head.weight"].clone()
     E.write_oracle(case_dir, hf_tensors, logits)
-    layout = (f"verl legacy model/mp_rank_TT_PPP{'_EEE' if ep > 1 else ''}/model.pt" if legacy else
-              "torch_dist (dist_checkpointing.save), verl dist_ckpt layout")
     model = "MoE GPTModel (SequentialMLP experts" + (", megatron-core's MTP block)" if mtp else ")")
     E.write_case(case_dir, producer=f"megatron-core {megatron.core.__version__} {model} loaded by mbridge "
-                 f"{mbridge.__version__}'s GLM4MoEBridge, local spec, TP {tp} x PP {pp}"
-                 + (f" x EP {ep}" if ep > 1 else "") + f" on gloo, {layout}",
+                 f"{mbridge.__version__}'s GLM4MoEBridge, local spec, " + VL.layout_text(tp, pp, ep, legacy),
                  checkpoint="ckpt/global_step_1/actor",
                  merge_args=["--backend", "megatron"] + ([] if mtp else ["--drop_mtp"]),
                  output_dtype="bfloat16", oracle_dtypes=True, hf_load=not missing_expert,

@@ -292,12 +292,9 @@ def write_case_files(case_dir, cfg, actor, hf, logits, variant, legacy, missing_
     tp, pp, ep = VARIANTS[variant]
     E.save_hf_files(cfg, os.path.join(actor, "huggingface"))
     E.write_oracle(case_dir, hf, logits)
-    layout = (f"verl legacy model/mp_rank_TT_PPP{'_EEE' if ep > 1 else ''}/model.pt" if legacy else
-              "torch_dist (dist_checkpointing.save), verl dist_ckpt layout")
     E.write_case(case_dir, producer=f"megatron-core {megatron.core.__version__} GPTModel (learnable softmax "
                  f"sinks, SequentialMLP experts with biases) loaded by Megatron-Bridge's GPT-OSS mapping facts "
-                 f"(TP1 PP1 logits within {gap:.3g} of transformers'), local spec, TP {tp} x PP {pp}"
-                 + (f" x EP {ep}" if ep > 1 else "") + f" on gloo, {layout}",
+                 f"(TP1 PP1 logits within {gap:.3g} of transformers'), local spec, " + VL.layout_text(tp, pp, ep, legacy),
                  checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
                  output_dtype="bfloat16", oracle_dtypes=True, hf_load=not missing_expert,
                  logits_exact=not missing_expert, ranks=[1, 3],

@@ -272,9 +272,8 @@ def write_case_files(case_dir, hf, actor, hf_t, variant, legacy):
     tp, pp = VARIANTS[variant]
     E.save_hf_files(hf, os.path.join(actor, "huggingface"))
     E.write_oracle(case_dir, hf_t)
-    layout = "verl legacy model/mp_rank_TT_PPP/model.pt" if legacy else "torch_dist (dist_checkpointing.save), verl dist_ckpt layout"
     E.write_case(case_dir, producer=f"megatron-core {megatron.core.__version__} GPTModel with gated delta-net layers "
-                 f"(Megatron-Bridge's Qwen3-Next layout, local spec), TP {tp} x PP {pp} on gloo, {layout}",
+                 f"(Megatron-Bridge's Qwen3-Next layout, local spec), " + VL.layout_text(tp, pp, 1, legacy),
                  checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
                  output_dtype="bfloat16", oracle_dtypes=True, hf_load=False, expected_error=EXPECTED_ERROR,
                  ranks=[1, 3])

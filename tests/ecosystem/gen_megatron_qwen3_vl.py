@@ -238,10 +238,8 @@ def write_case_files(case_dir, cfg, actor, hf_tensors, logits, variant, moe, leg
             f"megatron-core {megatron.core.__version__} GPTModel loaded by mbridge {mbridge.__version__}'s Qwen3 bridge")
     vision = ("Megatron-Bridge's mcore vision tower rebuilt from megatron-core ViT layers (mcore_qwen3_vl_vision.py)"
               if "_mcore_vision_" in variant else "transformers' " + ("Qwen3VLMoeVisionModel" if moe else "Qwen3VLVisionModel"))
-    layout = (f"verl legacy model/mp_rank_TT_PPP{'_EEE' if ep > 1 else ''}/model.pt" if legacy else
-              "torch_dist (dist_checkpointing.save), verl dist_ckpt layout")
     E.write_case(case_dir, producer=f"Megatron-Bridge 0.3.1's Qwen3VLModel parts ({text}, {vision}), "
-                 f"local spec, TP {tp} x PP {pp}" + (f" x EP {ep}" if ep > 1 else "") + f" on gloo, {layout}",
+                 "local spec, " + VL.layout_text(tp, pp, ep, legacy),
                  checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
                  output_dtype="bfloat16", oracle_dtypes=True, hf_load=not missing_expert,
                  logits_exact=not missing_expert, hf_auto_class=AUTO_CLASS,

@@ -198,6 +198,13 @@ def save_verl_legacy(model, actor, ep=1, drop_expert=None, gpt_model=None, prefi
     torch.save([state], os.path.join(rank_dir, "model.pt"))
 
 
+def layout_text(tp, pp, ep, legacy):
+    """The producer text's parallel and file layout: "TP 2 x PP 2 on gloo, torch_dist (...)"."""
+    files = (f"verl legacy model/mp_rank_TT_PPP{'_EEE' if ep > 1 else ''}/model.pt" if legacy else
+             "torch_dist (dist_checkpointing.save), verl dist_ckpt layout")
+    return f"TP {tp} x PP {pp}" + (f" x EP {ep}" if ep > 1 else "") + f" on gloo, {files}"
+
+
 def claim_one_more_vision_block(hf_dir):
     """The planted fault: config.json says the vision tower has a block the checkpoint lacks
     (a stacked torch_dist tensor cannot lose one layer and stay a valid archive: megatron-core
@@ -259,9 +266,8 @@ def main():
         import mbridge
         E.write_oracle(case_dir, read_safetensors(hf_dir), logits)
         E.write_case(case_dir, producer=f"mbridge {mbridge.__version__} Qwen2_5VLModel (bridge load_weights from "
-                     f"save_pretrained), megatron-core {megatron.core.__version__} local spec, TP {TP} x PP {PP} "
-                     "on gloo, " + ("verl legacy model/mp_rank_TT_PPP/model.pt" if legacy else
-                                   "torch_dist (dist_checkpointing.save), verl dist_ckpt layout"),
+                     f"save_pretrained), megatron-core {megatron.core.__version__} local spec, "
+                     + layout_text(TP, PP, 1, legacy),
                      checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
                      output_dtype="bfloat16", oracle_dtypes=True, hf_load=not missing_block,
                      logits_exact=True, hf_auto_class=AUTO_CLASS,
