@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -25,7 +26,9 @@ const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "sou
                                        "config_check", "tensor_set", "keep_fp32", "mtp_shared_copies", "rules",
                                        "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "layer_offset",
-                                      "split", "tp", "value_head", "groups", "stack_experts", "note"};
+                                      "split", "tp", "value_head", "groups", "stack_experts", "sections", "add",
+                                      "note"};
+const std::set<std::string> kSectionKeys{"rows", "part", "to"};
 // torchtitan: name rules from torchtitan FQNs; megatron: from Megatron-core canonical names
 // (global layer and expert numbers); hf: facts of the HF architecture itself (its tensor set,
 // keep_fp32, mtp_shared_copies), applied whatever the checkpoint layout, and rules from the
@@ -103,7 +106,10 @@ NameSplit parse_split(const std::string& text, const std::string& where) {
     if (text == "gate_up") return NameSplit::GateUp;
     if (text == "vocab") return NameSplit::Vocab;
     if (text == "qkv_per_head") return NameSplit::QkvPerHead;
-    throw Error(where + ": unknown split '" + text + "' (expected none, qkv, qkv_per_head, gate_up or vocab)");
+    if (text == "qkv_gated") return NameSplit::QkvGated;
+    if (text == "grouped_sections") return NameSplit::GroupedSections;
+    throw Error(where + ": unknown split '" + text +
+                "' (expected none, qkv, qkv_per_head, qkv_gated, gate_up, grouped_sections or vocab)");
 }
 
 TpRule parse_tp(const std::string& text, const std::string& where) {
@@ -112,7 +118,9 @@ TpRule parse_tp(const std::string& text, const std::string& where) {
     if (text == "dim1") return TpRule::Concat1;
     if (text == "glu_halves") return TpRule::GluHalves;
     if (text == "replicated_if_full") return TpRule::ReplicatedIfFull;
-    throw Error(where + ": unknown tp '" + text + "' (expected dim0, dim1, replicated, glu_halves or replicated_if_full)");
+    if (text == "sections") return TpRule::Sections;
+    throw Error(where + ": unknown tp '" + text +
+                "' (expected dim0, dim1, replicated, glu_halves, replicated_if_full or sections)");
 }
 
 bool bool_field(const nlohmann::json& j, const char* key, const std::string& where) {
@@ -122,12 +130,11 @@ bool bool_field(const nlohmann::json& j, const char* key, const std::string& whe
     return it->get<bool>();
 }
 
-// A rule's `to`: one HF name, or the list a split makes (q, k, v / gate, up),
+// A rule's `to`: one HF name, or the `want` names a split makes (`what`: "qkv: q, k, v"),
 // kept joined by '|' (split_names takes them apart).
-std::string rule_targets(const nlohmann::json& j, NameSplit split, const std::string& where) {
+std::string rule_targets(const nlohmann::json& j, size_t want, const std::string& what, const std::string& where) {
     auto it = j.find("to");
     if (it == j.end()) return "";
-    const size_t want = split == NameSplit::Qkv ? 3 : split == NameSplit::GateUp ? 2 : 1;
     std::vector<std::string> names;
     if (it->is_string()) names.push_back(it->get<std::string>());
     else if (it->is_array())
@@ -137,17 +144,75 @@ std::string rule_targets(const nlohmann::json& j, NameSplit split, const std::st
         }))
         throw Error(where + ": 'to' must be " +
                     (want == 1 ? std::string("one HF name (a string)")
-                               : "a list of " + std::to_string(want) + " HF names (split " +
-                                     (split == NameSplit::Qkv ? "qkv: q, k, v" : "gate_up: gate, up") + ")"));
+                               : "a list of " + std::to_string(want) + " HF names (split " + what + ")"));
     std::string joined;
     for (const auto& n : names) joined += (joined.empty() ? "" : "|") + n;
     return joined;
 }
 
+// How many HF names a split makes, and which (for messages).
+std::pair<size_t, std::string> split_targets(NameSplit split, const std::vector<TableSection>& sections) {
+    switch (split) {
+        case NameSplit::Qkv: return {3, "qkv: q, k, v"};
+        case NameSplit::QkvGated: return {3, "qkv_gated: q (with its gate heads), k, v"};
+        case NameSplit::GateUp: return {2, "gate_up: gate, up"};
+        case NameSplit::GroupedSections: {
+            size_t most = 0;
+            for (const auto& s : sections) most = std::max(most, s.to + 1);
+            return {most, "grouped_sections: one for each 'to' its sections name"};
+        }
+        default: return {1, ""};
+    }
+}
+
+// A rule's `sections`: [{"rows": EXPR, "part": NAME, "to": N}, ...] (TableSection).
+std::vector<TableSection> parse_sections(const nlohmann::json& j, const std::string& where) {
+    auto it = j.find("sections");
+    if (it == j.end()) return {};
+    if (!it->is_array() || it->size() < 2) throw Error(where + ": 'sections' must be a list of at least two objects");
+    std::vector<TableSection> out;
+    for (size_t n = 0; n < it->size(); ++n) {
+        const auto& v = (*it)[n];
+        const std::string at = where + ": section " + std::to_string(n);
+        if (!v.is_object()) throw Error(at + ": expected an object");
+        check_keys(v, kSectionKeys, at);
+        TableSection s;
+        const auto rows = v.find("rows");
+        if (rows == v.end() || !(rows->is_string() || rows->is_number_integer()))
+            throw Error(at + ": 'rows' (an expression over config.json, or a number) missing");
+        const std::string text = rows->is_string() ? rows->get<std::string>() : std::to_string(rows->get<int64_t>());
+        s.rows = ConfigExpression::parse(text, at + ": 'rows'");
+        s.part = string_field(v, "part", at, false);
+        if (const auto to = v.find("to"); to != v.end()) {
+            if (!to->is_number_unsigned()) throw Error(at + ": 'to' must be an index into the rule's 'to' list");
+            s.to = to->get<size_t>();
+        }
+        out.push_back(std::move(s));
+    }
+    const auto parts = std::count_if(out.begin(), out.end(), [](const TableSection& s) { return !s.part.empty(); });
+    if (parts != 0 && parts != static_cast<std::ptrdiff_t>(out.size()))
+        throw Error(where + ": give every section a 'part' (its torch_dist tensor's suffix) or none");
+    return out;
+}
+
+// The sections agree with the tp rule and split that use them.
+void check_sections(const TableRule& rule, const std::string& where) {
+    const bool used = rule.tp == TpRule::Sections || rule.split == NameSplit::GroupedSections;
+    if (used != !rule.sections.empty())
+        throw Error(where + ": 'sections' go with tp sections or split grouped_sections, and those need them");
+    const size_t targets = split_targets(rule.split, rule.sections).first;
+    for (size_t n = 0; n < rule.sections.size(); ++n)
+        if (rule.split != NameSplit::GroupedSections && rule.sections[n].to != 0)
+            throw Error(where + ": section " + std::to_string(n) + ": 'to' is for split grouped_sections");
+    for (size_t n = 0; rule.split == NameSplit::GroupedSections && n < targets; ++n)
+        if (std::none_of(rule.sections.begin(), rule.sections.end(), [&](const TableSection& s) { return s.to == n; }))
+            throw Error(where + ": no section goes to 'to' " + std::to_string(n));
+}
+
 // The Megatron-only keys of a rule; a torchtitan rule may not use them (nor a Megatron rule
 // the torchtitan keys, but for the transforms of a fused expert tensor, see parse_rule).
 void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatron, const std::string& where) {
-    for (const char* key : {"split", "tp", "value_head", "groups", "stack_experts"})
+    for (const char* key : {"split", "tp", "value_head", "groups", "stack_experts", "sections", "add"})
         if (!megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'megatron' tables");
     for (const char* key : {"heads", "layer_offset"})
         if (megatron && j.contains(key)) throw Error(where + ": '" + key + "' belongs to source 'torchtitan' tables");
@@ -155,14 +220,23 @@ void parse_megatron_fields(const nlohmann::json& j, TableRule& rule, bool megatr
     rule.split = parse_split(string_field(j, "split", where, false), where);
     rule.tp = parse_tp(string_field(j, "tp", where, false), where);
     rule.value_head = bool_field(j, "value_head", where);
-    rule.to = rule_targets(j, rule.split, where);
+    rule.sections = parse_sections(j, where);
+    const auto [want, what] = split_targets(rule.split, rule.sections);
+    rule.to = rule_targets(j, want, what, where);
+    check_sections(rule, where);
     const std::string groups = string_field(j, "groups", where, false);
-    if ((rule.split == NameSplit::QkvPerHead) != !groups.empty())
-        throw Error(where + ": 'groups' (an expression over config.json giving the head count) goes with split "
-                    "qkv_per_head, and only there");
+    const bool grouped = rule.split == NameSplit::QkvPerHead || rule.split == NameSplit::GroupedSections;
+    if (grouped != !groups.empty())
+        throw Error(where + ": 'groups' (an expression over config.json giving the group count) goes with split "
+                    "qkv_per_head or grouped_sections, and only there");
     if (!groups.empty()) rule.groups = ConfigExpression::parse(groups, where + ": 'groups'");
     const std::string stack = string_field(j, "stack_experts", where, false);
     if (!stack.empty()) rule.stack_experts = ConfigExpression::parse(stack, where + ": 'stack_experts'");
+    if (const auto add = j.find("add"); add != j.end()) {
+        if (!add->is_number() || !std::isfinite(add->get<double>()))
+            throw Error(where + ": 'add' must be a number (added to every value)");
+        rule.add = add->get<double>();
+    }
 }
 
 // A rule's layer_offset: an expression over config.json, for a rule that maps a layer number ({i}
@@ -190,7 +264,7 @@ TableRule parse_rule(const nlohmann::json& j, size_t index, const std::string& f
     else {
         parse_megatron_fields(j, rule, false, where);
         // split_experts_gate_up names the gate and the up tensor: a list of two, as a gate_up split.
-        rule.to = rule.transform == TableTransform::SplitExpertsGateUp ? rule_targets(j, NameSplit::GateUp, where)
+        rule.to = rule.transform == TableTransform::SplitExpertsGateUp ? rule_targets(j, 2, "gate_up: gate, up", where)
                                                                        : string_field(j, "to", where, false);
     }
     rule.drop = string_field(j, "drop", where, false);
@@ -276,6 +350,8 @@ const char* name_split_name(NameSplit s) {
         case NameSplit::GateUp: return "gate_up";
         case NameSplit::Vocab: return "vocab";
         case NameSplit::QkvPerHead: return "qkv_per_head";
+        case NameSplit::QkvGated: return "qkv_gated";
+        case NameSplit::GroupedSections: return "grouped_sections";
     }
     return "none";
 }
@@ -287,6 +363,7 @@ const char* tp_rule_name(TpRule r) {
         case TpRule::Replicated: return "replicated";
         case TpRule::GluHalves: return "glu_halves";
         case TpRule::ReplicatedIfFull: return "replicated_if_full";
+        case TpRule::Sections: return "sections";
     }
     return "replicated";
 }

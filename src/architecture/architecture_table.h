@@ -40,13 +40,33 @@ enum class NameSplit {
     // Rows grouped per head [q_h; k_h; v_h] (`groups` heads, no GQA) -> ONE tensor [Q; K; V], as
     // a ViT's fused qkv (Qwen2.5-VL's visual.blocks.{i}.attn.qkv) holds them.
     QkvPerHead,
+    // Megatron's gated attention (attention_output_gate, Qwen3-Next): rows per query group [its
+    // nq/ng q heads; their gate heads; k head; v head] -> q_proj holding per head [q_h; gate_h]
+    // (2 nq d rows) | k_proj | v_proj.
+    QkvGated,
+    // A tensor of `sections` (concatenated on dim 0), each cut into `groups` equal chunks -> one
+    // HF tensor per `to`, holding per group g chunk g of each of its sections in order (the
+    // gated delta-net's in_proj [Q; K; V; Z; B; A] -> in_proj_qkvz and in_proj_ba, per key head).
+    GroupedSections,
 };
 
 // How the tensor-parallel shards of one Megatron tensor combine (docs/reference/megatron-formats.md
 // §2): concatenated on dim 0 or 1, read once from tp rank 0, SwiGLU [gate_r; up_r] halves, or (MLA
 // down-projections) replicated when one shard already has the full row count, else concatenated on
 // dim 0.
-enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull };
+// Sections: the rule's `sections` concatenated, each split over the ranks, every rank holding
+// [s0_r; s1_r; ...] (GluHalves with more and unequal sections: the gated delta-net's in_proj and
+// conv1d).
+enum class TpRule { Concat0, Concat1, Replicated, GluHalves, ReplicatedIfFull, Sections };
+
+// One row section of a Megatron tensor made of several (a rule's `sections`, dim 0, in order).
+struct TableSection {
+    ConfigExpression rows;  // its row count over the whole tensor, an expression over config.json
+    // Its tensor's name suffix in a torch_dist save, which keeps each section a tensor of its own
+    // (`<from>.<part>`): they are joined back into one before the rule applies. "" : none.
+    std::string part;
+    size_t to = 0;  // GroupedSections: the index in `to` of the HF tensor it goes to
+};
 
 // One rule of an architecture table: the checkpoint key pattern `from` ({i}: a layer number)
 // and either its HF name `to` or the reason it is dropped.
@@ -74,6 +94,13 @@ struct TableRule {
     // {e} and `to` names one fused tensor (no {e}): each expert's tensor(s) land at index e of a
     // new leading axis, [E, ...] (transformers 5's fused mlp.experts.gate_up_proj / down_proj).
     std::optional<ConfigExpression> stack_experts;
+    // Source 'megatron' only: the row sections of the tensor (TpRule::Sections, GroupedSections,
+    // torch_dist parts), and their row counts once config.json is known (architecture_for).
+    std::vector<TableSection> sections;
+    std::vector<int64_t> section_rows;
+    // Source 'megatron' only: the HF value is the checkpoint's plus this (megatron-core's
+    // zero-centred norm gamma w is w + 1 in a plain HF norm); 0: copied as it is.
+    double add = 0;
 };
 
 // An architecture table (share/vmerge/architectures/*.json, docs/architecture-tables.md): the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "architecture/config_expression.h"
 #include "core/error.h"
 #include "core/text_pattern.h"
 
@@ -69,6 +70,25 @@ bool has_tensor_table(const HfConfig& config, const ArchitectureTables& tables) 
     return !config.architectures.empty() && tensor_set_for(tables, config.architectures[0]).has_value();
 }
 
+namespace {
+
+// Each rule's section row counts (TableRule::section_rows) from config.json.
+void settle_section_rows(std::vector<TableRule>& rules, const HfConfig& config) {
+    const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
+    for (TableRule& rule : rules) {
+        rule.section_rows.clear();
+        for (const TableSection& s : rule.sections) {
+            const int64_t rows = evaluate_int(s.rows, scope);
+            if (rows <= 0)
+                throw Error(config.dir + "/config.json: rule " + std::to_string(rule.index) + " (from '" + rule.from +
+                            "'): section rows '" + s.rows.text() + "' = " + std::to_string(rows) + ", expected a positive count");
+            rule.section_rows.push_back(rows);
+        }
+    }
+}
+
+}  // namespace
+
 ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool drop_mtp,
                                   const ArchitectureTables& tables) {
     if (config.architectures.empty())
@@ -104,6 +124,7 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
             if (r.value_head) arch.rules.push_back(r);
     for (const TableRule& r : table->rules)
         if (!r.value_head) arch.rules.push_back(r);
+    settle_section_rows(arch.rules, config);
     if (set) {
         arch.tensor_set_file = set->file;
         arch.expected = expand_tensor_set(*set, config, {arch.value_model, arch.mtp_layers, arch.mtp_shared_copies});

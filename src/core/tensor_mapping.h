@@ -27,6 +27,9 @@ struct OutputTensor {
     std::vector<BoxCopy> copies;
     // Elements no copy covers are zeros (a Megatron vocabulary shorter than config.json's).
     bool zero_fill = false;
+    // Added to every value as it is written (a Megatron table rule's `add`: megatron-core keeps a
+    // norm's gamma zero-centred, HF's plain norm holds it plus 1); the values pass through float32.
+    double value_offset = 0;
 
     // Weight-only quantization (quantization.h): a Packed tensor's copies assemble the float
     // weight of `source_shape`; its rows are quantized (int words or FP8 codes) into itself and its Scale/ZeroPoint

@@ -237,7 +237,19 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
 
 // The blocks run() cuts `t` into.
 // Rows that go through float32 before the cast: a LoRA fold or a block-FP8 source's dequantization.
-bool in_float32(const OutputTensor& t) { return t.lora_delta.has_value() || t.source_scales.has_value(); }
+// Whether a tensor's values are changed on the way (folded, dequantized, offset): then they are
+// assembled, worked on in float32, and cast to the output dtype.
+bool in_float32(const OutputTensor& t) {
+    return t.lora_delta.has_value() || t.source_scales.has_value() || t.value_offset != 0;
+}
+
+// A table rule's `add` (OutputTensor::value_offset) on `count` values, in float32 as torch adds a
+// number to a bfloat16 or float16 tensor (then rounded once, by the writer's cast).
+void add_value_offset(const OutputTensor& t, float* values, size_t count) {
+    if (t.value_offset == 0) return;
+    const float add = static_cast<float>(t.value_offset);
+    for (size_t i = 0; i < count; ++i) values[i] += add;
+}
 
 BlockSizing sizing_of(const OutputTensor& t, uint64_t max_memory) {
     return block_sizing(t, t.role == OutputTensor::Role::QuantPacked, in_float32(t), max_memory);
@@ -531,7 +543,7 @@ void CopyExecutor::quantizer_input(const OutputTensor& t, DType model_dtype, int
                                    const LoraFactors* lora) {
     const size_t count = static_cast<size_t>(end - row) * static_cast<size_t>(t.source_shape[1]);
     floats_.resize(count);
-    if (lora || t.source_scales) {
+    if (lora || t.source_scales || t.value_offset != 0) {
         floats_with_fold(t, row, end, lora, floats_.data());
         round_through(floats_.data(), DType::F32, model_dtype, floats_.data(), count);
     } else {
@@ -555,7 +567,7 @@ void CopyExecutor::write_quantized_block(PipelinedSink& writer, size_t tensor, i
     const float global = t.global_scale_tensor ? global_scales_.at(t.global_scale_group.front()) : 1.0f;
     QuantizedBlock job{quantize_, &mapping_, tensor, row, end, align, t.source_dtype, global, threads_, &error};
     std::vector<unsigned char>* input = &block_;
-    if (lora || t.source_scales) {
+    if (lora || t.source_scales || t.value_offset != 0) {
         const auto start = Clock::now();
         const size_t count = rows * static_cast<size_t>(t.source_shape[1]);
         folded_.resize(count * sizeof(float));
@@ -597,7 +609,7 @@ float CopyExecutor::global_scale(size_t tensor) {
             // Without a fold, the largest value rounded to the model dtype is the rounded largest
             // value (rounding is monotonic): one rounding instead of one per weight.
             uint32_t block_top = kNonFiniteMagnitude;
-            if (const auto raw = lora ? std::nullopt : stored_max_magnitude_bits(block_.data(), m.source_dtype, count);
+            if (const auto raw = lora || m.value_offset != 0 ? std::nullopt : stored_max_magnitude_bits(block_.data(), m.source_dtype, count);
                 raw && *raw < kNonFiniteMagnitude) {
                 const float largest = std::bit_cast<float>(*raw);
                 float rounded;
@@ -635,11 +647,13 @@ void CopyExecutor::fold_lora(float* merged, const OutputTensor& t, int64_t row, 
 // with their scales, anything else cast exactly.
 void CopyExecutor::assembled_to_floats(const OutputTensor& t, int64_t row, int64_t end, const unsigned char* assembled,
                                        float* out) {
-    const int64_t cols = t.weight_shape()[1];
     if (!t.source_scales) {
-        cast_elements(assembled, t.source_dtype, out, DType::F32, static_cast<size_t>((end - row) * t.row_elements()));
+        const size_t count = static_cast<size_t>((end - row) * t.row_elements());
+        cast_elements(assembled, t.source_dtype, out, DType::F32, count);
+        add_value_offset(t, out, count);
         return;
     }
+    const int64_t cols = t.weight_shape()[1];
     const SourceScales& s = mapping_.source_scales.at(*t.source_scales);
     const std::vector<float>& grid = source_scale_grid(*t.source_scales);
     const int64_t scale_cols = (cols + s.block_cols - 1) / s.block_cols;
@@ -669,6 +683,7 @@ void CopyExecutor::assembled_to_floats(const OutputTensor& t, int64_t row, int64
     const DType model = t.role == OutputTensor::Role::QuantPacked ? t.quantize_from : t.dtype;
     if (t.lora_delta && model != DType::F32 && can_cast(DType::F32, model))
         round_through(out, DType::F32, model, out, static_cast<size_t>((end - row) * t.row_elements()));
+    add_value_offset(t, out, static_cast<size_t>((end - row) * t.row_elements()));
 }
 
 // The float32 scale grid of a block-FP8 source, read whole once and kept while its rows run.

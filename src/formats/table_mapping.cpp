@@ -134,7 +134,7 @@ OutputTensor transposed(const OutputTensor& assembled, const std::string& name, 
 OutputTensor gate_up_interleaved(const OutputTensor& assembled, const std::string& name, std::vector<TensorRef>& sources) {
     const size_t rank = assembled.shape.size();
     if (rank == 0 || assembled.shape.back() % 2 != 0 || !assembled.copies_view.empty() ||
-        !assembled.packed_codes_shape.empty() || assembled.lora_delta)
+        !assembled.packed_codes_shape.empty() || assembled.lora_delta || assembled.value_offset != 0)
         throw Error(assembled.name + ": " + shape_to_string(assembled.shape) +
                     " is not a plain tensor whose last axis holds [gate | up] halves to interleave");
     const int64_t half = assembled.shape.back() / 2;
@@ -330,7 +330,8 @@ void apply_saved_names(TensorMapping& mapping, const ArchitectureTable& table, c
             kept.push_back(std::move(t));
             continue;
         }
-        if (t.lora_delta || t.source_scales || t.role != OutputTensor::Role::Plain || t.zero_fill || peft.wrapped())
+        if (t.lora_delta || t.source_scales || t.role != OutputTensor::Role::Plain || t.zero_fill ||
+            t.value_offset != 0 || peft.wrapped())
             throw Error(table.file + ": rule " + std::to_string(rule.index) + " (from '" + rule.from + "'): " + t.name +
                         " carries a LoRA adapter or delta or is quantized or padded, and cannot be regrouped");
         for (OutputTensor& o : apply_rule(t, *match, table, config, mapping.sources)) {

@@ -48,6 +48,7 @@ std::vector<OutputTensor> fp4_tensors(OutputTensor& t, const std::string& module
     packed.shape = {rows, cols / 2};
     packed.copies = std::move(t.copies);
     packed.zero_fill = t.zero_fill;
+    packed.value_offset = t.value_offset;
     packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
     packed.source_scales = t.source_scales;  // and a quantized source is dequantized first
     packed.packed_codes_shape = t.packed_codes_shape;

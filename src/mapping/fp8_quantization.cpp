@@ -27,6 +27,7 @@ std::pair<OutputTensor, OutputTensor> fp8_tensors(OutputTensor& t, const std::st
     weight.shape = t.shape;
     weight.copies = std::move(t.copies);
     weight.zero_fill = t.zero_fill;
+    weight.value_offset = t.value_offset;
     weight.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
     weight.source_scales = t.source_scales;  // and a quantized source is dequantized first
     weight.packed_codes_shape = t.packed_codes_shape;

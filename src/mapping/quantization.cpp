@@ -156,6 +156,7 @@ QuantizationPlan plan_quantization(TensorMapping& mapping, const QuantizeSpec& s
         packed.shape = {rows, (cols + per_word - 1) / per_word};
         packed.copies = std::move(t.copies);
         packed.zero_fill = t.zero_fill;
+        packed.value_offset = t.value_offset;
         packed.lora_delta = t.lora_delta;  // a LoRA merge comes before quantization
     packed.source_scales = t.source_scales;  // and a quantized source is dequantized first
     packed.packed_codes_shape = t.packed_codes_shape;

@@ -163,7 +163,7 @@ std::string skeleton_unroutable(const TensorMapping& skeleton, const ScannedFile
     }
     std::vector<int64_t> read(keys, 0);
     for (const OutputTensor& t : skeleton.tensors) {
-        if (t.role != OutputTensor::Role::Plain || t.zero_fill || t.lora_delta || t.adapter)
+        if (t.role != OutputTensor::Role::Plain || t.zero_fill || t.value_offset != 0 || t.lora_delta || t.adapter)
             return t.name + " is not a plain copy of its source";
         for (const BoxCopy& c : t.copies) {
             const TensorRef& source = skeleton.sources[c.source];

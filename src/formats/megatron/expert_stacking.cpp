@@ -81,9 +81,9 @@ std::vector<OutputTensor> ExpertStacks::finish(const HfConfig& config, std::vect
                 throw Error(name + ": " + stack.source_keys.at(e) + " is " + shape_to_string(part.shape) + " " +
                             std::string(torch_name(part.source_dtype)) + ", but " + first_key + " is " + shape_to_string(first.shape) +
                             " " + std::string(torch_name(first.source_dtype)) + ": experts fused into one tensor must agree");
-            if (part.lora_delta || part.zero_fill)
-                throw Error(name + ": " + stack.source_keys.at(e) + " carries a LoRA delta or padding, which a fused "
-                            "expert tensor cannot take");
+            if (part.lora_delta || part.zero_fill || part.value_offset != 0)
+                throw Error(name + ": " + stack.source_keys.at(e) + " carries a LoRA delta, padding or an added value, "
+                            "which a fused expert tensor cannot take");
             stack_part(part, e, fused, sources);
         }
         out.push_back(fused_expert_transformed(fused, stack.rule->transform, sources));

@@ -47,6 +47,9 @@ struct MegatronParallelism {
 // base weight's rule. nullopt for a key no rule names. Used by assemble_megatron_legacy and,
 // inversely, by simulate_checkpoint.
 std::optional<TpRule> megatron_tp_rule(const std::string& key, const ArchitectureInfo& arch);
+// The whole row counts of the sections of the rule that names `key` (TpRule::Sections); empty
+// when none.
+std::vector<int64_t> megatron_tp_sections(const std::string& key, const ArchitectureInfo& arch);
 
 // The Megatron-LM iteration folder `dir` points to: `iter_NNNNNNN` of `iteration` when given,
 // else the one latest_checkpointed_iteration.txt names (or `release`, with no number); nullopt

@@ -100,6 +100,13 @@ std::optional<TpRule> megatron_tp_rule(const std::string& key, const Architectur
     return match->rule->tp;
 }
 
+std::vector<int64_t> megatron_tp_sections(const std::string& key, const ArchitectureInfo& arch) {
+    int64_t depth = 0;
+    const auto mtp_key = canonical_mtp_key(key, arch.layers, depth);
+    const auto match = match_rule(arch, mtp_key ? *mtp_key : key);
+    return match ? match->rule->section_rows : std::vector<int64_t>{};
+}
+
 std::optional<IterationFolder> iteration_folder(const std::string& dir, std::optional<int> iteration) {
     if (iteration) return IterationFolder{iteration_dir_name(*iteration), iteration};
     const fs::path tracker_path = fs::path(dir) / "latest_checkpointed_iteration.txt";
@@ -391,7 +398,8 @@ void check_tp_shards(const std::string& key, const std::vector<Piece>& pieces, T
                         " but " + std::string(torch_name(first.dtype)) + " " + shape_to_string(first.shape) + " in " +
                         pieces[0].file->path);
         const bool same_shape = s.shape == first.shape;
-        if (!same_shape && (rule == TpRule::Replicated || rule == TpRule::GluHalves || first.shape.empty() ||
+        if (!same_shape && (rule == TpRule::Replicated || rule == TpRule::GluHalves || rule == TpRule::Sections ||
+                            first.shape.empty() ||
                             (rule == TpRule::Concat0 && Shape(s.shape.begin() + 1, s.shape.end()) !=
                                                             Shape(first.shape.begin() + 1, first.shape.end())) ||
                             (rule == TpRule::Concat1 && (s.shape.size() < 2 || s.shape[0] != first.shape[0]))))
@@ -400,8 +408,44 @@ void check_tp_shards(const std::string& key, const std::vector<Piece>& pieces, T
     }
 }
 
-// The box copies that put the TP shards (sources base .. base+tp-1) into `t` by `rule`.
-void add_tp_copies(OutputTensor& t, const std::vector<Piece>& pieces, TpRule rule, uint32_t base, SourceLedger* ledger) {
+// TpRule::Sections: each rank holds [s0_r; s1_r; ...], s_r the rank's s / tp rows of section s
+// (`sections`: their whole row counts); the canonical tensor is [s0; s1; ...].
+void add_section_copies(OutputTensor& t, const std::vector<Piece>& pieces, const std::vector<int64_t>& sections,
+                        uint32_t base) {
+    const Shape& first = pieces[0].tensor->shape;
+    const int64_t tp = static_cast<int64_t>(pieces.size());
+    int64_t total = 0;
+    std::string sum;
+    for (const int64_t rows : sections) {
+        total += rows;
+        sum += (sum.empty() ? "" : " + ") + std::to_string(rows);
+    }
+    const bool even = std::all_of(sections.begin(), sections.end(), [&](int64_t rows) { return rows % tp == 0; });
+    if (first.empty() || !even || first[0] * tp != total)
+        throw Error(pieces[0].file->path + ": '" + t.name + "' is " + shape_to_string(first) + " on each of " +
+                    std::to_string(tp) + " tensor-parallel ranks, but its sections (" + sum + " rows by config.json) " +
+                    "give each rank a 1/" + std::to_string(tp) + " of every section: " +
+                    (even ? std::to_string(total / tp) + " rows" : "they do not divide evenly"));
+    t.shape[0] = total;
+    int64_t from_row = 0, section_start = 0;
+    for (const int64_t rows : sections) {
+        const int64_t per_rank = rows / tp;
+        for (int64_t r = 0; r < tp; ++r) {
+            Shape src(first.size(), 0), dst(first.size(), 0), extent = first;
+            src[0] = from_row;
+            dst[0] = section_start + r * per_rank;
+            extent[0] = per_rank;
+            add_copy(t, base + static_cast<uint32_t>(r), src, dst, extent);
+        }
+        from_row += per_rank;
+        section_start += rows;
+    }
+}
+
+// The box copies that put the TP shards (sources base .. base+tp-1) into `t` by `rule`
+// (`sections`: the rule's section rows, for TpRule::Sections).
+void add_tp_copies(OutputTensor& t, const std::vector<Piece>& pieces, TpRule rule, uint32_t base, SourceLedger* ledger,
+                   const std::vector<int64_t>& sections = {}) {
     const TensorRef& first = *pieces[0].tensor;
     const int tp = static_cast<int>(pieces.size());
     const size_t ndim = first.shape.size();
@@ -446,6 +490,7 @@ void add_tp_copies(OutputTensor& t, const std::vector<Piece>& pieces, TpRule rul
             }
             break;
         }
+        case TpRule::Sections: add_section_copies(t, pieces, sections, base); break;
     }
 }
 
@@ -461,7 +506,7 @@ OutputTensor assemble_tp_tensor(const std::string& key, const std::vector<Piece>
     check_tp_shards(key, pieces, rule);
     const uint32_t base = static_cast<uint32_t>(out.sources.size());
     for (const Piece& piece : pieces) out.sources.push_back(*piece.tensor);
-    add_tp_copies(t, pieces, rule, base, ledger);
+    add_tp_copies(t, pieces, rule, base, ledger, rule == TpRule::Sections ? megatron_tp_sections(key, arch) : std::vector<int64_t>{});
     check_copies_tile_output(t, out.sources);
     return t;
 }

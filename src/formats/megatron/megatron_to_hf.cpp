@@ -85,6 +85,131 @@ void check_qkv_rows(const OutputTensor& t, int64_t nq, int64_t ng, int64_t d, co
                     missing_shards_hint(t, want));
 }
 
+// Megatron's gated attention rows (attention_output_gate), per query group g of ng: [its nq/ng q
+// heads; their gate heads; k_g; v_g], each head d rows. HF's q_proj holds per head h [q_h;
+// gate_h] (rows 2hd and 2hd + d); k and v as in regroup_qkv. Whole-row box copies.
+void regroup_gated_qkv(const OutputTensor& t, int64_t nq, int64_t ng, int64_t d, OutputTensor& q, OutputTensor& k,
+                       OutputTensor& v) {
+    const int64_t per_group = nq / ng;
+    for (int64_t g = 0; g < ng; ++g) {
+        const int64_t base = g * (2 * per_group + 2) * d;
+        for (int64_t j = 0; j < per_group; ++j) {
+            const int64_t h = g * per_group + j;
+            take_rows(t, base + j * d, d, q, 2 * h * d);
+            take_rows(t, base + (per_group + j) * d, d, q, (2 * h + 1) * d);
+        }
+        take_rows(t, base + 2 * per_group * d, d, k, g * d);
+        take_rows(t, base + (2 * per_group + 1) * d, d, v, g * d);
+    }
+}
+
+// Split grouped_sections: `t` is the rule's sections [s0; s1; ...] (rows `rows`), each cut into
+// `groups` chunks; HF tensor k holds, per group g, chunk g of each section that goes to k, in
+// section order (the gated delta-net's in_proj_qkvz per key head [q_g; k_g; v_g; z_g]).
+std::vector<OutputTensor> regroup_sections(const OutputTensor& t, const TableRule& rule, int64_t groups,
+                                           const std::vector<std::string>& names) {
+    const std::vector<int64_t>& rows = rule.section_rows;
+    int64_t total = 0;
+    std::string sum;
+    for (const int64_t r : rows) {
+        total += r;
+        sum += (sum.empty() ? "" : " + ") + std::to_string(r);
+    }
+    if (t.shape.empty() || t.shape[0] != total)
+        throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but its sections are " + sum + " = " +
+                    std::to_string(total) + " rows by config.json" + missing_shards_hint(t, total));
+    std::vector<int64_t> group_rows(names.size(), 0);  // rows of one group in each HF tensor
+    for (size_t s = 0; s < rows.size(); ++s) {
+        if (groups <= 0 || rows[s] % groups != 0)
+            throw Error(t.name + ": section " + std::to_string(s) + " (" + std::to_string(rows[s]) + " rows) does not split into " +
+                        std::to_string(groups) + " groups ('" + rule.groups->text() + "' in config.json)");
+        group_rows[rule.sections[s].to] += rows[s] / groups;
+    }
+    std::vector<OutputTensor> made;
+    for (size_t k = 0; k < names.size(); ++k) {
+        Shape shape = t.shape;
+        shape[0] = group_rows[k] * groups;
+        made.push_back(new_output(t, names[k], shape));
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+        std::vector<int64_t> at(names.size());
+        for (size_t k = 0; k < names.size(); ++k) at[k] = g * group_rows[k];
+        int64_t section_start = 0;
+        for (size_t s = 0; s < rows.size(); ++s) {
+            const int64_t chunk = rows[s] / groups;
+            const size_t k = rule.sections[s].to;
+            take_rows(t, section_start + g * chunk, chunk, made[k], at[k]);
+            at[k] += chunk;
+            section_start += rows[s];
+        }
+    }
+    return made;
+}
+
+// torch_dist keeps each section of a sectioned tensor as a tensor of its own, `<key>.<part>`
+// (megatron-core's gated delta-net: in_proj.weight.query ... .alpha): joined here, in the rule's
+// section order, into the whole tensor a legacy save's ranks hold in pieces. Every part of a
+// tensor must be there; parts a rule does not name stay as they are (unmapped).
+std::vector<OutputTensor> join_section_parts(std::vector<OutputTensor> tensors, const ArchitectureInfo& arch) {
+    struct Joining {
+        const TableRule* rule = nullptr;
+        std::vector<std::optional<size_t>> parts;  // index in `tensors`, per section
+    };
+    std::map<std::string, Joining> joins;
+    for (size_t n = 0; n < tensors.size(); ++n) {
+        const size_t dot = tensors[n].name.rfind('.');
+        if (dot == std::string::npos) continue;
+        const std::string whole = tensors[n].name.substr(0, dot), part = tensors[n].name.substr(dot + 1);
+        int64_t depth = 0;
+        const auto mtp_key = canonical_mtp_key(whole, arch.layers, depth);
+        const auto match = match_rule(arch, mtp_key ? *mtp_key : whole);
+        if (!match) continue;
+        const auto& sections = match->rule->sections;
+        const auto s = std::find_if(sections.begin(), sections.end(), [&](const TableSection& x) { return x.part == part; });
+        if (part.empty() || s == sections.end()) continue;
+        Joining& j = joins[whole];
+        j.rule = match->rule;
+        j.parts.resize(sections.size());
+        j.parts[static_cast<size_t>(s - sections.begin())] = n;
+    }
+    if (joins.empty()) return tensors;
+    std::map<size_t, OutputTensor> joined_at;  // the first part's place -> the whole tensor
+    std::set<size_t> taken;
+    for (const auto& [whole, j] : joins) {
+        std::vector<std::string> missing, present;
+        for (size_t s = 0; s < j.parts.size(); ++s)
+            (j.parts[s] ? present : missing).push_back(whole + "." + j.rule->sections[s].part);
+        if (!missing.empty())
+            throw Error("the checkpoint holds " + list_names(present) + " but not " + list_names(missing) +
+                        ": the sections of " + whole + " (rule " + std::to_string(j.rule->index) + " of " + arch.table_file +
+                        ") come together");
+        OutputTensor t = new_output(tensors[*j.parts[0]], whole, tensors[*j.parts[0]].shape);
+        int64_t row = 0;
+        for (const auto& index : j.parts) {
+            const OutputTensor& part = tensors[*index];
+            if (part.shape.size() != t.shape.size() || !std::equal(part.shape.begin() + 1, part.shape.end(), t.shape.begin() + 1) ||
+                part.source_dtype != t.source_dtype)
+                throw Error(part.name + ": " + std::string(torch_name(part.source_dtype)) + " " + shape_to_string(part.shape) +
+                            " does not join " + tensors[*j.parts[0]].name + " (" + std::string(torch_name(t.source_dtype)) + " " +
+                            shape_to_string(t.shape) + ") on dim 0");
+            for (BoxCopy c : part.copies) {
+                c.dst_start[0] += row;
+                t.copies.push_back(std::move(c));
+            }
+            row += part.shape[0];
+            taken.insert(*index);
+        }
+        t.shape[0] = row;
+        joined_at.emplace(*j.parts[0], std::move(t));
+    }
+    std::vector<OutputTensor> out;
+    for (size_t n = 0; n < tensors.size(); ++n) {
+        if (auto it = joined_at.find(n); it != joined_at.end()) out.push_back(std::move(it->second));
+        else if (!taken.count(n)) out.push_back(std::move(tensors[n]));
+    }
+    return out;
+}
+
 }  // namespace
 
 std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
@@ -150,6 +275,27 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
             for (auto& part : parts) made.push_back(std::move(part));
             break;
         }
+        case NameSplit::QkvGated: {
+            const int64_t nq = arch.heads, ng = arch.kv_heads, d = arch.head_dim;
+            if (ng <= 0 || nq % ng != 0)
+                throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
+                            " is not a multiple of num_key_value_heads " + std::to_string(ng));
+            check_qkv_rows(t, 2 * nq, ng, d, "(2 x heads " + std::to_string(nq) + " (q and its gate) + 2 x kv heads " +
+                                                 std::to_string(ng) + ") x head_dim " + std::to_string(d));
+            Shape q = t.shape, kv = t.shape;
+            q[0] = 2 * nq * d;
+            kv[0] = ng * d;
+            std::vector<OutputTensor> parts{new_output(t, names[0], q), new_output(t, names[1], kv),
+                                            new_output(t, names[2], kv)};
+            regroup_gated_qkv(t, nq, ng, d, parts[0], parts[1], parts[2]);
+            for (auto& part : parts) made.push_back(std::move(part));
+            break;
+        }
+        case NameSplit::GroupedSections: {
+            const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
+            made = regroup_sections(t, *match.rule, evaluate_int(*match.rule->groups, scope), names);
+            break;
+        }
         case NameSplit::QkvPerHead: {
             // Rows grouped per head: [q_h; k_h; v_h], every head its own group; HF's fused qkv
             // holds [Q; K; V] in one tensor.
@@ -172,6 +318,7 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
             break;
         }
     }
+    for (auto& o : made) o.value_offset = match.rule->add;
     return made;
 }
 
@@ -193,7 +340,7 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
         check_copies_tile_output(o, out.sources);
         out.tensors.push_back(std::move(o));
     };
-    for (const OutputTensor& t : canonical.tensors) {
+    for (const OutputTensor& t : join_section_parts(std::move(canonical.tensors), arch)) {
         if (arch.drop_mtp && t.name.starts_with("mtp.")) {
             ++dropped_mtp;
             if (ledger) ledger->drop_output(t, out.sources, DropReason::DroppedMtp);

@@ -230,6 +230,8 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
             case NameSplit::Vocab: c.shape[0] = vocab_padded; break;
             case NameSplit::GateUp:
             case NameSplit::Qkv:
+            case NameSplit::QkvGated:
+            case NameSplit::GroupedSections:
             case NameSplit::QkvPerHead:  // the fused tensor holds every part's rows, in whatever order
                 for (size_t k = 1; k < g.parts.size(); ++k) {
                     if (Shape(g.parts[k]->begin() + 1, g.parts[k]->end()) != Shape(c.shape.begin() + 1, c.shape.end()))
@@ -367,6 +369,7 @@ void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const S
         case TpRule::Concat0: split(0, s.tp); break;
         case TpRule::Concat1: split(1, s.tp); break;
         case TpRule::GluHalves: split(0, 2LL * s.tp); break;
+        case TpRule::Sections: split(0, s.tp); break;  // every rank [s0_r; s1_r; ...]
         case TpRule::Replicated:
         case TpRule::ReplicatedIfFull: break;
     }
