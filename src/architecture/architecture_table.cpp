@@ -23,7 +23,7 @@ namespace {
 constexpr int kTableVersion = 1;
 constexpr uint64_t kMaxTableBytes = uint64_t{16} << 20;
 const std::set<std::string> kTableKeys{"vmerge_architecture_table", "name", "source", "architectures",
-                                       "config_check", "tensor_set", "keep_fp32", "mtp_shared_copies", "rules",
+                                       "config_check", "tensor_set", "keep_fp32", "mtp_shared_copies", "mtp_own_names", "rules",
                                        "notes"};
 const std::set<std::string> kRuleKeys{"from", "to", "drop", "transform", "heads", "tied_head", "layer_offset",
                                       "split", "tp", "value_head", "groups", "stack_experts", "sections", "add",
@@ -401,6 +401,9 @@ ArchitectureTable parse_architecture_table(const std::string& file, const nlohma
     table.mtp_shared_copies = bool_field(doc, "mtp_shared_copies", file);
     if (table.mtp_shared_copies && table.source != "hf")
         throw Error(file + ": 'mtp_shared_copies' belongs to source 'hf' tables (a fact of the HF release)");
+    table.mtp_own_names = bool_field(doc, "mtp_own_names", file);
+    if (table.mtp_own_names && table.source != "megatron")
+        throw Error(file + ": 'mtp_own_names' belongs to source 'megatron' tables");
     if (auto set = doc.find("tensor_set"); set != doc.end()) {
         if (table.source != "hf") throw Error(file + ": 'tensor_set' belongs to source 'hf' tables (a fact of the HF architecture)");
         table.tensor_set = parse_tensor_set(*set, file);

@@ -123,6 +123,9 @@ struct ArchitectureTable {
     // model.layers.{L+k}, copies embed_tokens.weight and shared_head.head.weight of
     // model.embed_tokens.weight and lm_head.weight (DeepSeek-V3; vLLM's MTP loader reads them).
     bool mtp_shared_copies = false;
+    // Source 'megatron': the MTP block's keys (mtp.layers.{k}.*) are matched as they are, by rules
+    // of their own, not as decoder layer L + k (Qwen3-Next's release keeps its MTP under mtp.*).
+    bool mtp_own_names = false;
     std::vector<TableRule> rules;
 };
 

@@ -19,6 +19,11 @@ std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t lay
     return is_inner ? layer + std::string(m[2]) : layer + "mtp." + std::string(m[2]) + "." + std::string(m[3]);
 }
 
+std::optional<std::string> mtp_rule_key(const ArchitectureInfo& arch, const std::string& key, int64_t& depth) {
+    if (arch.mtp_own_names) return std::nullopt;
+    return canonical_mtp_key(key, arch.layers, depth);
+}
+
 std::string_view megatron_submodel_prefix(std::string_view key) {
     for (std::string_view prefix : {"language_model.", "vision_model."})
         if (key.starts_with(prefix)) return key.substr(0, prefix.size());
@@ -103,6 +108,7 @@ ArchitectureInfo architecture_for(const HfConfig& config, bool value_model, bool
     }
     arch.table_file = table->file;
     arch.table_name = table->name;
+    arch.mtp_own_names = table->mtp_own_names;
     const std::string checked_as = table->config_check.empty() ? arch.name : table->config_check;
     const std::optional<TensorSet> set = tensor_set_for(tables, checked_as);
     if (!set && !table->config_check.empty())

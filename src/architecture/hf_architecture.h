@@ -28,6 +28,8 @@ struct ArchitectureInfo {
     // The HF release holds embed_tokens / shared_head.head copies in its MTP layers (the 'hf'
     // table's mtp_shared_copies): config.json then allows them (mtp_shared_copies.h writes them).
     bool mtp_shared_copies = false;
+    // The megatron table matches MTP keys under their own names (ArchitectureTable::mtp_own_names).
+    bool mtp_own_names = false;
     // --pad_vocab: an embedding or head with fewer rows than vocab_size is padded with zero rows
     // (otherwise the config contradicts the checkpoint: an Error naming both sizes).
     bool pad_vocab = false;
@@ -58,6 +60,9 @@ std::string_view megatron_submodel_prefix(std::string_view key);
 // canonical decoder key of HF layer L + k that the name rules map (Megatron-Bridge's MTP
 // mapping); nullopt for other keys. `depth` is set to k.
 std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth);
+// The key the rules of `arch` match an MTP key by: canonical_mtp_key's, or nullopt (the key as it
+// is, or not an MTP key) when the table names MTP tensors under their own names.
+std::optional<std::string> mtp_rule_key(const ArchitectureInfo& arch, const std::string& key, int64_t& depth);
 // What config.json implies for `architecture` by its tensor set (nullopt when none): a value
 // model's score head when `value_model`, the MTP depths of num_nextn_predict_layers when
 // `with_mtp`.

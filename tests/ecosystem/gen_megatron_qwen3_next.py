@@ -10,6 +10,13 @@ gated full-attention layer (full_attention_interval 4), 4 experts with a gated s
                             actor/dist_ckpt/ (per-layer keys: hetereogenous_dist_checkpoint, as
                             Megatron-Bridge sets it for this family)
   qwen3_next_tp2pp2_legacy  verl's legacy actor/model/mp_rank_TT_PPP/model.pt
+  qwen3_next_mtp_tp2_dist   TP 2 (x DP 2), torch_dist, with megatron-core's MTP block of one gated
+                            full-attention MoE layer (mtp_num_layers 1, as the bridge sets it from
+                            mtp_num_hidden_layers); transformers builds no MTP module, so the
+                            release's mtp.* tensors are drawn here (add_mtp_tensors) and mapped as
+                            the bridge maps them (eh_proj -> mtp.fc, enorm -> pre_fc_norm_embedding,
+                            hnorm -> pre_fc_norm_hidden, final_layernorm -> mtp.norm, the inner
+                            transformer_layer -> mtp.layers.0 with the decoder layer's names)
 
 Where each fact comes from:
   - the model: Megatron-Bridge's Qwen3NextBridge.provider_bridge (models/qwen/qwen3_next_bridge.py)
@@ -49,10 +56,13 @@ import eco_common as E  # noqa: E402
 import gen_megatron as GM  # noqa: E402
 import gen_megatron_vl as VL  # noqa: E402
 
-VARIANTS = {"qwen3_next_tp2pp2_dist": (2, 2), "qwen3_next_tp2pp2_legacy": (2, 2)}
+VARIANTS = {"qwen3_next_tp2pp2_dist": (2, 2), "qwen3_next_tp2pp2_legacy": (2, 2), "qwen3_next_mtp_tp2_dist": (2, 1)}
+# The MTP block's own names, Megatron-Bridge's Qwen3NextBridge mapping.
+MTP_NAMES = {"enorm.weight": "mtp.pre_fc_norm_embedding.weight", "hnorm.weight": "mtp.pre_fc_norm_hidden.weight",
+             "eh_proj.weight": "mtp.fc.weight", "final_layernorm.weight": "mtp.norm.weight"}
 
 
-def hf_config(tp):
+def hf_config(tp, mtp):
     from transformers import Qwen3NextConfig
     cfg = Qwen3NextConfig(vocab_size=-(-E.VOCAB // tp) * tp, hidden_size=64, num_attention_heads=4,
                           num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
@@ -63,11 +73,13 @@ def hf_config(tp):
                           linear_num_key_heads=2, linear_num_value_heads=4, partial_rotary_factor=0.25)
     cfg.dtype = "bfloat16"
     cfg.architectures = ["Qwen3NextForCausalLM"]
+    if mtp:
+        cfg.mtp_num_hidden_layers = 1  # the release's key (Qwen3-Next-80B-A3B's config.json)
     assert cfg.layer_types == ["linear_attention"] * 3 + ["full_attention"], cfg.layer_types
     return cfg
 
 
-def transformer_config(hf, tp, pp):
+def transformer_config(hf, tp, pp, mtp):
     """The TransformerConfig Megatron-Bridge's provider_bridge gives this HF config."""
     from megatron.core.transformer.transformer_config import TransformerConfig
     return TransformerConfig(
@@ -87,7 +99,8 @@ def transformer_config(hf, tp, pp):
         transformer_impl="local", use_cpu_initialization=True, params_dtype=torch.bfloat16, bf16=True,
         pipeline_dtype=torch.bfloat16, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
         persist_layer_norm=False, bias_activation_fusion=False, bias_dropout_fusion=False,
-        masked_softmax_fusion=False, gradient_accumulation_fusion=False, sequence_parallel=False)
+        masked_softmax_fusion=False, gradient_accumulation_fusion=False, sequence_parallel=False,
+        **({"mtp_num_layers": 1} if mtp else {}))
 
 
 def bind_fla_to_none():
@@ -125,6 +138,24 @@ def local_block_spec(config, pp_rank):
     return X.get_transformer_block_with_experimental_attention_variant_spec(config, pp_rank=pp_rank)
 
 
+def add_mtp_tensors(hf_dir, hf):
+    """Qwen3-Next's release layout of its MTP module (mtp.fc [H, 2H], three norms, mtp.layers.0: a
+    gated full-attention MoE layer named as the decoder's layer 3); drawn, as transformers builds
+    none. Norms are zero-centred on both sides (values near 0)."""
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(hf_dir, "model.safetensors")
+    tensors = load_file(path)
+    torch.manual_seed(4321)
+    full = f"model.layers.{hf.layer_types.index('full_attention')}."
+    for name, value in list(tensors.items()):
+        if name.startswith(full):
+            tensors["mtp.layers.0." + name[len(full):]] = (torch.randn(value.shape) * 0.05).to(value.dtype)
+    for norm in ("mtp.pre_fc_norm_embedding", "mtp.pre_fc_norm_hidden", "mtp.norm"):
+        tensors[norm + ".weight"] = (torch.randn(hf.hidden_size) * 0.05).to(torch.bfloat16)
+    tensors["mtp.fc.weight"] = (torch.randn(hf.hidden_size, 2 * hf.hidden_size) * 0.05).to(torch.bfloat16)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
 def gated_qkv(hf, q, k, v):
     """QKVMapping with attention_output_gate: HF q_proj [nq * 2d] per head [q_h; gate_h] -> per
     query group [its q heads; their gate heads; k_g; v_g]."""
@@ -154,8 +185,17 @@ def per_rank_sections(sections, tp, rank):
 
 def megatron_value(name, param, hf_t, hf, tp, rank):
     """This rank's value of megatron parameter `name` (global layer numbers) from the HF tensors."""
+    prefix = f"model.layers.{name.split('.')[2]}." if name.startswith("decoder.layers.") else ""
+    if name.startswith("mtp.layers.0."):
+        tail = name[len("mtp.layers.0."):]
+        if tail in MTP_NAMES:
+            full = hf_t[MTP_NAMES[tail]]
+            return full.chunk(tp, dim=0)[rank] if getattr(param, "tensor_model_parallel", False) else full
+        prefix = "mtp.layers.0."
+        name = "decoder.layers.0." + tail[len("transformer_layer."):]
+
     def layer(what):
-        return hf_t[f"model.layers.{name.split('.')[2]}.{what}"]
+        return hf_t[prefix + what]
 
     def split(full):
         if getattr(param, "tensor_model_parallel", False):
@@ -231,7 +271,8 @@ def main():
     from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
     ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
 
-    hf = hf_config(tp)
+    mtp = "_mtp_" in variant
+    hf = hf_config(tp, mtp)
     hf_dir = os.path.join(case_dir, "hf_model")
     logits = None
     if rank == 0:
@@ -239,13 +280,20 @@ def main():
         hf_model = E.build_model(hf)
         hf_model.save_pretrained(hf_dir)
         logits = E.live_logits(hf_model)
+        if mtp:
+            add_mtp_tensors(hf_dir, hf)
     dist.barrier()
     hf_t = VL.read_safetensors(hf_dir)
 
-    config = transformer_config(hf, tp, pp)
+    config = transformer_config(hf, tp, pp, mtp)
     pp_rank = ps.get_pipeline_model_parallel_rank()
+    block = local_block_spec(config, pp_rank)
+    mtp_args = {}
+    if mtp:  # the MTP layer is a gated full-attention layer: the block's last one (layer_types)
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+        mtp_args["mtp_block_spec"] = get_gpt_mtp_block_spec(config, block.layer_specs[-1], use_transformer_engine=False)
     with GM.cuda_calls_on_cpu(), GM.no_cuda_rng_fork():
-        model = GPTModel(config=config, transformer_layer_spec=local_block_spec(config, pp_rank),
+        model = GPTModel(config=config, transformer_layer_spec=block, **mtp_args,
                          vocab_size=hf.vocab_size, max_sequence_length=64, pre_process=ps.is_pipeline_first_stage(),
                          post_process=ps.is_pipeline_last_stage(), share_embeddings_and_output_weights=False,
                          position_embedding_type="rope")
@@ -273,7 +321,8 @@ def write_case_files(case_dir, hf, actor, hf_t, logits, variant, legacy):
     E.save_hf_files(hf, os.path.join(actor, "huggingface"))
     E.write_oracle(case_dir, hf_t, logits)
     E.write_case(case_dir, producer=f"megatron-core {megatron.core.__version__} GPTModel with gated delta-net layers "
-                 f"(Megatron-Bridge's Qwen3-Next layout, local spec), " + VL.layout_text(tp, pp, 1, legacy),
+                 f"(Megatron-Bridge's Qwen3-Next layout, local spec" + (", megatron-core's MTP block" if "_mtp_" in variant else "") +
+                 "), " + VL.layout_text(tp, pp, 1, legacy),
                  checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
                  output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True, ranks=[1, 3])
 

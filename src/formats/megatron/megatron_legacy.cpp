@@ -94,7 +94,7 @@ std::optional<TpRule> megatron_tp_rule(const std::string& key, const Architectur
         return row_parallel ? TpRule::Concat0 : *base_rule;
     }
     int64_t depth = 0;
-    const auto mtp_key = canonical_mtp_key(key, arch.layers, depth);
+    const auto mtp_key = mtp_rule_key(arch, key, depth);
     const auto match = match_rule(arch, mtp_key ? *mtp_key : key);
     if (!match) return std::nullopt;
     return match->rule->tp;
@@ -102,7 +102,7 @@ std::optional<TpRule> megatron_tp_rule(const std::string& key, const Architectur
 
 std::vector<int64_t> megatron_tp_sections(const std::string& key, const ArchitectureInfo& arch) {
     int64_t depth = 0;
-    const auto mtp_key = canonical_mtp_key(key, arch.layers, depth);
+    const auto mtp_key = mtp_rule_key(arch, key, depth);
     const auto match = match_rule(arch, mtp_key ? *mtp_key : key);
     return match ? match->rule->section_rows : std::vector<int64_t>{};
 }
@@ -375,7 +375,7 @@ TpRule settled_tp_rule(const std::string& key, const std::vector<Piece>& pieces,
     if (rule != TpRule::ReplicatedIfFull) return rule;
     rule = TpRule::Concat0;
     int64_t depth = 0;
-    const auto mtp_key = canonical_mtp_key(key, arch.layers, depth);
+    const auto mtp_key = mtp_rule_key(arch, key, depth);
     if (auto match = match_rule(arch, mtp_key ? *mtp_key : key)) {
         auto it = arch.expected.required.find(match->hf_names[0]);
         if (it != arch.expected.required.end() && !first.shape.empty() && first.shape.size() == it->second.size()) {

@@ -161,7 +161,7 @@ std::vector<OutputTensor> join_section_parts(std::vector<OutputTensor> tensors, 
         if (dot == std::string::npos) continue;
         const std::string whole = tensors[n].name.substr(0, dot), part = tensors[n].name.substr(dot + 1);
         int64_t depth = 0;
-        const auto mtp_key = canonical_mtp_key(whole, arch.layers, depth);
+        const auto mtp_key = mtp_rule_key(arch, whole, depth);
         const auto match = match_rule(arch, mtp_key ? *mtp_key : whole);
         if (!match) continue;
         const auto& sections = match->rule->sections;
@@ -348,7 +348,7 @@ TensorMapping megatron_to_hf(TensorMapping canonical, const ArchitectureInfo& ar
         }
         // An MTP depth the config declares maps as decoder layer L + k; others stay unmapped.
         int64_t depth = 0;
-        const auto mtp_key = canonical_mtp_key(t.name, arch.layers, depth);
+        const auto mtp_key = mtp_rule_key(arch, t.name, depth);
         auto match = mtp_key ? (depth < arch.mtp_layers ? match_rule(arch, *mtp_key) : std::nullopt)
                              : match_rule(arch, t.name);
         if (!match) {

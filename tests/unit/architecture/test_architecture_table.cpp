@@ -129,6 +129,86 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
               "t.json: 'tensor_set' belongs to source 'hf' tables (a fact of the HF architecture)");
 }
 
+// The Qwen3-Next rule kinds parse: split qkv_gated, split grouped_sections with its groups and
+// sections (rows, part, to), tp sections on its own, and add.
+TEST(ArchitectureTable, MegatronSectionRulesParse) {
+    const std::string text = R"({"vmerge_architecture_table": 1, "name": "n", "source": "megatron", "architectures": ["A"],
+        "rules": [{"from": "x.{i}.qkv", "to": ["q.{i}", "k.{i}", "v.{i}"], "split": "qkv_gated", "tp": "dim0"},
+                  {"from": "x.{i}.in", "to": ["a.{i}", "b.{i}"], "split": "grouped_sections", "groups": "nk",
+                   "tp": "sections", "sections": [{"rows": "nk * 2", "part": "query", "to": 0},
+                                                  {"rows": 4, "part": "beta", "to": 1}]},
+                  {"from": "x.{i}.conv", "to": "c.{i}", "tp": "sections", "sections": [{"rows": 2}, {"rows": "nk"}]},
+                  {"from": "x.{i}.norm", "to": "n.{i}", "add": 1},
+                  {"from": "x.{i}.half", "to": "h.{i}", "add": -0.5}]})";
+    const auto table = parse_architecture_table("t.json", nlohmann::json::parse(text));
+    ASSERT_EQ(table.rules.size(), 5u);
+    EXPECT_EQ(table.rules[0].split, NameSplit::QkvGated);
+    EXPECT_EQ(table.rules[0].to, "q.{i}|k.{i}|v.{i}");
+    const TableRule& grouped = table.rules[1];
+    EXPECT_EQ(grouped.split, NameSplit::GroupedSections);
+    EXPECT_EQ(grouped.tp, TpRule::Sections);
+    ASSERT_TRUE(grouped.groups);
+    EXPECT_EQ(grouped.groups->text(), "nk");
+    ASSERT_EQ(grouped.sections.size(), 2u);
+    EXPECT_EQ(grouped.sections[0].rows.text(), "nk * 2");
+    EXPECT_EQ(grouped.sections[0].part, "query");
+    EXPECT_EQ(grouped.sections[0].to, 0u);
+    EXPECT_EQ(grouped.sections[1].rows.text(), "4");
+    EXPECT_EQ(grouped.sections[1].part, "beta");
+    EXPECT_EQ(grouped.sections[1].to, 1u);
+    EXPECT_EQ(table.rules[2].split, NameSplit::None);
+    EXPECT_EQ(table.rules[2].tp, TpRule::Sections);
+    EXPECT_EQ(table.rules[2].sections.size(), 2u);
+    EXPECT_TRUE(table.rules[2].sections[0].part.empty());
+    EXPECT_EQ(table.rules[3].add, 1.0);
+    EXPECT_EQ(table.rules[4].add, -0.5);
+    EXPECT_EQ(table.rules[2].add, 0.0);  // no 'add': copied as it is
+}
+
+// Each misuse of sections, groups and add is refused by a message that names it.
+TEST(ArchitectureTable, MegatronSectionRulesRefuseWhatDoesNotFit) {
+    const std::string two = R"("sections": [{"rows": 2}, {"rows": 3}])";
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": "d", )" + two + "}"),
+              "t.json: rule 0 (from 'c'): 'sections' go with tp sections or split grouped_sections, and those need them");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": "d", "tp": "sections"})"),
+              "t.json: rule 0 (from 'c'): 'sections' go with tp sections or split grouped_sections, and those need them");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": ["a", "b"], "split": "grouped_sections", "tp": "sections",
+                                 "sections": [{"rows": 2, "to": 0}, {"rows": 2, "to": 1}]})"),
+              "t.json: rule 0 (from 'c'): 'groups' (an expression over config.json giving the group count) goes with "
+              "split qkv_per_head or grouped_sections, and only there");
+    // A section going to 'to' 2 needs three names; three names with none going to 1 leave one unused.
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": ["a", "b"], "split": "grouped_sections", "groups": "g",
+                                 "sections": [{"rows": 2, "to": 0}, {"rows": 2, "to": 2}]})"),
+              "t.json: rule 0 (from 'c'): 'to' must be a list of 3 HF names (split grouped_sections: one for each 'to' "
+              "its sections name)");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": ["a", "b", "e"], "split": "grouped_sections", "groups": "g",
+                                 "sections": [{"rows": 2, "to": 0}, {"rows": 2, "to": 2}]})"),
+              "t.json: rule 0 (from 'c'): no section goes to 'to' 1");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": ["a", "b", "e"], "split": "grouped_sections", "groups": "g",
+                                 "sections": [{"rows": 2, "to": 0}, {"rows": 2, "to": 1}]})"),
+              "t.json: rule 0 (from 'c'): 'to' must be a list of 2 HF names (split grouped_sections: one for each 'to' "
+              "its sections name)");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": "d", "tp": "sections", "sections": [{"rows": 2}, {"rows": 2, "to": 1}]})"),
+              "t.json: rule 0 (from 'c'): section 1: 'to' is for split grouped_sections");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": "d", "tp": "sections", "sections": [{"rows": 2}, {"rows": 2, "to": -1}]})"),
+              "t.json: rule 0 (from 'c'): section 1: 'to' must be an index into the rule's 'to' list");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": "d", "tp": "sections",
+                                 "sections": [{"rows": 2, "part": "q"}, {"rows": 2}]})"),
+              "t.json: rule 0 (from 'c'): give every section a 'part' (its torch_dist tensor's suffix) or none");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": "d", "tp": "sections", "sections": [{"rows": 2}]})"),
+              "t.json: rule 0 (from 'c'): 'sections' must be a list of at least two objects");
+    EXPECT_EQ(megatron_error(R"({"from": "c", "to": "d", "tp": "sections", "sections": [{"rows": 2}, {"part": "k"}]})"),
+              "t.json: rule 0 (from 'c'): section 1: 'rows' (an expression over config.json, or a number) missing");
+    for (const std::string add : {R"("1")", "true", "[1]", "null"})
+        EXPECT_EQ(megatron_error(R"({"from": "n", "to": "m", "add": )" + add + "}"),
+                  "t.json: rule 0 (from 'n'): 'add' must be a number (added to every value)")
+            << add;
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", )" + two + "}")),
+              "t.json: rule 0 (from 'a'): 'sections' belongs to source 'megatron' tables");
+    EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "add": 1})")),
+              "t.json: rule 0 (from 'a'): 'add' belongs to source 'megatron' tables");
+}
+
 // A family written from scratch as an 'hf' table (no extends): GQA with biases, a dense first
 // layer, then routed experts with a router bias and summed shared experts. Its tensor set is
 // the one listed here by hand, for a config of two layers.

@@ -239,6 +239,68 @@ TEST(CopyExecutor, InterleavedGateUpBiasSplitsAPieceAtTheHalf) {
     EXPECT_THROW(gate_up_interleaved(odd, "x", mapping.sources), Error);
 }
 
+// `values` in `dtype` (F32, or BF16 as a float's upper 16 bits: exact for these values).
+std::vector<unsigned char> encoded(const std::vector<float>& values, DType dtype) {
+    std::vector<unsigned char> bytes(values.size() * element_size(dtype));
+    for (size_t i = 0; i < values.size(); ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &values[i], 4);
+        if (dtype == DType::F32) std::memcpy(bytes.data() + 4 * i, &bits, 4);
+        else std::memcpy(bytes.data() + 2 * i, reinterpret_cast<const unsigned char*>(&bits) + 2, 2);  // little endian
+    }
+    return bytes;
+}
+
+std::vector<float> decoded(const std::vector<unsigned char>& bytes, DType dtype) {
+    const size_t size = element_size(dtype);
+    std::vector<float> values(bytes.size() / size);
+    for (size_t i = 0; i < values.size(); ++i) {
+        uint32_t bits = 0;
+        if (dtype == DType::F32) std::memcpy(&bits, bytes.data() + 4 * i, 4);
+        else std::memcpy(reinterpret_cast<unsigned char*>(&bits) + 2, bytes.data() + 2 * i, 2);
+        std::memcpy(&values[i], &bits, 4);
+    }
+    return values;
+}
+
+// A [3, 2] tensor of `source` dtype `from`, written as `to` with `offset` added to every value.
+std::vector<float> written_with_offset(const std::vector<float>& source, DType from, DType to, double offset) {
+    TensorMapping mapping = whole_copy("memory:norm", 3, 2);
+    mapping.sources[0].dtype = from;
+    mapping.sources[0].storage.byte_size = mapping.sources[0].nbytes();
+    OutputTensor& t = mapping.tensors[0];
+    t.source_dtype = from;
+    t.dtype = to;
+    t.value_offset = offset;
+    const auto bytes = encoded(source, from);
+    int reads = 0;
+    CopyExecutor executor(mapping, 1 << 20);
+    executor.read_sources_with([&](const std::string&) -> std::unique_ptr<SourceReader> {
+        return std::make_unique<MemorySource>(bytes, reads);
+    });
+    std::vector<unsigned char> out(source.size() * element_size(to));
+    executor.run({{0, 0, 3}}, [&](const RowBlock& b) {
+        std::memcpy(out.data() + b.row_begin * 2 * element_size(to), b.data, b.size);
+    });
+    return decoded(out, to);
+}
+
+// A table rule's add (megatron-core's zero-centred norm gamma, HF's plain one): every value
+// plus the offset, whatever the source and output dtypes; no offset, the values as they are.
+TEST(CopyExecutor, ValueOffsetIsAddedToEveryValue) {
+    const std::vector<float> source{0.5f, -1.0f, 2.0f, -0.25f, 0.0f, 8.0f};
+    const std::vector<float> plus_one{1.5f, 0.0f, 3.0f, 0.75f, 1.0f, 9.0f};
+    const std::vector<std::pair<DType, DType>> casts{
+        {DType::BF16, DType::BF16}, {DType::F32, DType::F32}, {DType::F32, DType::BF16}, {DType::BF16, DType::F32}};
+    for (const auto& [from, to] : casts) {
+        const std::string what = std::string(torch_name(from)) + " -> " + std::string(torch_name(to));
+        EXPECT_EQ(written_with_offset(source, from, to, 1.0), plus_one) << what;
+        EXPECT_EQ(written_with_offset(source, from, to, 0.0), source) << what;
+    }
+    EXPECT_EQ(written_with_offset(source, DType::F32, DType::F32, -0.5),
+              (std::vector<float>{0.0f, -1.5f, 1.5f, -0.75f, -0.5f, 7.5f}));
+}
+
 TEST(CopyExecutor, TaskDoneFollowsTheTasksLastBlock) {
     TensorMapping mapping = whole_copy("memory:b", 8, 2);
     mapping.tensors[0].row_align = 2;

@@ -2,6 +2,7 @@
 // (megatron_tp_rule of formats/megatron/megatron_backend.h).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -292,6 +293,221 @@ TEST(ArchitectureTable, UnmappedMtpTensorsSayWhy) {
     EXPECT_TRUE(testing::contains(rule_error, "(multi-token prediction tensors " + arch.table_file +
                                                   " has no rule for: --drop_mtp leaves them out)"))
         << rule_error;
+}
+
+// A made-up gated model for the Qwen3-Next rule kinds, its table written here so that the
+// layouts below are those of the rule kinds, not of a shipped table: 4 query heads in 2 query
+// groups of head dim 2; in_proj of sections [Q 4; K 2; V 6; B 2; A 2] rows (nk = 2 key heads),
+// the first three going to qkvz, the last two to ba; conv1d of sections [Q; K; V].
+const char* kTinyGatedTable = R"({"vmerge_architecture_table": 1, "name": "tiny gated", "source": "megatron",
+    "architectures": ["TinyGatedForCausalLM"], "rules": [
+    {"from": "decoder.layers.{i}.self_attention.linear_qkv.weight",
+     "to": ["model.layers.{i}.self_attn.q_proj.weight", "model.layers.{i}.self_attn.k_proj.weight",
+            "model.layers.{i}.self_attn.v_proj.weight"], "split": "qkv_gated", "tp": "dim0"},
+    {"from": "decoder.layers.{i}.self_attention.in_proj.weight",
+     "to": ["model.layers.{i}.linear_attn.in_proj_qkvz.weight", "model.layers.{i}.linear_attn.in_proj_ba.weight"],
+     "split": "grouped_sections", "groups": "nk", "tp": "sections",
+     "sections": [{"rows": "nk * 2", "part": "query", "to": 0}, {"rows": "nk", "part": "key", "to": 0},
+                  {"rows": "nk * 3", "part": "value", "to": 0}, {"rows": "nk", "part": "beta", "to": 1},
+                  {"rows": "nk", "part": "alpha", "to": 1}]},
+    {"from": "decoder.layers.{i}.self_attention.conv1d.weight", "to": "model.layers.{i}.linear_attn.conv1d.weight",
+     "tp": "sections", "sections": [{"rows": "nk * 2", "part": "query"}, {"rows": "nk", "part": "key"},
+                                    {"rows": "nk * 3", "part": "value"}]},
+    {"from": "decoder.layers.{i}.self_attention.out_norm.weight", "to": "model.layers.{i}.linear_attn.norm.weight",
+     "add": 1}]})";
+
+HfConfig tiny_gated_config() {
+    return parse_hf_config("/hf", R"({"architectures": ["TinyGatedForCausalLM"], "hidden_size": 8,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 2, "num_hidden_layers": 1, "vocab_size": 8,
+        "nk": 2})");
+}
+
+// The architecture of tiny_gated_config() by kTinyGatedTable (no tensor set: nothing to check
+// the output against).
+ArchitectureInfo tiny_gated_arch(const HfConfig& config) {
+    testing::TempDir dir;
+    const std::string file = dir.path() + "/tiny_gated.json";
+    std::ofstream(file) << kTinyGatedTable;
+    return architecture_for(config, false, false, load_architecture_tables({file}));
+}
+
+// A tensor whose one copy takes the whole of source 0, of `shape`.
+OutputTensor whole(const std::string& name, Shape shape) {
+    OutputTensor t = testing::tensor(name, DType::BF16, shape);
+    t.copies.push_back({0, Shape(shape.size(), 0), Shape(shape.size(), 0), shape});
+    return t;
+}
+
+// Which (source, source row) each row of `t` copies; (-1, -1) for a row no copy writes.
+std::vector<std::pair<int64_t, int64_t>> row_origins(const OutputTensor& t) {
+    std::vector<std::pair<int64_t, int64_t>> rows(static_cast<size_t>(t.shape[0]), {-1, -1});
+    for (const BoxCopy& c : t.copies)
+        for (int64_t k = 0; k < c.extent[0]; ++k)
+            rows[static_cast<size_t>(c.dst_start[0] + k)] = {c.source, c.src_start[0] + k};
+    return rows;
+}
+
+// Gated attention, per query group g [q heads 2g, 2g+1; their gates; k_g; v_g] of 2 rows each
+// (group 0 rows 0-11, group 1 rows 12-23), into HF's q_proj [q_h; gate_h] per head h, k_proj, v_proj.
+TEST(MegatronToHf, QkvGatedPutsEachGateAfterItsQueryHead) {
+    const HfConfig config = tiny_gated_config();
+    const ArchitectureInfo arch = tiny_gated_arch(config);
+    const std::string key = "decoder.layers.0.self_attention.linear_qkv.weight";
+    const auto match = match_rule(arch, key);
+    ASSERT_TRUE(match);
+    std::vector<std::string> notes;
+    const auto made = split_to_hf(whole(key, {24, 8}), *match, arch, config, notes);
+    ASSERT_EQ(made.size(), 3u);
+    EXPECT_EQ(made[0].name, "model.layers.0.self_attn.q_proj.weight");
+    EXPECT_EQ(made[1].name, "model.layers.0.self_attn.k_proj.weight");
+    EXPECT_EQ(made[2].name, "model.layers.0.self_attn.v_proj.weight");
+    EXPECT_EQ(made[0].shape, (Shape{16, 8}));
+    EXPECT_EQ(made[1].shape, (Shape{4, 8}));
+    EXPECT_EQ(made[2].shape, (Shape{4, 8}));
+    // q0 rows 0-1, gate0 4-5; q1 2-3, gate1 6-7; q2 12-13, gate2 16-17; q3 14-15, gate3 18-19.
+    EXPECT_EQ(row_sources(made[0]), (std::vector<int64_t>{0, 1, 4, 5, 2, 3, 6, 7, 12, 13, 16, 17, 14, 15, 18, 19}));
+    EXPECT_EQ(row_sources(made[1]), (std::vector<int64_t>{8, 9, 20, 21}));
+    EXPECT_EQ(row_sources(made[2]), (std::vector<int64_t>{10, 11, 22, 23}));
+    for (const auto& o : made) EXPECT_EQ(o.value_offset, 0.0) << o.name;
+    const std::string short_error =
+        testing::error_of([&] { split_to_hf(whole(key, {12, 8}), *match, arch, config, notes); });
+    EXPECT_TRUE(testing::contains(short_error, key + ": [12, 8] rows, but (2 x heads 4 (q and its gate) + 2 x kv heads 2) "
+                                                     "x head_dim 2 = 24"))
+        << short_error;
+}
+
+// in_proj [Q 0-3; K 4-5; V 6-11; B 12-13; A 14-15] in 2 groups: qkvz holds per group g
+// [Q chunk g (2 rows); K chunk g (1); V chunk g (3)], ba per group [B chunk g; A chunk g].
+TEST(MegatronToHf, GroupedSectionsTakeEachGroupsChunkOfEverySection) {
+    const HfConfig config = tiny_gated_config();
+    const ArchitectureInfo arch = tiny_gated_arch(config);
+    const std::string key = "decoder.layers.0.self_attention.in_proj.weight";
+    const auto match = match_rule(arch, key);
+    ASSERT_TRUE(match);
+    std::vector<std::string> notes;
+    const auto made = split_to_hf(whole(key, {16, 2}), *match, arch, config, notes);
+    ASSERT_EQ(made.size(), 2u);
+    EXPECT_EQ(made[0].name, "model.layers.0.linear_attn.in_proj_qkvz.weight");
+    EXPECT_EQ(made[1].name, "model.layers.0.linear_attn.in_proj_ba.weight");
+    EXPECT_EQ(made[0].shape, (Shape{12, 2}));
+    EXPECT_EQ(made[1].shape, (Shape{4, 2}));
+    EXPECT_EQ(row_sources(made[0]), (std::vector<int64_t>{0, 1, 4, 6, 7, 8, 2, 3, 5, 9, 10, 11}));
+    EXPECT_EQ(row_sources(made[1]), (std::vector<int64_t>{12, 14, 13, 15}));
+    const std::string short_error =
+        testing::error_of([&] { split_to_hf(whole(key, {14, 2}), *match, arch, config, notes); });
+    EXPECT_TRUE(testing::contains(short_error, key + ": [14, 2] rows, but its sections are 4 + 2 + 6 + 2 + 2 = 16 rows "
+                                                     "by config.json"))
+        << short_error;
+}
+
+// A hand-made legacy save of tensor-parallel size 2 holding `key` as [rows, 2] on each rank
+// (rank r's file /ckpt/mp_rank_0r/model.pt).
+struct TinyLegacySave {
+    MegatronLegacyCheckpoint ckpt;
+    std::vector<ScannedFile> scans;
+};
+TinyLegacySave tp2_save(const std::string& key, int64_t rows) {
+    TinyLegacySave save;
+    save.ckpt.dir = "/ckpt";
+    save.ckpt.flavor = "verl";
+    for (int r = 0; r < 2; ++r) {
+        MegatronRankFile f;
+        f.dir_name = "mp_rank_0" + std::to_string(r);
+        f.path = "/ckpt/" + f.dir_name + "/model.pt";
+        f.tp = r;
+        save.ckpt.files.push_back(f);
+        save.scans.push_back(testing::scan_of(f.path, {StateDictEntry{key, testing::stored({rows, 2}, f.path, 0), 0}}));
+    }
+    return save;
+}
+
+// tp sections: rank r holds [Q_r 2; K_r 1; V_r 3; B_r 1; A_r 1] (8 rows, sources 0 and 1); the
+// canonical tensor is [Q; K; V; B; A], each section rank 0's share then rank 1's.
+TEST(MegatronLegacy, TpSectionsJoinEachSectionsShares) {
+    const HfConfig config = tiny_gated_config();
+    const ArchitectureInfo arch = tiny_gated_arch(config);
+    const std::string key = "decoder.layers.0.self_attention.in_proj.weight";
+    const TinyLegacySave save = tp2_save(key, 8);
+    MegatronParallelism found;
+    const TensorMapping m = assemble_megatron_legacy(save.ckpt, save.scans, arch, found);
+    EXPECT_EQ(found.tp, 2);
+    ASSERT_EQ(m.tensors.size(), 1u);
+    EXPECT_EQ(m.tensors[0].name, key);
+    EXPECT_EQ(m.tensors[0].shape, (Shape{16, 2}));
+    ASSERT_EQ(m.sources.size(), 2u);
+    EXPECT_EQ(m.sources[0].storage.file, "/ckpt/mp_rank_00/model.pt");
+    const std::vector<std::pair<int64_t, int64_t>> want{
+        {0, 0}, {0, 1}, {1, 0}, {1, 1},          // Q
+        {0, 2}, {1, 2},                          // K
+        {0, 3}, {0, 4}, {0, 5}, {1, 3}, {1, 4}, {1, 5},  // V
+        {0, 6}, {1, 6},                          // B
+        {0, 7}, {1, 7}};                         // A
+    EXPECT_EQ(row_origins(m.tensors[0]), want);
+    // 7 rows a rank: 14, not the 16 the sections add up to.
+    const TinyLegacySave short_save = tp2_save(key, 7);
+    EXPECT_EQ(testing::error_of([&] { assemble_megatron_legacy(short_save.ckpt, short_save.scans, arch, found); }),
+              "/ckpt/mp_rank_00/model.pt: '" + key + "' is [7, 2] on each of 2 tensor-parallel ranks, but its sections "
+              "(4 + 2 + 6 + 2 + 2 rows by config.json) give each rank a 1/2 of every section: 8 rows");
+}
+
+// torch_dist's parts, listed out of order (value, query, key: sources 0, 1, 2), are joined in
+// the rule's section order [query 4; key 2; value 6] before the rule renames them.
+TEST(MegatronToHf, TorchDistSectionPartsJoinInSectionOrder) {
+    const HfConfig config = tiny_gated_config();
+    const ArchitectureInfo arch = tiny_gated_arch(config);
+    const std::string x = "decoder.layers.0.self_attention.conv1d.weight";
+    std::vector<std::string> notes;
+    const TensorMapping out = megatron_to_hf(
+        testing::mapping_of({{x + ".value", {6, 3}}, {x + ".query", {4, 3}}, {x + ".key", {2, 3}}}), arch, config, false,
+        notes);
+    ASSERT_EQ(out.tensors.size(), 1u);
+    EXPECT_EQ(out.tensors[0].name, "model.layers.0.linear_attn.conv1d.weight");
+    EXPECT_EQ(out.tensors[0].shape, (Shape{12, 3}));
+    const std::vector<std::pair<int64_t, int64_t>> want{{1, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 0}, {2, 1},
+                                                        {0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}};
+    EXPECT_EQ(row_origins(out.tensors[0]), want);
+    const std::string missing = testing::error_of([&] {
+        megatron_to_hf(testing::mapping_of({{x + ".query", {4, 3}}, {x + ".value", {6, 3}}}), arch, config, false, notes);
+    });
+    EXPECT_TRUE(testing::contains(missing, "the checkpoint holds " + x + ".query, " + x + ".value but not " + x + ".key: "
+                                           "the sections of " + x + " (rule 2 of "))
+        << missing;
+}
+
+// in_proj's five parts joined, then split by groups: qkvz per group [query_g; key_g; value_g]
+// and ba per group [beta_g; alpha_g], each part its own source (query 0 ... alpha 4).
+TEST(MegatronToHf, TorchDistPartsOfAGroupedTensorSplitByGroup) {
+    const HfConfig config = tiny_gated_config();
+    const ArchitectureInfo arch = tiny_gated_arch(config);
+    const std::string x = "decoder.layers.0.self_attention.in_proj.weight";
+    std::vector<std::string> notes;
+    const TensorMapping out = megatron_to_hf(testing::mapping_of({{x + ".query", {4, 2}}, {x + ".key", {2, 2}},
+                                                                  {x + ".value", {6, 2}}, {x + ".beta", {2, 2}},
+                                                                  {x + ".alpha", {2, 2}}}),
+                                             arch, config, false, notes);
+    ASSERT_EQ(out.tensors.size(), 2u);
+    const auto find = [&](const std::string& name) -> const OutputTensor& {
+        for (const auto& t : out.tensors)
+            if (t.name == name) return t;
+        throw std::runtime_error("no " + name);
+    };
+    const std::vector<std::pair<int64_t, int64_t>> qkvz{{0, 0}, {0, 1}, {1, 0}, {2, 0}, {2, 1}, {2, 2},
+                                                        {0, 2}, {0, 3}, {1, 1}, {2, 3}, {2, 4}, {2, 5}};
+    EXPECT_EQ(row_origins(find("model.layers.0.linear_attn.in_proj_qkvz.weight")), qkvz);
+    const std::vector<std::pair<int64_t, int64_t>> ba{{3, 0}, {4, 0}, {3, 1}, {4, 1}};
+    EXPECT_EQ(row_origins(find("model.layers.0.linear_attn.in_proj_ba.weight")), ba);
+}
+
+// A rule's add reaches its output as value_offset (the copy executor adds it).
+TEST(MegatronToHf, AddBecomesTheValueOffset) {
+    const HfConfig config = tiny_gated_config();
+    const ArchitectureInfo arch = tiny_gated_arch(config);
+    std::vector<std::string> notes;
+    const TensorMapping out = megatron_to_hf(
+        testing::mapping_of({{"decoder.layers.0.self_attention.out_norm.weight", {2}}}), arch, config, false, notes);
+    ASSERT_EQ(out.tensors.size(), 1u);
+    EXPECT_EQ(out.tensors[0].name, "model.layers.0.linear_attn.norm.weight");
+    EXPECT_EQ(out.tensors[0].value_offset, 1.0);
 }
 
 }  // namespace
