@@ -10,6 +10,9 @@ gated full-attention layer (full_attention_interval 4), 4 experts with a gated s
                             actor/dist_ckpt/ (per-layer keys: hetereogenous_dist_checkpoint, as
                             Megatron-Bridge sets it for this family)
   qwen3_next_tp2pp2_legacy  verl's legacy actor/model/mp_rank_TT_PPP/model.pt
+  qwen3_next_tp2pp2_legacy_missing_expert   the planted fault: expert 1 of layer 1 (a gated
+                            delta-net layer) left out of every legacy rank file; the merge must stop
+                            naming the three HF tensors it lacks
   qwen3_next_mtp_tp2_dist   TP 2 (x DP 2), torch_dist, with megatron-core's MTP block of one gated
                             full-attention MoE layer (mtp_num_layers 1, as the bridge sets it from
                             mtp_num_hidden_layers); transformers builds no MTP module, so the
@@ -56,7 +59,11 @@ import eco_common as E  # noqa: E402
 import gen_megatron as GM  # noqa: E402
 import gen_megatron_vl as VL  # noqa: E402
 
-VARIANTS = {"qwen3_next_tp2pp2_dist": (2, 2), "qwen3_next_tp2pp2_legacy": (2, 2), "qwen3_next_mtp_tp2_dist": (2, 1)}
+VARIANTS = {"qwen3_next_tp2pp2_dist": (2, 2), "qwen3_next_tp2pp2_legacy": (2, 2), "qwen3_next_mtp_tp2_dist": (2, 1),
+            "qwen3_next_tp2pp2_legacy_missing_expert": (2, 2)}
+MISSING_EXPERT = (1, 1)   # (layer, expert) left out by the planted fault
+MISSING_EXPERT_ERROR = ("missing: model.layers.1.mlp.experts.1.down_proj.weight, "
+                        "model.layers.1.mlp.experts.1.gate_proj.weight, model.layers.1.mlp.experts.1.up_proj.weight")
 # The MTP block's own names, Megatron-Bridge's Qwen3NextBridge mapping.
 MTP_NAMES = {"enorm.weight": "mtp.pre_fc_norm_embedding.weight", "hnorm.weight": "mtp.pre_fc_norm_hidden.weight",
              "eh_proj.weight": "mtp.fc.weight", "final_layernorm.weight": "mtp.norm.weight"}
@@ -301,9 +308,9 @@ def main():
                  get_transformer_layer_offset(config, pp_rank=pp_rank))
     model = model.eval()
     actor = os.path.join(case_dir, "ckpt", "global_step_1", "actor")
-    legacy = variant.endswith("_legacy")
+    legacy = "_legacy" in variant
     if legacy:
-        VL.save_verl_legacy(model, actor)
+        VL.save_verl_legacy(model, actor, drop_expert=MISSING_EXPERT if variant.endswith("_missing_expert") else None)
     else:
         VL.save_dist_ckpt(model, os.path.join(actor, "dist_ckpt"))
     if rank == 0:
@@ -324,7 +331,9 @@ def write_case_files(case_dir, hf, actor, hf_t, logits, variant, legacy):
                  f"(Megatron-Bridge's Qwen3-Next layout, local spec" + (", megatron-core's MTP block" if "_mtp_" in variant else "") +
                  "), " + VL.layout_text(tp, pp, 1, legacy),
                  checkpoint="ckpt/global_step_1/actor", merge_args=["--backend", "megatron"],
-                 output_dtype="bfloat16", oracle_dtypes=True, hf_load=True, logits_exact=True, ranks=[1, 3])
+                 output_dtype="bfloat16", oracle_dtypes=True, ranks=[1, 3],
+                 **({"expected_error": MISSING_EXPERT_ERROR} if variant.endswith("_missing_expert")
+                    else {"hf_load": True, "logits_exact": True}))
 
 
 def check_saved_sections(dist_ckpt, hf_t, hf):
