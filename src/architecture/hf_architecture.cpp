@@ -152,6 +152,8 @@ nlohmann::ordered_json megatron_rules_json(const ArchitectureInfo& arch, const s
         if (rule->split != NameSplit::None) j["split"] = name_split_name(rule->split);
         if (rule->groups) j["groups"] = rule->groups->text();
         if (rule->stack_experts) j["stack_experts"] = rule->stack_experts->text();
+        if (!rule->section_rows.empty()) j["section_rows"] = rule->section_rows;
+        if (rule->add != 0) j["add"] = rule->add;
         if (rule->transform != TableTransform::None) j["transform"] = table_transform_name(rule->transform);
         j["tp"] = tp_rule_name(rule->tp);
         if (rule->tied_head) j["tied_head"] = true;

@@ -28,7 +28,8 @@ struct OutputTensor {
     // Elements no copy covers are zeros (a Megatron vocabulary shorter than config.json's).
     bool zero_fill = false;
     // Added to every value as it is written (a Megatron table rule's `add`: megatron-core keeps a
-    // norm's gamma zero-centred, HF's plain norm holds it plus 1); the values pass through float32.
+    // norm's gamma zero-centred, HF's plain norm holds it plus 1); the values pass through float32,
+    // and a LoRA update is added after it (to the weight as HF holds it).
     double value_offset = 0;
 
     // Weight-only quantization (quantization.h): a Packed tensor's copies assemble the float

@@ -236,9 +236,8 @@ BlockSizing block_sizing(const OutputTensor& t, bool quantized, bool lora, uint6
 }
 
 // The blocks run() cuts `t` into.
-// Rows that go through float32 before the cast: a LoRA fold or a block-FP8 source's dequantization.
-// Whether a tensor's values are changed on the way (folded, dequantized, offset): then they are
-// assembled, worked on in float32, and cast to the output dtype.
+// Rows that go through float32 before the cast: their values change on the way (a LoRA fold, a
+// block-quantized source's dequantization, a table rule's `add`).
 bool in_float32(const OutputTensor& t) {
     return t.lora_delta.has_value() || t.source_scales.has_value() || t.value_offset != 0;
 }
@@ -501,7 +500,7 @@ void CopyExecutor::write_block(PipelinedSink& writer, size_t tensor, int64_t row
     const uint64_t src_row = t.assembled_row_bytes();
     const bool floats = in_float32(t);
     // An fp32 source is assembled straight into the buffer the update is added to (no copy).
-    const bool fold_in_place = lora && !t.source_scales && t.source_dtype == DType::F32;
+    const bool fold_in_place = lora && !t.source_scales && t.value_offset == 0 && t.source_dtype == DType::F32;
     std::vector<unsigned char>& assembled = floats && !fold_in_place ? block_ : out_;
     assembled.resize(rows * src_row);
     if (t.zero_fill) std::fill(assembled.begin(), assembled.end(), 0);

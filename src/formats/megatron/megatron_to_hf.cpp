@@ -185,19 +185,24 @@ std::vector<OutputTensor> join_section_parts(std::vector<OutputTensor> tensors, 
                         ") come together");
         OutputTensor t = new_output(tensors[*j.parts[0]], whole, tensors[*j.parts[0]].shape);
         int64_t row = 0;
-        for (const auto& index : j.parts) {
-            const OutputTensor& part = tensors[*index];
-            if (part.shape.size() != t.shape.size() || !std::equal(part.shape.begin() + 1, part.shape.end(), t.shape.begin() + 1) ||
-                part.source_dtype != t.source_dtype)
+        for (size_t s = 0; s < j.parts.size(); ++s) {
+            const size_t index = *j.parts[s];
+            const OutputTensor& part = tensors[index];
+            if (part.shape.empty() || part.shape.size() != t.shape.size() || part.source_dtype != t.source_dtype ||
+                !std::equal(part.shape.begin() + 1, part.shape.end(), t.shape.begin() + 1))
                 throw Error(part.name + ": " + std::string(torch_name(part.source_dtype)) + " " + shape_to_string(part.shape) +
                             " does not join " + tensors[*j.parts[0]].name + " (" + std::string(torch_name(t.source_dtype)) + " " +
                             shape_to_string(t.shape) + ") on dim 0");
+            if (part.shape[0] != j.rule->section_rows[s])
+                throw Error(part.name + ": " + shape_to_string(part.shape) + ", but section '" + j.rule->sections[s].part +
+                            "' has " + std::to_string(j.rule->section_rows[s]) + " rows ('" + j.rule->sections[s].rows.text() +
+                            "' in config.json)");
             for (BoxCopy c : part.copies) {
                 c.dst_start[0] += row;
                 t.copies.push_back(std::move(c));
             }
             row += part.shape[0];
-            taken.insert(*index);
+            taken.insert(index);
         }
         t.shape[0] = row;
         joined_at.emplace(*j.parts[0], std::move(t));

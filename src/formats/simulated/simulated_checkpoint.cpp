@@ -11,12 +11,15 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <tuple>
 
 #include "core/bounded_number.h"
 #include "torch/dtensor_placement.h"
 #include "core/error.h"
 #include "architecture/hf_tensor_order.h"
 #include "formats/fsdp/fsdp_backend.h"
+#include "architecture/config_expression.h"
 #include "architecture/hf_architecture.h"
 #include "formats/megatron/megatron_backend.h"
 
@@ -64,35 +67,6 @@ struct FileBuilder {
         scan.tensors.push_back(std::move(e));
     }
 };
-
-// "model.layers.7.mlp.experts.12.up_proj.weight" -> pattern "model.layers.{i}.mlp.experts.{e}.up_proj.weight",
-// layer 7, expert 12 (-1 when absent).
-struct HfPattern {
-    std::string pattern;
-    int64_t layer = -1, expert = -1;
-};
-
-// Replaces the number after `marker` in `text` by `placeholder`; returns the number or -1.
-int64_t take_index(std::string& text, const std::string& marker, const std::string& placeholder, size_t from = 0) {
-    const size_t at = text.find(marker, from);
-    if (at == std::string::npos) return -1;
-    const size_t begin = at + marker.size();
-    size_t end = begin;
-    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
-    if (end == begin || end >= text.size() || text[end] != '.') return -1;
-    // A name config.json implies: its numbers are below the layer and expert bounds.
-    const int64_t value = parse_bounded_int(text.substr(begin, end - begin), 0, INT64_MAX, "'" + text + "': index");
-    text.replace(begin, end - begin, placeholder);
-    return value;
-}
-
-HfPattern hf_pattern(const std::string& name) {
-    HfPattern p;
-    p.pattern = name;
-    if (p.pattern.starts_with("model.layers.")) p.layer = take_index(p.pattern, "model.layers.", "{i}");
-    p.expert = take_index(p.pattern, ".experts.", "{e}");
-    return p;
-}
 
 int parse_count(const std::string& spec, const std::string& text, const char* what) {
     const auto value = parse_int_within(text, 1, kMaxWorldSize);
@@ -150,24 +124,88 @@ struct CanonicalGroup {
     int64_t layer = -1, expert = -1;
 };
 
-// Every tensor config.json implies, placed as a part of the Megatron key that produces it.
-std::map<std::string, CanonicalGroup> megatron_groups_for_hf(const ArchitectureInfo& arch) {
-    struct Candidate {
-        const TableRule* rule;
-        size_t part;
-    };
-    std::map<std::string, std::vector<Candidate>, std::less<>> by_hf_pattern;
-    for (const TableRule& rule : arch.rules) {
-        const auto parts = split_names(rule.to);
-        for (size_t k = 0; k < parts.size(); ++k) by_hf_pattern[parts[k]].push_back({&rule, k});
+// One way a rule can give an HF name: the rule, which of its `to` parts, and what that part's
+// {i}, {e} and {*} bound in the name.
+struct Candidate {
+    const TableRule* rule;
+    size_t part;
+    TableMatch bound;
+};
+
+// The rules whose `to` parts match `name`, in table order (the forward direction tries them
+// in that order too). Matching the parts themselves, not a pattern guessed from the name, takes
+// any numbered path the tables write (visual.blocks.{i}, model.language_model.layers.{i}, a {*}).
+std::vector<Candidate> candidates_for(const std::vector<std::pair<const TableRule*, std::vector<std::string>>>& to_parts,
+                                      const std::string& name) {
+    std::vector<Candidate> out;
+    for (const auto& [rule, parts] : to_parts)
+        for (size_t k = 0; k < parts.size(); ++k) {
+            TableMatch m;
+            if (match_pattern(parts[k], name, m)) out.push_back({rule, k, std::move(m)});
+        }
+    return out;
+}
+
+// The decoder layer of a Megatron key as the reader numbers it (`<part>decoder.layers.N.`),
+// -1 for none: a rule's {i} may number something else (Qwen3-VL's deepstack mergers).
+int64_t key_layer(const std::string& key) {
+    const std::string_view marker = "decoder.layers.";
+    std::string_view in_part = std::string_view(key).substr(megatron_submodel_prefix(key).size());
+    if (!in_part.starts_with(marker)) return -1;
+    in_part.remove_prefix(marker.size());
+    int64_t layer = 0;
+    size_t n = 0;
+    for (; n < in_part.size() && std::isdigit(static_cast<unsigned char>(in_part[n])); ++n) layer = layer * 10 + (in_part[n] - '0');
+    return n > 0 && n < in_part.size() && in_part[n] == '.' ? layer : -1;
+}
+
+// A stack_experts rule's HF tensor [E, ...] holds expert e's Megatron tensor at index e of a
+// new leading axis, after the rule's transform: each of the E per-expert keys becomes a group.
+// A transpose swapped the last two axes; interleaving gate and up keeps the shape.
+bool place_stacked(const std::string& name, const Shape& shape, const Candidate& c, const HfConfig& config,
+                   const ArchitectureInfo& arch, std::map<std::string, CanonicalGroup>& groups) {
+    const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
+    const int64_t experts = evaluate_int(*c.rule->stack_experts, scope);
+    if (shape.size() < 2 || shape[0] != experts)
+        throw Error("simulated layout: " + name + " " + shape_to_string(shape) + " does not stack " +
+                    std::to_string(experts) + " experts (" + c.rule->stack_experts->text() + ")");
+    Shape per_expert(shape.begin() + 1, shape.end());
+    if (c.rule->transform == TableTransform::Transpose || c.rule->transform == TableTransform::TransposeInterleaveGateUp) {
+        if (per_expert.size() < 2) throw Error("simulated layout: " + name + " has no two axes to transpose back");
+        std::swap(per_expert[per_expert.size() - 2], per_expert.back());
     }
+    std::vector<std::string> keys;
+    for (int64_t e = 0; e < experts; ++e) {
+        std::string key = fill_table_pattern(c.rule->from, c.bound.layer, std::to_string(e), c.bound.rest);
+        const auto match = match_rule(arch, key);
+        if (!match || match->rule != c.rule || match->hf_names.size() <= c.part || match->hf_names[c.part] != name)
+            return false;
+        keys.push_back(std::move(key));
+    }
+    for (int64_t e = 0; e < experts; ++e) {
+        CanonicalGroup& g = groups[keys[e]];
+        g.rule = c.rule;
+        g.layer = key_layer(keys[e]);
+        g.expert = e;
+        g.parts = {per_expert};
+    }
+    return true;
+}
+
+// Every tensor config.json implies, placed as a part of the Megatron key that produces it.
+std::map<std::string, CanonicalGroup> megatron_groups_for_hf(const HfConfig& config, const ArchitectureInfo& arch) {
+    std::vector<std::pair<const TableRule*, std::vector<std::string>>> to_parts;
+    for (const TableRule& rule : arch.rules)
+        if (!rule.to.empty()) to_parts.emplace_back(&rule, split_names(rule.to));
     std::map<std::string, CanonicalGroup> groups;  // by Megatron key
-    std::vector<std::pair<std::string, HfPattern>> deferred;
-    auto try_place = [&](const std::string& name, const Shape& shape, const HfPattern& p, bool allow_fused) -> bool {
-        auto it = by_hf_pattern.find(p.pattern);
-        if (it == by_hf_pattern.end()) return false;
-        for (const Candidate& c : it->second) {
-            const std::string key = substitute_rule(c.rule->from, std::to_string(p.layer), std::to_string(p.expert));
+    auto try_place = [&](const std::string& name, const Shape& shape, const std::vector<Candidate>& candidates,
+                         bool allow_fused) -> bool {
+        for (const Candidate& c : candidates) {
+            if (c.rule->stack_experts) {
+                if (place_stacked(name, shape, c, config, arch, groups)) return true;
+                continue;
+            }
+            const std::string key = fill_table_pattern(c.rule->from, c.bound.layer, c.bound.expert, c.bound.rest);
             if (key.ends_with(".layer_norm_weight")) {
                 const std::string linear = key.substr(0, key.size() - std::string(".layer_norm_weight").size()) + ".weight";
                 if (!allow_fused || !groups.count(linear)) continue;
@@ -178,37 +216,40 @@ std::map<std::string, CanonicalGroup> megatron_groups_for_hf(const ArchitectureI
                 continue;
             CanonicalGroup& g = groups[key];
             g.rule = c.rule;
-            g.layer = p.layer;
-            g.expert = p.expert;
+            g.layer = key_layer(key);
+            g.expert = match->expert.empty() ? -1 : std::stoll(match->expert);
             g.parts.resize(match->hf_names.size());
             g.parts[c.part] = shape;
             return true;
         }
         return false;
     };
+    auto fail = [&](const std::string& name, const std::vector<Candidate>& candidates) {
+        if (candidates.empty())
+            throw Error("simulated layout: no Megatron name in the " + arch.name + " table produces " + name);
+        throw Error("simulated layout: the " + arch.name + " table's rule " + std::to_string(candidates[0].rule->index) +
+                    " names " + name + ", but no Megatron key it matches maps back to it");
+    };
+    std::vector<std::pair<std::string, std::vector<Candidate>>> deferred;
     for (const auto& [name, shape] : arch.expected.required) {
-        const HfPattern p = hf_pattern(name);
+        std::vector<Candidate> candidates = candidates_for(to_parts, name);
         bool has_fused = false;
-        if (auto it = by_hf_pattern.find(p.pattern); it != by_hf_pattern.end())
-            for (const Candidate& c : it->second) has_fused = has_fused || c.rule->from.ends_with(".layer_norm_weight");
+        for (const Candidate& c : candidates) has_fused = has_fused || c.rule->from.ends_with(".layer_norm_weight");
         if (has_fused) {
-            deferred.emplace_back(name, p);
+            deferred.emplace_back(name, std::move(candidates));
             continue;
         }
-        if (!try_place(name, shape, p, false))
-            throw Error("simulated layout: no Megatron name in the " + arch.name + " table produces " + name);
+        if (!try_place(name, shape, candidates, false)) fail(name, candidates);
     }
-    for (const auto& [name, p] : deferred)
-        if (!try_place(name, arch.expected.required.at(name), p, true))
-            throw Error("simulated layout: no Megatron name in the " + arch.name + " table produces " + name);
-
+    for (const auto& [name, candidates] : deferred)
+        if (!try_place(name, arch.expected.required.at(name), candidates, true)) fail(name, candidates);
     return groups;
 }
 
 // The Megatron tensors, in the canonical order, that produce what config.json implies.
 std::vector<Canonical> canonical_from_hf(const HfConfig& config, const ArchitectureInfo& arch, const SimulationSpec& s,
                                          std::vector<std::string>& notes) {
-    std::map<std::string, CanonicalGroup> groups = megatron_groups_for_hf(arch);
+    std::map<std::string, CanonicalGroup> groups = megatron_groups_for_hf(config, arch);
     const DType dtype = config.dtype.value_or(DType::F32);
     // Megatron-LM pads the vocabulary to a multiple of make_vocab_size_divisible_by (128) x tp.
     const int64_t multiple = 128LL * s.tp;
@@ -248,19 +289,27 @@ std::vector<Canonical> canonical_from_hf(const HfConfig& config, const Architect
     // Legacy files with pp > 1 keep the last stage's output_layer copy of tied embeddings.
     if (config.tie_word_embeddings && !arch.value_model && s.pp > 1) {
         Canonical c;
-        c.key = "output_layer.weight";
+        c.key = "output_layer.weight";  // under the table's name (language_model.output_layer.weight in a VL model)
+        for (const TableRule& rule : arch.rules)
+            if (rule.tied_head) {
+                c.key = rule.from;
+                break;
+            }
         c.shape = {vocab_padded, arch.hidden};
         c.dtype = dtype;
         out.push_back(std::move(c));
     }
     auto rank_of = [](const Canonical& c) {
-        if (c.key.starts_with("embedding.")) return 0;
+        const std::string_view in_part = std::string_view(c.key).substr(megatron_submodel_prefix(c.key).size());
+        if (in_part.starts_with("embedding.")) return 0;
         if (c.layer >= 0) return 1;
-        if (c.key.starts_with("decoder.")) return 2;
+        if (in_part.starts_with("decoder.")) return 2;
         return 3;
     };
+    // Each part of a multimodal model in turn (its own layer numbers), as its state_dict lists it.
     std::sort(out.begin(), out.end(), [&](const Canonical& a, const Canonical& b) {
-        return std::tuple(rank_of(a), a.layer, a.expert, a.key) < std::tuple(rank_of(b), b.layer, b.expert, b.key);
+        return std::tuple(megatron_submodel_prefix(a.key), rank_of(a), a.layer, a.expert, a.key) <
+               std::tuple(megatron_submodel_prefix(b.key), rank_of(b), b.layer, b.expert, b.key);
     });
     return out;
 }
@@ -339,10 +388,18 @@ void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const S
                        const LayerPlacement& layers, int64_t experts_per_ep, std::vector<FileBuilder>& builders) {
     int stage = 0, chunk = 0, ep_rank = -1;  // -1: every expert-parallel folder holds a copy
     std::string key = c.key;
+    // A multimodal model's vision encoder (layers, patch embedding, merger) sits whole on the
+    // first pipeline stage, numbering its blocks from 0 (mbridge, Megatron-Bridge; the reader's
+    // global_layer_offsets counts each part's layers apart); its text model is pipelined as a
+    // GPTModel is.
+    const std::string part(megatron_submodel_prefix(c.key));
+    const bool vision = part == "vision_model.";
     if (c.layer >= 0) {
-        stage = layers.stage_of[c.layer];
-        chunk = layers.chunk_of[c.layer];
-        const std::string prefix = "decoder.layers." + std::to_string(c.layer) + ".";
+        if (!vision && c.layer >= static_cast<int64_t>(layers.stage_of.size()))
+            throw Error("internal: " + c.key + " beyond the " + std::to_string(layers.stage_of.size()) + " layers");
+        stage = vision ? 0 : layers.stage_of[c.layer];
+        chunk = vision ? 0 : layers.chunk_of[c.layer];
+        const std::string prefix = part + "decoder.layers." + std::to_string(c.layer) + ".";
         std::string rest = c.key.substr(prefix.size());
         if (c.expert >= 0) {
             // TE grouped experts: mlp.experts.{e}.linear_fc1.weight -> mlp.experts.linear_fc1.weight{j}
@@ -351,8 +408,8 @@ void add_to_rank_files(const Canonical& c, const ArchitectureInfo& arch, const S
             ep_rank = static_cast<int>(c.expert / experts_per_ep);
             rest = "mlp.experts." + rest.substr(expert_prefix.size()) + std::to_string(c.expert % experts_per_ep);
         }
-        key = "decoder.layers." + std::to_string(layers.local_of[c.layer]) + "." + rest;
-    } else if (!c.key.starts_with("embedding.")) {
+        key = part + "decoder.layers." + std::to_string(vision ? c.layer : layers.local_of[c.layer]) + "." + rest;
+    } else if (!vision && !c.key.substr(part.size()).starts_with("embedding.")) {
         stage = s.pp - 1;  // final norm and output layer: the last chunk of the last stage
         chunk = s.vpp - 1;
     }

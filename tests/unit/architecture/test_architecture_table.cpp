@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -87,16 +88,18 @@ TEST(ArchitectureTable, MegatronSchemaErrorsNameTheFileAndRule) {
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": ["b", "c"]})"),
               "t.json: rule 0 (from 'a'): 'to' must be one HF name (a string)");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "tp": "rows"})"),
-              "t.json: rule 0 (from 'a'): unknown tp 'rows' (expected dim0, dim1, replicated, glu_halves or replicated_if_full)");
+              "t.json: rule 0 (from 'a'): unknown tp 'rows' (expected dim0, dim1, replicated, glu_halves, replicated_if_full or "
+              "sections)");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "split": "halves"})"),
-              "t.json: rule 0 (from 'a'): unknown split 'halves' (expected none, qkv, qkv_per_head, gate_up or vocab)");
+              "t.json: rule 0 (from 'a'): unknown split 'halves' (expected none, qkv, qkv_per_head, qkv_gated, gate_up, "
+              "grouped_sections or vocab)");
     EXPECT_EQ(megatron_error(R"({"from": "v.{i}.qkv", "to": "b.{i}", "split": "qkv_per_head", "groups": "vision_config.num_heads"})"), "");
     EXPECT_EQ(megatron_error(R"({"from": "v.{i}.qkv", "to": "b.{i}", "split": "qkv_per_head"})"),
-              "t.json: rule 0 (from 'v.{i}.qkv'): 'groups' (an expression over config.json giving the head count) goes "
-              "with split qkv_per_head, and only there");
+              "t.json: rule 0 (from 'v.{i}.qkv'): 'groups' (an expression over config.json giving the group count) goes "
+              "with split qkv_per_head or grouped_sections, and only there");
     EXPECT_EQ(megatron_error(R"({"from": "a", "to": "b", "groups": "num_heads"})"),
-              "t.json: rule 0 (from 'a'): 'groups' (an expression over config.json giving the head count) goes with "
-              "split qkv_per_head, and only there");
+              "t.json: rule 0 (from 'a'): 'groups' (an expression over config.json giving the group count) goes with "
+              "split qkv_per_head or grouped_sections, and only there");
     EXPECT_NE(megatron_error(R"({"from": "a", "to": "b", "split": "qkv_per_head", "groups": "num_heads +"})"), "");
     EXPECT_EQ(megatron_error(R"({"from": "l.{i}.experts.{e}.fc2", "to": "b.{i}.down", "tp": "dim1", "stack_experts": "num_experts"})"), "");
     EXPECT_EQ(megatron_error(R"({"from": "l.{i}.fc2", "to": "b.{i}.down", "stack_experts": "num_experts"})"),
@@ -203,6 +206,12 @@ TEST(ArchitectureTable, MegatronSectionRulesRefuseWhatDoesNotFit) {
         EXPECT_EQ(megatron_error(R"({"from": "n", "to": "m", "add": )" + add + "}"),
                   "t.json: rule 0 (from 'n'): 'add' must be a number (added to every value)")
             << add;
+    // JSON text cannot hold infinity (the parser refuses 1e400), a document built in code can.
+    auto infinite = nlohmann::json::parse(R"({"vmerge_architecture_table": 1, "name": "n", "source": "megatron",
+        "architectures": ["A"], "rules": [{"from": "n", "to": "m"}]})");
+    infinite["rules"][0]["add"] = std::numeric_limits<double>::infinity();
+    EXPECT_EQ(testing::error_of([&] { parse_architecture_table("t.json", infinite); }),
+              "t.json: rule 0 (from 'n'): 'add' must be a number (added to every value)");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", )" + two + "}")),
               "t.json: rule 0 (from 'a'): 'sections' belongs to source 'megatron' tables");
     EXPECT_EQ(error_of(with_rules(R"({"from": "a", "to": "b", "add": 1})")),

@@ -472,6 +472,12 @@ TEST(MegatronToHf, TorchDistSectionPartsJoinInSectionOrder) {
     EXPECT_TRUE(testing::contains(missing, "the checkpoint holds " + x + ".query, " + x + ".value but not " + x + ".key: "
                                            "the sections of " + x + " (rule 2 of "))
         << missing;
+    // The right total split wrongly between the sections: each part is held to its own rows.
+    const std::string split = testing::error_of([&] {
+        megatron_to_hf(testing::mapping_of({{x + ".query", {5, 3}}, {x + ".key", {1, 3}}, {x + ".value", {6, 3}}}), arch,
+                       config, false, notes);
+    });
+    EXPECT_TRUE(testing::contains(split, x + ".query: [5, 3], but section 'query' has 4 rows")) << split;
 }
 
 // in_proj's five parts joined, then split by groups: qkvz per group [query_g; key_g; value_g]

@@ -3,6 +3,7 @@
 // for the example 70B / 671B configs are balanced. Plan numbers and times are printed for
 // docs/scaling.md.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "architecture/architecture_table.h"
 #include "architecture/hf_architecture.h"
 #include "architecture/hf_config.h"
 #include "output/safetensors/safetensors_layout.h"
@@ -58,11 +60,12 @@ const char* kTinyQwen2MoeTied = R"({
 
 // Simulates, applies the output rules as the driver does, and checks the tensor set against
 // expected_hf_tensors: same names, same shapes, bf16, every element written once.
-TensorMapping simulate_and_check(const HfConfig& config, const std::string& spec) {
+TensorMapping simulate_and_check(const HfConfig& config, const std::string& spec,
+                                 const ArchitectureTables& tables = testing::shipped_tables()) {
     std::vector<std::string> notes;
-    TensorMapping mapping = simulate_checkpoint(config, spec, testing::shipped_tables(), notes);
+    TensorMapping mapping = simulate_checkpoint(config, spec, tables, notes);
     apply_output_rules(mapping, config, DTypeChoice::Auto, false);
-    const ArchitectureInfo arch = architecture_for(config, false, false, testing::shipped_tables());
+    const ArchitectureInfo arch = architecture_for(config, false, false, tables);
     std::map<std::string, Shape> got;
     for (const auto& t : mapping.tensors) {
         EXPECT_TRUE(got.emplace(t.name, t.shape).second) << spec << ": " << t.name << " twice";
@@ -115,6 +118,78 @@ TEST(SimulatedCheckpoint, MegatronTiedQwen2MoeExpertFolders) {
     simulate_and_check(config, "megatron:tp2,ep2");
     // pp 2: the last stage's tied output_layer copy is dropped.
     simulate_and_check(config, "megatron:pp2,ep2");
+}
+
+// A multimodal Megatron model as mbridge / Megatron-Bridge save it: the text GPTModel under
+// language_model.* (written model.language_model.layers.{i}), the vision tower under
+// vision_model.* (written model.visual.blocks.{i}, and a {*} rule for the rest). Neither HF
+// name starts with model.layers: the inversion matches the rules' `to` patterns themselves.
+const char* kTinyVlTables = R"json([
+  {"vmerge_architecture_table": 1, "name": "tiny vl (HF)", "source": "hf", "architectures": ["TinyVlForConditionalGeneration"],
+   "tensor_set": {"extends": "LlamaForCausalLM",
+     "define": {"model": "'model.language_model'", "vh": "vision_config.hidden_size"},
+     "ranges": {"v": "vision_config.depth"},
+     "tensors": [
+       {"name": "model.visual.patch_embed.weight", "shape": ["vh", 12]},
+       {"name": "model.visual.blocks.{v}.norm1.weight", "shape": ["vh"]},
+       {"name": "model.visual.blocks.{v}.attn.proj.weight", "shape": ["vh", "vh"]},
+       {"name": "model.visual.blocks.{v}.attn.proj.bias", "shape": ["vh"]},
+       {"name": "model.visual.merger.fc.weight", "shape": ["hidden_size", "vh"]}]}},
+  {"vmerge_architecture_table": 1, "name": "tiny vl (megatron)", "source": "megatron", "architectures": ["TinyVlForConditionalGeneration"],
+   "rules": [
+     {"from": "language_model.embedding.word_embeddings.weight", "to": "model.language_model.embed_tokens.weight", "split": "vocab", "tp": "dim0"},
+     {"from": "language_model.decoder.final_layernorm.weight", "to": "model.language_model.norm.weight"},
+     {"from": "language_model.output_layer.weight", "to": "lm_head.weight", "split": "vocab", "tp": "dim0", "tied_head": true},
+     {"from": "language_model.decoder.layers.{i}.self_attention.linear_qkv.layer_norm_weight", "to": "model.language_model.layers.{i}.input_layernorm.weight"},
+     {"from": "language_model.decoder.layers.{i}.self_attention.linear_qkv.weight", "to": ["model.language_model.layers.{i}.self_attn.q_proj.weight", "model.language_model.layers.{i}.self_attn.k_proj.weight", "model.language_model.layers.{i}.self_attn.v_proj.weight"], "split": "qkv", "tp": "dim0"},
+     {"from": "language_model.decoder.layers.{i}.self_attention.linear_proj.weight", "to": "model.language_model.layers.{i}.self_attn.o_proj.weight", "tp": "dim1"},
+     {"from": "language_model.decoder.layers.{i}.mlp.linear_fc1.layer_norm_weight", "to": "model.language_model.layers.{i}.post_attention_layernorm.weight"},
+     {"from": "language_model.decoder.layers.{i}.mlp.linear_fc1.weight", "to": ["model.language_model.layers.{i}.mlp.gate_proj.weight", "model.language_model.layers.{i}.mlp.up_proj.weight"], "split": "gate_up", "tp": "glu_halves"},
+     {"from": "language_model.decoder.layers.{i}.mlp.linear_fc2.weight", "to": "model.language_model.layers.{i}.mlp.down_proj.weight", "tp": "dim1"},
+     {"from": "vision_model.decoder.layers.{i}.input_layernorm.weight", "to": "model.visual.blocks.{i}.norm1.weight"},
+     {"from": "vision_model.decoder.layers.{i}.self_attention.linear_proj.weight", "to": "model.visual.blocks.{i}.attn.proj.weight", "tp": "dim1"},
+     {"from": "vision_model.decoder.layers.{i}.self_attention.linear_proj.bias", "to": "model.visual.blocks.{i}.attn.proj.bias"},
+     {"from": "vision_model.{*}", "to": "model.visual.{*}"}]}
+])json";
+
+const char* kTinyVl = R"({
+  "architectures": ["TinyVlForConditionalGeneration"], "hidden_size": 64, "intermediate_size": 96,
+  "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
+  "vocab_size": 250, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "vision_config": {"hidden_size": 32, "depth": 3}})";
+
+TEST(SimulatedCheckpoint, MegatronVlPartsOnTheirStages) {
+    ArchitectureTables tables = testing::shipped_tables();
+    for (const auto& doc : nlohmann::json::parse(kTinyVlTables)) tables.push_back(parse_architecture_table("tiny_vl.json", doc));
+    const HfConfig config = config_from("tiny_vl", kTinyVl);
+    simulate_and_check(config, "megatron:tp2,pp2,vpp2", tables);
+    const TensorMapping m = simulate_and_check(config, "megatron:tp2,pp2", tables);
+    // The vision tower sits whole on the first pipeline stage; the text layers 2 and 3 on the second.
+    for (const auto& t : m.tensors)
+        for (const auto& c : t.copies) {
+            const std::string& file = m.sources[c.source].storage.file;
+            if (t.name.starts_with("model.visual.") || t.name.starts_with("model.language_model.layers.0.") ||
+                t.name.starts_with("model.language_model.embed_tokens."))
+                EXPECT_NE(file.find("_000/"), std::string::npos) << t.name << " from " << file;
+            if (t.name.starts_with("model.language_model.layers.3.") || t.name.starts_with("model.language_model.norm."))
+                EXPECT_NE(file.find("_001/"), std::string::npos) << t.name << " from " << file;
+        }
+}
+
+// GPT-OSS's experts: one HF tensor [E, ...] stacked from E per-expert Megatron keys, transposed
+// (down_proj) or transposed and gate/up interleaved (gate_up_proj).
+const char* kTinyGptOss = R"({
+  "architectures": ["GptOssForCausalLM"], "attention_bias": true, "head_dim": 16, "hidden_size": 64,
+  "intermediate_size": 48, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+  "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 258, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16"})";
+
+TEST(SimulatedCheckpoint, MegatronGptOssStackedExperts) {
+    const HfConfig config = config_from("gpt_oss", kTinyGptOss);
+    simulate_and_check(config, "megatron:tp2,pp2");
+    const TensorMapping m = simulate_and_check(config, "megatron:pp2,ep2");
+    for (const auto& t : m.tensors)
+        if (t.name == "model.layers.1.mlp.experts.down_proj") EXPECT_EQ(t.shape, (Shape{4, 48, 64}));
 }
 
 TEST(SimulatedCheckpoint, RejectsBadSpecs) {
