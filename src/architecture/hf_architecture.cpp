@@ -180,7 +180,12 @@ std::vector<std::string> split_names(std::string_view names) {
     }
 }
 
-std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& key) {
+std::optional<RuleMatch> match_rule(const ArchitectureInfo& arch, const std::string& megatron_key) {
+    // megatron-core names an MTP block's inner layer transformer_layer, later mtp_model_layer:
+    // a table naming MTP tensors as saved states the first, and reads both.
+    std::string key = megatron_key;
+    if (const size_t at = key.find(".mtp_model_layer."); arch.mtp_own_names && at != std::string::npos)
+        key.replace(at, 17, ".transformer_layer.");
     for (const TableRule& rule : arch.rules) {
         TableMatch m;
         if (!match_pattern(rule.from, key, m)) continue;

@@ -13,7 +13,7 @@ gated full-attention layer (full_attention_interval 4), 4 experts with a gated s
   qwen3_next_tp2pp2_legacy_missing_expert   the planted fault: expert 1 of layer 1 (a gated
                             delta-net layer) left out of every legacy rank file; the merge must stop
                             naming the three HF tensors it lacks
-  qwen3_next_mtp_tp2_dist   TP 2 (x DP 2), torch_dist, with megatron-core's MTP block of one gated
+  qwen3_next_mtp_tp2_dist   TP 2, torch_dist (2 gloo ranks), with megatron-core's MTP block of one gated
                             full-attention MoE layer (mtp_num_layers 1, as the bridge sets it from
                             mtp_num_hidden_layers); transformers builds no MTP module, so the
                             release's mtp.* tensors are drawn here (add_mtp_tensors) and mapped as
