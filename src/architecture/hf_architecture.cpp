@@ -19,6 +19,15 @@ std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t lay
     return is_inner ? layer + std::string(m[2]) : layer + "mtp." + std::string(m[2]) + "." + std::string(m[3]);
 }
 
+SectionRowsSum section_rows_sum(const std::vector<int64_t>& rows) {
+    SectionRowsSum sum;
+    for (const int64_t r : rows) {
+        sum.total += r;
+        sum.text += (sum.text.empty() ? "" : " + ") + std::to_string(r);
+    }
+    return sum;
+}
+
 std::optional<std::string> mtp_rule_key(const ArchitectureInfo& arch, const std::string& key, int64_t& depth) {
     if (arch.mtp_own_names) return std::nullopt;
     return canonical_mtp_key(key, arch.layers, depth);

@@ -60,6 +60,12 @@ std::string_view megatron_submodel_prefix(std::string_view key);
 // canonical decoder key of HF layer L + k that the name rules map (Megatron-Bridge's MTP
 // mapping); nullopt for other keys. `depth` is set to k.
 std::optional<std::string> canonical_mtp_key(const std::string& key, int64_t layers, int64_t& depth);
+// A rule's section rows (TableRule::section_rows) added up, and as "a + b + c" for messages.
+struct SectionRowsSum {
+    int64_t total = 0;
+    std::string text;
+};
+SectionRowsSum section_rows_sum(const std::vector<int64_t>& rows);
 // The key the rules of `arch` match an MTP key by: canonical_mtp_key's, or nullopt (the key as it
 // is, or not an MTP key) when the table names MTP tensors under their own names.
 std::optional<std::string> mtp_rule_key(const ArchitectureInfo& arch, const std::string& key, int64_t& depth);

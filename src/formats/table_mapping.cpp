@@ -106,6 +106,22 @@ std::vector<OutputTensor> split_experts(const OutputTensor& grouped, const std::
     return out;
 }
 
+// Copy `c`'s source as a view of its own, its shape and strides rewritten by `reshape`, appended to
+// `sources`: the view's index. A flat buffer's copies index it as its own 1-D tensor, which has
+// no such view: an Error saying what then `cannot` be done.
+template <typename Reshape>
+uint32_t add_source_view(const OutputTensor& assembled, const BoxCopy& c, std::vector<TensorRef>& sources,
+                         const char* cannot, Reshape reshape) {
+    TensorRef view = sources[c.source];
+    if (view.shape.size() != assembled.shape.size())
+        throw Error(assembled.name + ": stored as " + shape_to_string(view.shape) + ", not as " +
+                    std::to_string(assembled.shape.size()) + "-axis pieces, so " + cannot);
+    reshape(view);
+    view.dtensor.reset();
+    sources.push_back(std::move(view));
+    return static_cast<uint32_t>(sources.size() - 1);
+}
+
 OutputTensor transposed(const OutputTensor& assembled, const std::string& name, std::vector<TensorRef>& sources) {
     const size_t rank = assembled.shape.size();
     if (rank < 2) throw Error(assembled.name + ": " + shape_to_string(assembled.shape) + " has no two axes to transpose");
@@ -117,15 +133,10 @@ OutputTensor transposed(const OutputTensor& assembled, const std::string& name, 
     out.shape = swap_last(assembled.shape);
     out.copies.clear();
     for (const BoxCopy& c : assembled.copies) {
-        TensorRef view = sources[c.source];
-        if (view.shape.size() != rank)  // a flat buffer's copies index it as its own 1-D tensor
-            throw Error(assembled.name + ": stored as " + shape_to_string(view.shape) + ", not as " +
-                        std::to_string(rank) + "-axis pieces, so it cannot be read transposed");
-        view.shape = swap_last(view.shape);
-        view.stride = swap_last(view.stride);
-        view.dtensor.reset();
-        const uint32_t source = static_cast<uint32_t>(sources.size());
-        sources.push_back(std::move(view));
+        const uint32_t source = add_source_view(assembled, c, sources, "it cannot be read transposed", [&](TensorRef& view) {
+            view.shape = swap_last(view.shape);
+            view.stride = swap_last(view.stride);
+        });
         add_copy(out, source, swap_last(c.src_start), swap_last(c.dst_start), swap_last(c.extent));
     }
     return out;
@@ -145,15 +156,10 @@ OutputTensor gate_up_interleaved(const OutputTensor& assembled, const std::strin
     out.copies_view.push_back(2);  // [.., F, 2]: element (j, k) is column 2j + k
     out.copies.clear();
     for (const BoxCopy& c : assembled.copies) {
-        TensorRef view = sources[c.source];
-        if (view.shape.size() != rank)  // a flat buffer's copies index it as its own 1-D tensor
-            throw Error(assembled.name + ": stored as " + shape_to_string(view.shape) + ", not as " +
-                        std::to_string(rank) + "-axis pieces, so its halves cannot be interleaved");
-        view.shape.push_back(1);  // a unit axis for the half index k
-        view.stride.push_back(1);
-        view.dtensor.reset();
-        const auto source = static_cast<uint32_t>(sources.size());
-        sources.push_back(std::move(view));
+        const uint32_t source = add_source_view(assembled, c, sources, "its halves cannot be interleaved", [](TensorRef& view) {
+            view.shape.push_back(1);  // a unit axis for the half index k
+            view.stride.push_back(1);
+        });
         // One copy per half the piece's columns touch (a whole fc1 holds both).
         const int64_t first = c.dst_start.back(), end = first + c.extent.back();
         for (int64_t k = 0; k < 2; ++k) {

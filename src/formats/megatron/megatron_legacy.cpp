@@ -414,12 +414,7 @@ void add_section_copies(OutputTensor& t, const std::vector<Piece>& pieces, const
                         uint32_t base) {
     const Shape& first = pieces[0].tensor->shape;
     const int64_t tp = static_cast<int64_t>(pieces.size());
-    int64_t total = 0;
-    std::string sum;
-    for (const int64_t rows : sections) {
-        total += rows;
-        sum += (sum.empty() ? "" : " + ") + std::to_string(rows);
-    }
+    const auto [total, sum] = section_rows_sum(sections);
     const bool even = std::all_of(sections.begin(), sections.end(), [&](int64_t rows) { return rows % tp == 0; });
     if (first.empty() || !even || first[0] * tp != total)
         throw Error(pieces[0].file->path + ": '" + t.name + "' is " + shape_to_string(first) + " on each of " +

@@ -109,12 +109,7 @@ void regroup_gated_qkv(const OutputTensor& t, int64_t nq, int64_t ng, int64_t d,
 std::vector<OutputTensor> regroup_sections(const OutputTensor& t, const TableRule& rule, int64_t groups,
                                            const std::vector<std::string>& names) {
     const std::vector<int64_t>& rows = rule.section_rows;
-    int64_t total = 0;
-    std::string sum;
-    for (const int64_t r : rows) {
-        total += r;
-        sum += (sum.empty() ? "" : " + ") + std::to_string(r);
-    }
+    const auto [total, sum] = section_rows_sum(rows);
     if (t.shape.empty() || t.shape[0] != total)
         throw Error(t.name + ": " + shape_to_string(t.shape) + " rows, but its sections are " + sum + " = " +
                     std::to_string(total) + " rows by config.json" + missing_shards_hint(t, total));
@@ -151,6 +146,10 @@ std::vector<OutputTensor> regroup_sections(const OutputTensor& t, const TableRul
 // section order, into the whole tensor a legacy save's ranks hold in pieces. Every part of a
 // tensor must be there; parts a rule does not name stay as they are (unmapped).
 std::vector<OutputTensor> join_section_parts(std::vector<OutputTensor> tensors, const ArchitectureInfo& arch) {
+    // Most tables name no section parts: their tensors are not looked at again.
+    if (std::none_of(arch.rules.begin(), arch.rules.end(),
+                     [](const TableRule& r) { return !r.sections.empty() && !r.sections[0].part.empty(); }))
+        return tensors;
     struct Joining {
         const TableRule* rule = nullptr;
         std::vector<std::optional<size_t>> parts;  // index in `tensors`, per section
@@ -215,6 +214,75 @@ std::vector<OutputTensor> join_section_parts(std::vector<OutputTensor> tensors, 
     return out;
 }
 
+// Split vocab: rows trimmed to config.json's vocab_size (Megatron pads the vocabulary), or, with
+// --pad_vocab, zero-filled up to it.
+OutputTensor split_vocab(const OutputTensor& t, const std::string& name, const ArchitectureInfo& arch,
+                         std::vector<std::string>& notes) {
+    const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
+    Shape shape = t.shape;
+    shape[0] = arch.vocab;
+    OutputTensor o = new_output(t, name, shape);
+    take_rows(t, 0, std::min(rows, arch.vocab), o, 0);
+    if (rows > arch.vocab)
+        notes.push_back(t.name + ": " + std::to_string(rows - arch.vocab) + " padded vocabulary rows dropped (vocab_size " +
+                        std::to_string(arch.vocab) + ")");
+    if (rows < arch.vocab) {
+        if (!arch.pad_vocab)
+            throw Error(t.name + ": " + std::to_string(rows) + " rows, but config.json says vocab_size " +
+                        std::to_string(arch.vocab) + ": the config does not match this checkpoint (pass the "
+                        "model's own --hf_config, or --pad_vocab to write the missing rows as zeros)" +
+                        missing_shards_hint(t, arch.vocab));
+        o.zero_fill = true;
+        notes.push_back(t.name + ": " + std::to_string(rows) + " rows, config.json vocab_size is " +
+                        std::to_string(arch.vocab) + "; the missing rows are written as zeros");
+    }
+    return o;
+}
+
+// Split qkv or qkv_gated: separate q, k and v tensors from Megatron's rows per query group; with
+// `gated` (attention_output_gate) each group also holds its q heads' gate heads, and q_proj holds
+// per head [q_h; gate_h].
+std::vector<OutputTensor> split_qkv(const OutputTensor& t, const std::vector<std::string>& names,
+                                    const ArchitectureInfo& arch, const HfConfig& config, bool gated) {
+    const int64_t nq = arch.heads, ng = arch.kv_heads, d = arch.head_dim, q_heads = gated ? 2 * nq : nq;
+    if (ng <= 0 || nq % ng != 0)
+        throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
+                    " is not a multiple of num_key_value_heads " + std::to_string(ng));
+    check_qkv_rows(t, q_heads, ng, d,
+                   (gated ? "(2 x heads " + std::to_string(nq) + " (q and its gate)" : "(heads " + std::to_string(nq)) +
+                       " + 2 x kv heads " + std::to_string(ng) + ") x head_dim " + std::to_string(d));
+    Shape q = t.shape, kv = t.shape;
+    q[0] = q_heads * d;
+    kv[0] = ng * d;
+    std::vector<OutputTensor> parts{new_output(t, names[0], q), new_output(t, names[1], kv), new_output(t, names[2], kv)};
+    if (gated) regroup_gated_qkv(t, nq, ng, d, parts[0], parts[1], parts[2]);
+    else regroup_qkv(t, nq, ng, d, {QkvPart{&parts[0], 0}, QkvPart{&parts[1], 0}, QkvPart{&parts[2], 0}});
+    return parts;
+}
+
+// Split qkv_per_head: rows grouped per head [q_h; k_h; v_h], every head its own group; HF's fused
+// qkv holds [Q; K; V] in one tensor.
+OutputTensor split_qkv_per_head(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
+                                const HfConfig& config) {
+    const std::string& name = match.hf_names[0];
+    const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
+    const int64_t heads = evaluate_int(*match.rule->groups, scope);
+    const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
+    const std::string counted = " heads (" + match.rule->groups->text() + " in " + config.dir + "/config.json)";
+    if (heads <= 0 || rows % (3 * heads) != 0)
+        throw Error(t.name + ": " + shape_to_string(t.shape) + " rows are not q, k and v of " + std::to_string(heads) +
+                    counted + " of one head dim");
+    const int64_t d = rows / (3 * heads);
+    // The rows config.json implies, when the tensor set knows the output: a shortfall is named
+    // here, before the regroup would scatter the rows it has.
+    if (auto it = arch.expected.required.find(name); it != arch.expected.required.end() && !it->second.empty())
+        check_qkv_rows(t, heads, heads, it->second[0] / (3 * heads),
+                       "3 x " + std::to_string(heads) + counted + " x head dim " + std::to_string(it->second[0] / (3 * heads)));
+    OutputTensor o = new_output(t, name, t.shape);
+    regroup_qkv(t, heads, heads, d, {QkvPart{&o, 0}, QkvPart{&o, heads * d}, QkvPart{&o, 2 * heads * d}});
+    return o;
+}
+
 }  // namespace
 
 std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& match, const ArchitectureInfo& arch,
@@ -228,28 +296,7 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
             made.push_back(std::move(o));
             break;
         }
-        case NameSplit::Vocab: {
-            const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
-            Shape shape = t.shape;
-            shape[0] = arch.vocab;
-            OutputTensor o = new_output(t, names[0], shape);
-            take_rows(t, 0, std::min(rows, arch.vocab), o, 0);
-            if (rows > arch.vocab)
-                notes.push_back(t.name + ": " + std::to_string(rows - arch.vocab) + " padded vocabulary rows dropped (vocab_size " +
-                                std::to_string(arch.vocab) + ")");
-            if (rows < arch.vocab) {
-                if (!arch.pad_vocab)
-                    throw Error(t.name + ": " + std::to_string(rows) + " rows, but config.json says vocab_size " +
-                                std::to_string(arch.vocab) + ": the config does not match this checkpoint (pass the "
-                                "model's own --hf_config, or --pad_vocab to write the missing rows as zeros)" +
-                                missing_shards_hint(t, arch.vocab));
-                o.zero_fill = true;
-                notes.push_back(t.name + ": " + std::to_string(rows) + " rows, config.json vocab_size is " +
-                                std::to_string(arch.vocab) + "; the missing rows are written as zeros");
-            }
-            made.push_back(std::move(o));
-            break;
-        }
+        case NameSplit::Vocab: made.push_back(split_vocab(t, names[0], arch, notes)); break;
         case NameSplit::GateUp: {
             if (t.shape.empty() || t.shape[0] % 2 != 0)
                 throw Error(t.name + ": " + shape_to_string(t.shape) + " cannot be split into gate and up halves");
@@ -263,65 +310,14 @@ std::vector<OutputTensor> split_to_hf(const OutputTensor& t, const RuleMatch& ma
             }
             break;
         }
-        case NameSplit::Qkv: {
-            // Rows grouped per query group: [q heads of the group; k head; v head].
-            const int64_t nq = arch.heads, ng = arch.kv_heads, d = arch.head_dim;
-            if (ng <= 0 || nq % ng != 0)
-                throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
-                            " is not a multiple of num_key_value_heads " + std::to_string(ng));
-            check_qkv_rows(t, nq, ng, d, "(heads " + std::to_string(nq) + " + 2 x kv heads " + std::to_string(ng) +
-                                             ") x head_dim " + std::to_string(d));
-            Shape q = t.shape, kv = t.shape;
-            q[0] = nq * d;
-            kv[0] = ng * d;
-            std::vector<OutputTensor> parts{new_output(t, names[0], q), new_output(t, names[1], kv),
-                                            new_output(t, names[2], kv)};
-            regroup_qkv(t, nq, ng, d, {QkvPart{&parts[0], 0}, QkvPart{&parts[1], 0}, QkvPart{&parts[2], 0}});
-            for (auto& part : parts) made.push_back(std::move(part));
-            break;
-        }
-        case NameSplit::QkvGated: {
-            const int64_t nq = arch.heads, ng = arch.kv_heads, d = arch.head_dim;
-            if (ng <= 0 || nq % ng != 0)
-                throw Error(config.dir + "/config.json: num_attention_heads " + std::to_string(nq) +
-                            " is not a multiple of num_key_value_heads " + std::to_string(ng));
-            check_qkv_rows(t, 2 * nq, ng, d, "(2 x heads " + std::to_string(nq) + " (q and its gate) + 2 x kv heads " +
-                                                 std::to_string(ng) + ") x head_dim " + std::to_string(d));
-            Shape q = t.shape, kv = t.shape;
-            q[0] = 2 * nq * d;
-            kv[0] = ng * d;
-            std::vector<OutputTensor> parts{new_output(t, names[0], q), new_output(t, names[1], kv),
-                                            new_output(t, names[2], kv)};
-            regroup_gated_qkv(t, nq, ng, d, parts[0], parts[1], parts[2]);
-            for (auto& part : parts) made.push_back(std::move(part));
-            break;
-        }
+        case NameSplit::Qkv:
+        case NameSplit::QkvGated: made = split_qkv(t, names, arch, config, match.rule->split == NameSplit::QkvGated); break;
         case NameSplit::GroupedSections: {
             const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
             made = regroup_sections(t, *match.rule, evaluate_int(*match.rule->groups, scope), names);
             break;
         }
-        case NameSplit::QkvPerHead: {
-            // Rows grouped per head: [q_h; k_h; v_h], every head its own group; HF's fused qkv
-            // holds [Q; K; V] in one tensor.
-            const ExpressionScope scope{&config.json, config.dir + "/config.json", nullptr, {}};
-            const int64_t heads = evaluate_int(*match.rule->groups, scope);
-            const int64_t rows = t.shape.empty() ? 0 : t.shape[0];
-            const std::string counted = " heads (" + match.rule->groups->text() + " in " + config.dir + "/config.json)";
-            if (heads <= 0 || rows % (3 * heads) != 0)
-                throw Error(t.name + ": " + shape_to_string(t.shape) + " rows are not q, k and v of " +
-                            std::to_string(heads) + counted + " of one head dim");
-            const int64_t d = rows / (3 * heads);
-            // The rows config.json implies, when the tensor set knows the output: a shortfall
-            // is named here, before the regroup would scatter the rows it has.
-            if (auto it = arch.expected.required.find(names[0]); it != arch.expected.required.end() && !it->second.empty())
-                check_qkv_rows(t, heads, heads, it->second[0] / (3 * heads), "3 x " + std::to_string(heads) + counted + " x head dim " +
-                                   std::to_string(it->second[0] / (3 * heads)));
-            OutputTensor o = new_output(t, names[0], t.shape);
-            regroup_qkv(t, heads, heads, d, {QkvPart{&o, 0}, QkvPart{&o, heads * d}, QkvPart{&o, 2 * heads * d}});
-            made.push_back(std::move(o));
-            break;
-        }
+        case NameSplit::QkvPerHead: made.push_back(split_qkv_per_head(t, match, arch, config)); break;
     }
     for (auto& o : made) o.value_offset = match.rule->add;
     return made;

@@ -169,10 +169,12 @@ TEST(SimulatedCheckpoint, MegatronVlPartsOnTheirStages) {
         for (const auto& c : t.copies) {
             const std::string& file = m.sources[c.source].storage.file;
             if (t.name.starts_with("model.visual.") || t.name.starts_with("model.language_model.layers.0.") ||
-                t.name.starts_with("model.language_model.embed_tokens."))
+                t.name.starts_with("model.language_model.embed_tokens.")) {
                 EXPECT_NE(file.find("_000/"), std::string::npos) << t.name << " from " << file;
-            if (t.name.starts_with("model.language_model.layers.3.") || t.name.starts_with("model.language_model.norm."))
+            }
+            if (t.name.starts_with("model.language_model.layers.3.") || t.name.starts_with("model.language_model.norm.")) {
                 EXPECT_NE(file.find("_001/"), std::string::npos) << t.name << " from " << file;
+            }
         }
 }
 
@@ -188,8 +190,13 @@ TEST(SimulatedCheckpoint, MegatronGptOssStackedExperts) {
     const HfConfig config = config_from("gpt_oss", kTinyGptOss);
     simulate_and_check(config, "megatron:tp2,pp2");
     const TensorMapping m = simulate_and_check(config, "megatron:pp2,ep2");
+    int found = 0;
     for (const auto& t : m.tensors)
-        if (t.name == "model.layers.1.mlp.experts.down_proj") EXPECT_EQ(t.shape, (Shape{4, 48, 64}));
+        if (t.name == "model.layers.1.mlp.experts.down_proj") {
+            ++found;
+            EXPECT_EQ(t.shape, (Shape{4, 48, 64}));
+        }
+    EXPECT_EQ(found, 1);
 }
 
 TEST(SimulatedCheckpoint, RejectsBadSpecs) {
